@@ -1,0 +1,43 @@
+# The contract (DESIGN.md): `make demo` and `make test` are the two set-up commands.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+DEMO_DIR ?= runs/demo
+
+.PHONY: install install-test test demo bench lint clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+# Stamp files so that a second `make test` does not reinstall; they are rebuilt when
+# pyproject.toml changes.
+$(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
+	$(PIP) install -q -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
+	$(PIP) install -q -e '.[test]'
+	touch $(VENV)/.installed $@
+
+install: $(VENV)/.installed
+
+install-test: $(VENV)/.installed-test
+
+test: install-test
+	$(PY) -m ruff check t5forge tests benchmarks examples
+	$(PY) -m pytest -q tests
+
+demo: install
+	$(VENV)/bin/t5forge demo --model_dir=$(DEMO_DIR)
+
+bench: install-test
+	$(PY) benchmarks/run_all.py
+
+lint: install-test
+	$(PY) -m ruff check t5forge tests benchmarks examples
+	$(PY) -m ruff format --check t5forge tests benchmarks examples
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache

@@ -1,0 +1,63 @@
+"""`t5forge <command> ...`: dispatches to one module per command in t5forge.cli.
+
+Each command module exposes `main(argv: list[str]) -> int` and a one-line `HELP`.
+User mistakes (T5ForgeError) become one `error: ...` line and exit status 2.
+"""
+
+import importlib
+import sys
+
+from t5forge.errors import T5ForgeError
+
+# command name -> module in t5forge.cli
+COMMANDS = {
+    "train": "train",
+    "eval": "evaluate",
+    "infer": "infer",
+    "cache-tasks": "cache_tasks",
+    "convert": "convert",
+    "vocab": "vocab",
+    "tasks": "tasks",
+}
+
+
+def _usage() -> str:
+    lines = ["usage: t5forge <command> [flags]", "", "commands:"]
+    for name, module_name in COMMANDS.items():
+        try:
+            summary = importlib.import_module(f"t5forge.cli.{module_name}").HELP
+        except ImportError:
+            summary = "(not available in this build)"
+        lines.append(f"  {name:<12} {summary}")
+    lines.append("")
+    lines.append("Run `t5forge <command> --help` for the flags of one command.")
+    return "\n".join(lines)
+
+
+def run_command(module_name: str, argv: list[str]) -> int:
+    """Runs one command module, turning user errors into a single line."""
+    module = importlib.import_module(f"t5forge.cli.{module_name}")
+    try:
+        return int(module.main(argv) or 0)
+    except T5ForgeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"error: unknown command {name!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    return run_command(COMMANDS[name], rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
