@@ -1,0 +1,157 @@
+"""T5X-style gin flags: `--gin_file` (repeatable), `--gin.NAME=VALUE`, `--gin_search_paths`.
+
+What we add over T5X: plain string values need no inner quotes (`--gin.MODEL_DIR=/tmp/m`;
+the T5X form `--gin.MODEL_DIR="'/tmp/m'"` still works), gin files are also searched in the
+package's own `configs/`, and a typo in a binding or file name is one line with the
+closest valid name instead of a parser traceback.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import gin
+
+from t5forge.errors import ConfigError
+
+PACKAGE_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+@dataclass
+class GinFlags:
+    """The gin-related part of a command line, plus everything else left unparsed."""
+
+    files: list[str] = field(default_factory=list)
+    bindings: list[str] = field(default_factory=list)
+    search_paths: list[str] = field(default_factory=list)
+    rest: list[str] = field(default_factory=list)
+
+
+def split_gin_flags(argv: list[str]) -> GinFlags:
+    """Pulls gin flags out of argv; accepts both `--flag=value` and `--flag value`."""
+    flags = GinFlags()
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        name, eq, value = arg.partition("=")
+        takes_value = name in ("--gin_file", "--gin_search_paths") or name.startswith("--gin.")
+        if takes_value and not eq:
+            if i + 1 >= len(argv):
+                raise ConfigError(f"{name} needs a value, e.g. {name}=...")
+            value = argv[i + 1]
+            i += 1
+        if name == "--gin_file":
+            flags.files.append(value)
+        elif name == "--gin_search_paths":
+            flags.search_paths.extend(p for p in value.split(",") if p)
+        elif name.startswith("--gin."):
+            flags.bindings.append(f"{name[len('--gin.'):]} = {gin_value(value)}")
+        else:
+            flags.rest.append(arg)
+        i += 1
+    return flags
+
+
+_GIN_EXPRESSION = re.compile(r"^\s*[@%]|^\s*[\[\(\{]")
+
+
+def gin_value(text: str) -> str:
+    """Returns `text` as gin syntax, quoting it when it is a bare string."""
+    if _GIN_EXPRESSION.match(text):
+        return text
+    try:
+        ast.literal_eval(text)
+        return text
+    except (ValueError, SyntaxError):
+        return repr(text)
+
+
+def resolve_gin_file(name: str, search_paths: list[str]) -> Path:
+    """Finds a gin file as given, in the search paths, or in the package's configs/."""
+    candidates = [Path(name)]
+    candidates += [Path(p) / name for p in search_paths]
+    relative = name.removeprefix("t5forge/configs/").removeprefix("configs/")
+    candidates += [PACKAGE_CONFIGS / relative]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    known = [str(p.relative_to(PACKAGE_CONFIGS)) for p in PACKAGE_CONFIGS.rglob("*.gin")]
+    close = difflib.get_close_matches(relative, known, n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    searched = ", ".join(str(p) for p in ([Path(".")] + [Path(p) for p in search_paths] + [PACKAGE_CONFIGS]))
+    raise ConfigError(f"gin file {name!r} not found (searched {searched}){hint}")
+
+
+def _configurable_names() -> list[str]:
+    selectors = gin.config._REGISTRY._selector_map.keys()
+    return sorted({name for selector in selectors for name in (selector, selector.rsplit(".", 1)[-1])})
+
+
+def _parameters_of(configurable: str) -> list[str]:
+    try:
+        fn = gin.config._REGISTRY.get_match(configurable).wrapped
+    except (AttributeError, KeyError, ValueError):
+        return []
+    import inspect
+
+    target = fn.__init__ if inspect.isclass(fn) else fn
+    try:
+        return [p for p in inspect.signature(target).parameters if p != "self"]
+    except (TypeError, ValueError):
+        return []
+
+
+def explain_gin_error(error: Exception) -> ConfigError:
+    """Turns gin's multi-line parse/binding errors into one line with a suggestion."""
+    message = str(error).splitlines()[0] if str(error) else type(error).__name__
+    where = ""
+    for line in str(error).splitlines()[1:]:
+        if line.strip().startswith("In ") or line.strip().startswith("Failed"):
+            continue
+        if line.strip():
+            where = line.strip()
+            break
+    unknown = re.search(r"No configurable matching '([^']+)'", message)
+    if unknown:
+        close = difflib.get_close_matches(unknown.group(1), _configurable_names(), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        return ConfigError(f"unknown gin configurable {unknown.group(1)!r} in `{where}`{hint}")
+    bad_param = re.search(r"Configurable '([^']+)' doesn't have a parameter named '([^']+)'", message)
+    if bad_param:
+        configurable, param = bad_param.groups()
+        close = difflib.get_close_matches(param, _parameters_of(configurable), n=3)
+        hint = f"; did you mean {configurable}.{close[0]}?" if close else ""
+        return ConfigError(f"{configurable} has no parameter {param!r} (in `{where}`){hint}")
+    return ConfigError(f"bad gin config: {message}" + (f" (in `{where}`)" if where else ""))
+
+
+def parse_gin(flags: GinFlags, extra_bindings: list[str] | None = None, finalize: bool = True):
+    """Parses the files then the bindings (command line wins), as T5X does."""
+    for path in flags.search_paths:
+        gin.add_config_file_search_path(path)
+    gin.add_config_file_search_path(str(PACKAGE_CONFIGS))
+    gin.add_config_file_search_path(str(PACKAGE_CONFIGS.parent.parent))
+    files = [str(resolve_gin_file(f, flags.search_paths)) for f in flags.files]
+    try:
+        gin.parse_config_files_and_bindings(
+            files, list(extra_bindings or []) + flags.bindings, finalize_config=finalize
+        )
+    except (ValueError, SyntaxError, TypeError, FileNotFoundError) as e:
+        raise explain_gin_error(e) from None
+
+
+def macro_value(name: str, default=None):
+    """The value of a gin macro (e.g. MODEL_DIR) after parsing, or `default` if unbound."""
+    try:
+        return gin.query_parameter(f"%{name}")
+    except ValueError:
+        return default
+
+
+def operative_config() -> str:
+    """The operative config, for config.gin in the model directory."""
+    return gin.operative_config_str() or gin.config_str()

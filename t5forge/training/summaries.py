@@ -1,0 +1,181 @@
+"""What a training run leaves for people to read: TensorBoard events, metrics.jsonl,
+config.gin, model-info.txt (T5X's format) and a PNG of the training curves.
+
+T5X users know these files by name and layout, so we keep them: events under
+`train/`, `training_eval/<task>/` and `inference_eval/`, one JSON line per logged
+step in `metrics.jsonl` (easy to grep and plot without TensorBoard).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+METRICS_FILE = "metrics.jsonl"
+PLOT_FILE = "training_curves.png"
+
+
+def _flatten(tree: Mapping, prefix: str = "") -> dict[str, object]:
+    """Flattens a nested dict into {'a/b/c': leaf} (T5X's variable naming)."""
+    flat = {}
+    for key, value in tree.items():
+        name = f"{prefix}/{key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, name))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _shape_text(shape, axes) -> str:
+    if axes and len(axes) == len(shape):
+        return "(" + ", ".join(f"{a}={d}" for a, d in zip(axes, shape)) + ")"
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _variable_lines(shapes: Mapping, axes: Mapping | None, specs: Mapping | None, prefix: str):
+    flat_shapes = _flatten(shapes)
+    flat_axes = _flatten(axes) if axes else {}
+    flat_specs = _flatten(specs) if specs else {}
+    total = 0
+    lines = []
+    for name in sorted(flat_shapes):
+        shape = tuple(getattr(flat_shapes[name], "shape", flat_shapes[name]))
+        size = int(np.prod(shape)) if shape else 1
+        total += size
+        full_name = f"{prefix}{name}"
+        spec = flat_specs.get(name, "None")
+        lines.append(
+            f"Variable {full_name:<80} size {size:<12} "
+            f"shape {_shape_text(shape, flat_axes.get(name)):<40} partition spec {spec}"
+        )
+    return lines, total
+
+
+def write_model_info(
+    path: str | os.PathLike,
+    param_shapes: Mapping,
+    param_axes: Mapping | None = None,
+    param_specs: Mapping | None = None,
+    optimizer_state_shapes: Mapping | None = None,
+) -> int:
+    """Writes T5X's model-info.txt: one line per variable, the total, then optimizer state.
+
+    `param_shapes` leaves are arrays, ShapeDtypeStructs or shape tuples. Returns the
+    total number of parameters.
+    """
+    lines, total = _variable_lines(param_shapes, param_axes, param_specs, prefix="")
+    lines.append(f"Total number of parameters: {total}")
+    lines.append("")
+    if optimizer_state_shapes:
+        opt_lines, _ = _variable_lines(optimizer_state_shapes, None, None, prefix="state/")
+        lines.extend(opt_lines)
+    Path(path).write_text("\n".join(lines) + "\n")
+    return total
+
+
+class MetricsWriter:
+    """Writes scalars to TensorBoard (one event dir per split) and to metrics.jsonl.
+
+    `split` is T5X's summary directory name: 'train', 'training_eval/<task>' or
+    'inference_eval'. Only process 0 should write; pass `enabled=False` elsewhere.
+    """
+
+    def __init__(self, model_dir: str | os.PathLike, enabled: bool = True):
+        self.model_dir = Path(model_dir)
+        self.enabled = enabled
+        self._writers: dict[str, object] = {}
+
+    def _writer(self, split: str):
+        if split not in self._writers:
+            from tensorboardX import SummaryWriter
+
+            self._writers[split] = SummaryWriter(str(self.model_dir / split))
+        return self._writers[split]
+
+    def write_scalars(self, step: int, metrics: Mapping[str, float], split: str = "train"):
+        if not self.enabled or not metrics:
+            return
+        values = {k: float(v) for k, v in metrics.items()}
+        writer = self._writer(split)
+        for name, value in values.items():
+            writer.add_scalar(name, value, global_step=int(step))
+        writer.flush()
+        record = {"step": int(step), "split": split, **{k: _json_number(v) for k, v in values.items()}}
+        with open(self.model_dir / METRICS_FILE, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def write_text(self, step: int, tag: str, text: str, split: str = "inference_eval"):
+        if self.enabled:
+            self._writer(split).add_text(tag, text, global_step=int(step))
+
+    def close(self):
+        for writer in self._writers.values():
+            writer.close()
+        self._writers.clear()
+
+
+def _json_number(value: float):
+    """NaN/Inf are not JSON; keep them readable as strings."""
+    return value if math.isfinite(value) else str(value)
+
+
+def read_metrics(model_dir: str | os.PathLike) -> list[dict]:
+    """All records of metrics.jsonl, in the order they were written."""
+    path = Path(model_dir) / METRICS_FILE
+    if not path.exists():
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def plot_training_curves(model_dir: str | os.PathLike, output: str | os.PathLike | None = None):
+    """Draws loss (train and eval) and every eval metric against step into a PNG.
+
+    Returns the path written, or None when there is nothing to plot yet.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = read_metrics(model_dir)
+    series: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for record in records:
+        for key, value in record.items():
+            if key in ("step", "split") or not isinstance(value, (int, float)):
+                continue
+            if key.startswith("timing/") or key.startswith("non_padding_fraction"):
+                continue
+            series.setdefault((record["split"], key), []).append((record["step"], value))
+    if not series:
+        return None
+    panels = sorted({name for _, name in series}, key=lambda n: (n != "loss", n))
+    panels = [p for p in panels if p in ("loss", "learning_rate", "accuracy") or "/" not in p]
+    cols = min(3, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.5 * rows), squeeze=False)
+    for ax, panel in zip(axes.flat, panels):
+        for (split, name), points in sorted(series.items()):
+            if name != panel:
+                continue
+            steps, values = zip(*points)
+            ax.plot(steps, values, marker="." if len(points) < 30 else None, label=split)
+        ax.set_title(panel)
+        ax.set_xlabel("step")
+        if panel == "loss":
+            ax.set_yscale("log")
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    fig.tight_layout()
+    out = Path(output) if output else Path(model_dir) / PLOT_FILE
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return out
