@@ -1,0 +1,243 @@
+"""Trains SentencePiece vocabularies with T5's conventions, streaming text from files or tasks.
+
+A vocabulary trained with other ids breaks every T5 tool downstream, so the layout is fixed
+here: PAD=0, EOS=1, UNK=2, no BOS, `nmt_nfkc` normalisation. Sentinels (`<extra_id_N>`) are
+NOT written into the model: like SeqIO, `SentencePieceVocabulary(path, extra_ids)` appends
+them at load time, so the same file serves any number of extra ids. Text is streamed into
+`SentencePieceTrainer.train(sentence_iterator=...)` one paragraph at a time (corpora larger
+than memory work); every `heldout_every`-th paragraph is kept aside to measure the result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import gzip
+import io
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import sentencepiece as spm
+
+from t5forge.data.vocabularies import EOS_ID, PAD_ID, UNK_ID
+from t5forge.errors import ConfigError, DataError
+
+MODEL_TYPES = ("unigram", "bpe")
+_MAX_HELDOUT = 2000  # paragraphs kept aside for the summary; plenty for stable averages
+_JSON_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz")
+
+
+@dataclasses.dataclass(frozen=True)
+class VocabSummary:
+    """What a user wants to know about a new vocabulary before training a model with it."""
+
+    path: str
+    model_type: str
+    vocab_size: int  # pieces in the .model file
+    extra_ids: int  # sentinels SentencePieceVocabulary(path, extra_ids) will append
+    training_sentences: int
+    heldout_sentences: int
+    character_coverage: float  # held-out characters covered by pieces (not UNK / raw bytes)
+    pieces_per_word: float  # held-out pieces per whitespace-separated word
+
+    def format(self) -> str:
+        return "\n".join([
+            f"wrote {self.path} ({self.model_type})",
+            f"  vocab size:          {self.vocab_size} pieces + {self.extra_ids} extra ids "
+            f"= {self.vocab_size + self.extra_ids}",
+            f"  training sentences:  {self.training_sentences}",
+            f"  held-out sentences:  {self.heldout_sentences}",
+            f"  character coverage:  {self.character_coverage:.4%}",
+            f"  pieces per word:     {self.pieces_per_word:.3f}",
+        ])
+
+
+def expand_inputs(patterns: Sequence[str]) -> list[str]:
+    """Files named by paths or globs, sorted per pattern; a pattern matching nothing fails."""
+    if not patterns:
+        raise DataError("no input given; pass --input FILES|GLOB or --task NAME")
+    files = []
+    for pattern in patterns:
+        matches = sorted(glob.glob(os.path.expanduser(pattern)))
+        if not matches:
+            raise DataError(f"no input file matches {pattern!r}; check the path or glob")
+        files.extend(m for m in matches if os.path.isfile(m))
+    if not files:
+        raise DataError(f"no input files among {', '.join(patterns)} (only directories matched)")
+    return files
+
+
+def file_texts(files: Iterable[str], field: str = "text") -> Iterator[str]:
+    """Streams texts: the `field` of each JSON line in .jsonl(.gz) files, else each line."""
+    for path in files:
+        opener = gzip.open if path.endswith(".gz") else open
+        is_json = path.endswith(_JSON_SUFFIXES)
+        with opener(path, "rt", encoding="utf-8") as f:
+            for line_number, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                yield _json_field(line, field, path, line_number) if is_json else line
+
+
+def _json_field(line: str, field: str, path: str, line_number: int) -> str:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}:{line_number}: malformed JSON ({e.msg})") from None
+    if not isinstance(row, dict) or field not in row:
+        fields = ", ".join(row) if isinstance(row, dict) else type(row).__name__
+        raise DataError(
+            f"{path}:{line_number}: no field {field!r} (has: {fields}); pass --field NAME"
+        )
+    return str(row[field] or "")
+
+
+def task_texts(task_name: str, field: str = "text", split: str = "train") -> Iterator[str]:
+    """Streams the raw `field` of a registered task's source split (before preprocessing)."""
+    from t5forge.data.tasks import get_mixture_or_task
+
+    task = get_mixture_or_task(task_name)
+    source = getattr(task, "source", None)
+    if source is None:
+        raise DataError(f"{task_name!r} is a mixture; train a vocabulary from one of its tasks")
+    for row_number, row in enumerate(source.split(split)):
+        if field not in row:
+            raise DataError(
+                f"task {task_name!r} split {split!r} row {row_number}: no field {field!r} "
+                f"(has: {', '.join(row)}); pass --field NAME"
+            )
+        yield str(row[field] or "")
+
+
+def train_vocabulary(
+    texts: Iterable[str],
+    output: str | os.PathLike,
+    vocab_size: int,
+    extra_ids: int = 100,
+    model_type: str = "unigram",
+    byte_fallback: bool = False,
+    input_sentence_size: int = 0,
+    heldout_every: int = 100,
+    progress: bool = True,
+) -> VocabSummary:
+    """Trains a T5-layout SentencePiece model from `texts` and writes it to `output`.
+
+    Each text is split into paragraphs at newlines; `input_sentence_size` > 0 makes
+    SentencePiece sample that many of them (shuffled) instead of using all.
+    """
+    _check_arguments(vocab_size, extra_ids, model_type, input_sentence_size, heldout_every)
+    heldout: list[str] = []
+    counts = {"training": 0}
+
+    def training_sentences() -> Iterator[str]:
+        from tqdm import tqdm
+
+        with tqdm(desc="reading text", unit=" sentences", disable=not progress) as bar:
+            for index, sentence in enumerate(_paragraphs(texts)):
+                if index % heldout_every == heldout_every - 1 and len(heldout) < _MAX_HELDOUT:
+                    heldout.append(sentence)
+                    continue
+                counts["training"] += 1
+                bar.update()
+                yield sentence
+
+    model = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=training_sentences(),
+            model_writer=model,
+            vocab_size=vocab_size,
+            model_type=model_type,
+            pad_id=PAD_ID,
+            eos_id=EOS_ID,
+            unk_id=UNK_ID,
+            bos_id=-1,
+            normalization_rule_name="nmt_nfkc",
+            byte_fallback=byte_fallback,
+            input_sentence_size=input_sentence_size,
+            shuffle_input_sentence=True,
+            max_sentence_length=1 << 14,
+            num_threads=os.cpu_count() or 1,
+            minloglevel=2,
+        )
+    except RuntimeError as e:
+        raise _training_error(e, vocab_size, counts["training"]) from None
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
+    Path(output).write_bytes(model.getvalue())
+    processor = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    coverage, pieces_per_word = measure(processor, heldout)
+    return VocabSummary(
+        path=str(output),
+        model_type=model_type,
+        vocab_size=processor.get_piece_size(),
+        extra_ids=extra_ids,
+        training_sentences=counts["training"],
+        heldout_sentences=len(heldout),
+        character_coverage=coverage,
+        pieces_per_word=pieces_per_word,
+    )
+
+
+def measure(processor: spm.SentencePieceProcessor, texts: Sequence[str]) -> tuple[float, float]:
+    """(character coverage, pieces per word) of `processor` on `texts`.
+
+    Coverage counts the normalised characters that land in real pieces; those that fall to
+    UNK or to byte-fallback pieces are the ones the vocabulary does not know.
+    """
+    covered = uncovered = pieces = words = 0
+    for text in texts:
+        encoded = processor.encode(text, return_type="proto")
+        for piece in encoded.pieces:
+            size = len(piece.surface.strip())
+            if processor.is_unknown(piece.id) or processor.is_byte(piece.id):
+                uncovered += size
+            else:
+                covered += size
+        pieces += len(encoded.pieces)
+        words += len(text.split())
+    total = covered + uncovered
+    return (covered / total if total else 1.0), (pieces / words if words else 0.0)
+
+
+def normalized_text(processor: spm.SentencePieceProcessor, text: str) -> str:
+    """The text as the model's normaliser sees it: what a lossless round trip must give back."""
+    return processor.normalize(text).replace("▁", " ").strip()
+
+
+def _paragraphs(texts: Iterable[str]) -> Iterator[str]:
+    for text in texts:
+        for paragraph in text.split("\n"):
+            paragraph = paragraph.strip()
+            if paragraph:
+                yield paragraph
+
+
+def _check_arguments(vocab_size, extra_ids, model_type, input_sentence_size, heldout_every):
+    if model_type not in MODEL_TYPES:
+        raise ConfigError(f"--model_type must be one of {MODEL_TYPES}, got {model_type!r}")
+    if vocab_size < 4:  # pad, eos, unk and at least one real piece
+        raise ConfigError(f"--vocab_size must be at least 4, got {vocab_size}")
+    if extra_ids < 0:
+        raise ConfigError(f"--extra_ids must be >= 0, got {extra_ids}")
+    if input_sentence_size < 0:
+        raise ConfigError(f"--input_sentence_size must be >= 0, got {input_sentence_size}")
+    if heldout_every < 2:
+        raise ConfigError(f"heldout_every must be at least 2, got {heldout_every}")
+
+
+def _training_error(error: RuntimeError, vocab_size: int, sentences: int) -> DataError:
+    """SentencePiece's multi-line failures as one line saying what to change."""
+    message = str(error)
+    if sentences == 0:
+        return DataError("the input holds no text (every row empty); check --input and --field")
+    limit = re.search(r"value <= (\d+)", message)
+    if limit:
+        return DataError(
+            f"--vocab_size {vocab_size} is too large for this data: it supports at most "
+            f"{limit.group(1)} pieces; lower --vocab_size or add text"
+        )
+    first_line = message.strip().splitlines()[-1] if message.strip() else type(error).__name__
+    return DataError(f"SentencePiece training failed: {first_line}")
