@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,12 +137,24 @@ def parse_gin(flags: GinFlags, extra_bindings: list[str] | None = None, finalize
     gin.add_config_file_search_path(str(PACKAGE_CONFIGS))
     gin.add_config_file_search_path(str(PACKAGE_CONFIGS.parent.parent))
     files = [str(resolve_gin_file(f, flags.search_paths)) for f in flags.files]
+    # gin logs "Path not found" for every search path an `include` is not in; only a file
+    # found nowhere matters, and that one raises.
+    root_logger = logging.getLogger()
+    quiet = _DropGinPathNotFound()
+    root_logger.addFilter(quiet)
     try:
         gin.parse_config_files_and_bindings(
             files, list(extra_bindings or []) + flags.bindings, finalize_config=finalize
         )
     except (ValueError, SyntaxError, TypeError, FileNotFoundError) as e:
         raise explain_gin_error(e) from None
+    finally:
+        root_logger.removeFilter(quiet)
+
+
+class _DropGinPathNotFound(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Path not found")
 
 
 def macro_value(name: str, default=None):

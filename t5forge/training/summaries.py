@@ -20,16 +20,22 @@ METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "training_curves.png"
 
 
-def _flatten(tree: Mapping, prefix: str = "") -> dict[str, object]:
-    """Flattens a nested dict into {'a/b/c': leaf} (T5X's variable naming)."""
-    flat = {}
-    for key, value in tree.items():
-        name = f"{prefix}/{key}" if prefix else str(key)
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, name))
-        else:
-            flat[name] = value
-    return flat
+def _key_name(key) -> str:
+    return str(getattr(key, "key", getattr(key, "name", getattr(key, "idx", key))))
+
+
+def _flatten(tree) -> dict[str, object]:
+    """Flattens any pytree (nested dicts, optimizer states) into {'a/b/c': leaf}, T5X's naming.
+
+    Tuples of axis names and shape tuples count as leaves, not containers.
+    """
+    import jax
+
+    def is_leaf(node):
+        return isinstance(node, tuple) and all(isinstance(x, (str, int, type(None))) for x in node)
+
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_leaf)
+    return {"/".join(_key_name(k) for k in path): leaf for path, leaf in flat}
 
 
 def _shape_text(shape, axes) -> str:
@@ -62,7 +68,7 @@ def write_model_info(
     param_shapes: Mapping,
     param_axes: Mapping | None = None,
     param_specs: Mapping | None = None,
-    optimizer_state_shapes: Mapping | None = None,
+    optimizer_state_shapes=None,
 ) -> int:
     """Writes T5X's model-info.txt: one line per variable, the total, then optimizer state.
 

@@ -1,0 +1,287 @@
+"""`t5forge train`: the T5X training loop, configured with gin.
+
+    t5forge train --gin_file=runs/finetune.gin --gin_file=models/t5_1_1/small.gin \\
+        --gin.MODEL_DIR=/tmp/run --gin.MIXTURE_OR_TASK_NAME=en_de_lohelp_translate
+
+A run restores the latest checkpoint of MODEL_DIR (parameters, optimizer state and the data
+iterator's position), so rerunning the same command after a preemption continues exactly
+where the last checkpoint left off; raising TRAIN_STEPS extends a finished run.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+
+import gin
+import jax
+import numpy as np
+
+from t5forge.cli import gin_flags, run_setup
+from t5forge.cli.run_config import (
+    DatasetConfig,
+    PjitPartitioner,
+    RestoreCheckpointConfig,
+    SaveCheckpointConfig,
+)
+from t5forge.cli.run_eval import InferenceEvaluation, training_eval
+from t5forge.errors import ConfigError, T5ForgeError
+from t5forge.models.model import DecoderOnlyModel
+from t5forge.training import checkpoints, optimizers, partitioning, schedules, summaries  # noqa: F401 (gin)
+from t5forge.training.trainer import Trainer, metrics_to_host
+
+HELP = "train a model (T5X flags: --gin_file, --gin.NAME=VALUE)"
+logger = logging.getLogger("t5forge")
+
+gin.external_configurable(optimizers.adafactor, name="Adafactor", module="adafactor")
+gin.external_configurable(optimizers.adamw, name="adamw", module="optimizers")
+
+
+class _StopSignal:
+    """Turns SIGTERM (preemption) into a flag the loop checks between steps."""
+
+    def __init__(self):
+        self.received = False
+        signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum, frame):
+        self.received = True
+
+
+def _converter_for(model, pack: bool):
+    from t5forge.data import feature_converters as fc
+
+    if isinstance(model, DecoderOnlyModel):
+        return fc.PrefixLMFeatureConverter(pack=pack)
+    return fc.EncDecFeatureConverter(pack=pack)
+
+
+def _make_optimizer(optimizer, learning_rate_fn, param_axes):
+    accepts_axes = "param_logical_axes" in inspect.signature(optimizer).parameters
+    if accepts_axes:
+        return optimizer(learning_rate_fn, param_logical_axes=param_axes)
+    return optimizer(learning_rate_fn)
+
+
+def _batch_counts(batch) -> dict[str, float]:
+    weights = np.asarray(batch.get("decoder_loss_weights", batch["decoder_target_tokens"] > 0))
+    tokens = np.asarray(batch["decoder_target_tokens"])
+    return {"target_tokens": float(weights.sum()), "all_tokens": float(tokens.size),
+            "seqs": float(tokens.shape[0])}
+
+
+@gin.configurable
+def train(
+    *,
+    model,
+    train_dataset_cfg: DatasetConfig,
+    total_steps: int,
+    model_dir: str,
+    train_eval_dataset_cfg: DatasetConfig | None = None,
+    infer_eval_dataset_cfg: DatasetConfig | None = None,
+    checkpoint_cfg: SaveCheckpointConfig = SaveCheckpointConfig(),
+    restore_checkpoint_cfg: RestoreCheckpointConfig | None = None,
+    partitioner: PjitPartitioner = PjitPartitioner(),
+    optimizer=optimizers.adafactor,
+    learning_rate_fn=None,
+    eval_period: int = 1000,
+    eval_steps: int = 20,
+    stats_period: int | None = None,
+    random_seed: int = 0,
+    num_microbatches: int = 1,
+    infer_max_decode_length: int | None = None,
+    run_eval_before_training: bool = False,
+    progress: bool = True,
+) -> dict:
+    """Trains `model` to `total_steps`, resuming MODEL_DIR's latest checkpoint if there is one.
+
+    Returns the last logged train metrics (and eval metrics when evaluation ran).
+    """
+    if total_steps < 0:
+        raise ConfigError(f"TRAIN_STEPS must be >= 0, got {total_steps}")
+    model_dir = Path(model_dir)
+    model_dir.mkdir(parents=True, exist_ok=True)
+    is_chief = jax.process_index() == 0
+    if is_chief:
+        (model_dir / "config.gin").write_text(gin.config_str())
+    stats_period = stats_period or eval_period or 100
+
+    mesh, rules = run_setup.make_mesh(partitioner)
+    partitioning.check_batch_divisible(train_dataset_cfg.batch_size, mesh)
+    param_axes = model.param_logical_axes()
+    tx = _make_optimizer(optimizer, learning_rate_fn, param_axes)
+    trainer = Trainer(model, tx, mesh, rules, learning_rate_fn, num_microbatches, random_seed)
+
+    ckpt = checkpoints.Checkpointer(
+        model_dir, keep=checkpoint_cfg.keep, period=checkpoint_cfg.period,
+        keep_best_metric=checkpoint_cfg.metric_name_to_monitor,
+        best_mode=checkpoint_cfg.metric_mode, async_save=checkpoint_cfg.async_save,
+    )
+    ckpt.check_matches(model.abstract_params())
+
+    process_count = jax.process_count()
+    train_iter = _batch_iterator(model, train_dataset_cfg, random_seed, shuffle=True)
+    abstract_state = trainer.abstract_state()
+    trainer.state_shardings = trainer.shardings_for(abstract_state)
+    restored = ckpt.restore_latest(abstract_state, trainer.state_shardings)
+    if restored is not None:
+        state = restored.state
+        if restored.dataset_state:
+            train_iter.set_state(restored.dataset_state)
+        logger.info("resumed from %s at step %d", restored.path, restored.step)
+        print(f"resumed from {restored.path} (step {restored.step})", file=sys.stderr)
+    else:
+        fresh = trainer.init_state()
+        params, message = run_setup.restore_config_params(restore_checkpoint_cfg, model, fresh.params)
+        if params is not None:
+            state = trainer.state_from_params(params)
+            print(message, file=sys.stderr)
+        else:
+            state = fresh
+
+    if is_chief:
+        summaries.write_model_info(
+            model_dir / "model-info.txt", abstract_state.params, param_axes,
+            jax.tree.map(lambda s: str(s.spec), trainer.state_shardings.params),
+            abstract_state.opt_state,
+        )
+    writer = summaries.MetricsWriter(model_dir, enabled=is_chief)
+    inference = (InferenceEvaluation(model, infer_eval_dataset_cfg, model_dir, writer,
+                                     infer_max_decode_length)
+                 if infer_eval_dataset_cfg else None)
+
+    def evaluate(step_now, params) -> dict:
+        results = {}
+        if train_eval_dataset_cfg is not None:
+            results.update(training_eval(trainer, params, train_eval_dataset_cfg, eval_steps,
+                                         writer, step_now, _converter_for(model, False)))
+        if inference is not None:
+            results.update(inference.run(step_now, params))
+        if is_chief:
+            summaries.plot_training_curves(model_dir)
+        return results
+
+    metadata = run_setup.model_metadata(model, train_dataset_cfg.mixture_or_task_name, model_dir)
+
+    def save(at_step, metrics=None, force=False):
+        return ckpt.save(at_step, state, train_iter.get_state(), metadata=metadata,
+                         metrics=metrics, force=force)
+
+    step = int(jax.device_get(state.step))
+    start_step = step
+    stop = _StopSignal()
+    last_metrics: dict = {}
+    eval_results: dict = {}
+    if run_eval_before_training or (step == 0 and eval_period and inference is not None):
+        eval_results = evaluate(step, state.params)
+
+    bar = _progress(step, total_steps, progress and is_chief)
+    counts = {"target_tokens": 0.0, "all_tokens": 0.0, "seqs": 0.0}
+    window_start, window_steps = time.perf_counter(), 0
+    try:
+        while step < total_steps:
+            batch = next(train_iter)
+            for key, value in _batch_counts(batch).items():
+                counts[key] += value * process_count
+            state, metrics = trainer.train_step(state, batch)
+            step += 1
+            window_steps += 1
+            if step % stats_period == 0 or step == total_steps or stop.received:
+                host = metrics_to_host(metrics)
+                if not np.isfinite(host["loss"]):
+                    good = int(jax.device_get(state.step))
+                    save(good, force=True)
+                    ckpt.wait_until_finished()
+                    raise T5ForgeError(
+                        f"loss became {host['loss']} at step {step}; the last good state "
+                        f"(step {good}) is saved in {ckpt.step_dir(good)}. Lower the learning "
+                        "rate or use float32 activations, then rerun to resume from it")
+                elapsed = time.perf_counter() - window_start
+                host.update({
+                    "timing/steps_per_second": window_steps / elapsed,
+                    "timing/seqs_per_second": counts["seqs"] / elapsed,
+                    "timing/target_tokens_per_second": counts["target_tokens"] / elapsed,
+                    "non_padding_fraction/loss_weights": counts["target_tokens"] / max(counts["all_tokens"], 1),
+                })
+                writer.write_scalars(step, host, split="train")
+                last_metrics = host
+                if bar is not None:
+                    bar.set_postfix(loss=f"{host['loss']:.4g}",
+                                    tok_s=f"{host['timing/target_tokens_per_second']:.0f}")
+                counts = dict.fromkeys(counts, 0.0)
+                window_start, window_steps = time.perf_counter(), 0
+            if bar is not None:
+                bar.update(1)
+            if eval_period and step % eval_period == 0 and step != start_step:
+                eval_results = evaluate(step, state.params)
+                save(step, metrics=_flat(eval_results))
+            else:
+                save(step)
+            if stop.received:
+                print(f"SIGTERM: saving step {step} and exiting", file=sys.stderr)
+                break
+        if not stop.received and eval_period and step % eval_period and step != start_step:
+            eval_results = evaluate(step, state.params)
+        if ckpt.latest_step() != step:
+            save(step, metrics=_flat(eval_results) or None, force=True)
+    finally:
+        ckpt.wait_until_finished()
+        ckpt.close()
+        writer.close()
+        if bar is not None:
+            bar.close()
+    return {**last_metrics, **_flat(eval_results)}
+
+
+def _flat(results: dict) -> dict:
+    """{'inference_eval/en_de/bleu': 12.3, ...} from nested per-task results."""
+    flat = {}
+    for key, value in results.items():
+        if isinstance(value, dict):
+            for inner, number in _flat(value).items():
+                flat[f"{key}/{inner}"] = number
+        else:
+            flat[key] = value
+    return flat
+
+
+def _batch_iterator(model, cfg: DatasetConfig, random_seed: int, shuffle: bool):
+    from t5forge.data.pipeline import make_batch_iterator
+
+    if cfg.module:
+        run_setup.import_modules([cfg.module])
+    return make_batch_iterator(
+        cfg.mixture_or_task_name, cfg.split, dict(cfg.task_feature_lengths),
+        cfg.batch_size // jax.process_count(), _converter_for(model, cfg.pack),
+        seed=random_seed if cfg.seed is None else cfg.seed,
+        shard_index=jax.process_index(), num_shards=jax.process_count(),
+        shuffle=shuffle and cfg.shuffle, num_epochs=None, use_cached=cfg.use_cached,
+    )
+
+
+def _progress(step: int, total: int, enabled: bool):
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=step, unit="step", dynamic_ncols=True, desc="train")
+
+
+def main(argv: list[str]) -> int:
+    flags = gin_flags.split_gin_flags(argv)
+    extra = run_setup.parse_common_flags(flags.rest, HELP)
+    if extra is None:
+        return 0
+    gin_flags.parse_gin(flags)
+    try:
+        train()
+    except TypeError as e:
+        if "missing" in str(e) and "required" in str(e):
+            raise ConfigError(f"incomplete gin config for train: {e}; bind it in a gin file or with --gin.") from None
+        raise
+    return 0
+

@@ -1,0 +1,183 @@
+"""Jitted, sharded train and eval steps, with gradient accumulation over microbatches.
+
+The step functions are compiled once with pinned in/out shardings (a layout change would
+recompile every step). The dropout key of step s is `fold_in(seed_key, s)` and microbatch m
+gets `fold_in(that, m)`: a restarted run draws exactly the keys the uninterrupted run drew,
+which is what makes restarts bitwise reproducible on CPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from t5forge.errors import ConfigError
+from t5forge.training import partitioning
+from t5forge.training.train_state import TrainState, train_state_logical_axes
+
+
+class Trainer:
+    """Owns the model, the optimizer and the mesh; builds state and runs steps on batches."""
+
+    def __init__(
+        self,
+        model,
+        optimizer: optax.GradientTransformation,
+        mesh,
+        logical_axis_rules,
+        learning_rate_fn=None,
+        num_microbatches: int = 1,
+        seed: int = 0,
+    ):
+        if num_microbatches < 1:
+            raise ConfigError(f"num_microbatches must be >= 1, got {num_microbatches}")
+        self.model = model
+        self.optimizer = optimizer
+        self.mesh = mesh
+        self.rules = logical_axis_rules
+        self.learning_rate_fn = learning_rate_fn
+        self.num_microbatches = num_microbatches
+        self.seed = seed
+        self.param_axes = model.param_logical_axes()
+        self.state_shardings = None
+        self._train_step = None
+        self._eval_step = None
+
+    # ---- state ---------------------------------------------------------------------------
+
+    def _new_state(self, rng):
+        return TrainState.create(self.model.init_params(rng), self.optimizer)
+
+    def state_axes(self, abstract_state):
+        return train_state_logical_axes(abstract_state, self.param_axes)
+
+    def abstract_state(self):
+        """Shapes and dtypes of the train state, without allocating it."""
+        return jax.eval_shape(self._new_state, jax.random.PRNGKey(self.seed))
+
+    def shardings_for(self, abstract_state):
+        return partitioning.logical_to_mesh_sharding(
+            self.state_axes(abstract_state), self.mesh, self.rules, shapes=abstract_state
+        )
+
+    def init_state(self) -> TrainState:
+        """A fresh train state, created already sharded over the mesh."""
+        state, self.state_shardings = partitioning.create_sharded(
+            self._new_state, self.state_axes, self.mesh, self.rules, jax.random.PRNGKey(self.seed)
+        )
+        return state
+
+    def state_from_params(self, params) -> TrainState:
+        """A step-0 state whose parameters come from a checkpoint (optimizer state fresh)."""
+        abstract = self.abstract_state()
+        self.state_shardings = self.shardings_for(abstract)
+        init = jax.jit(
+            lambda p: TrainState.create(p, self.optimizer),
+            out_shardings=self.state_shardings,
+        )
+        return init(jax.device_put(params, self.state_shardings.params))
+
+    # ---- steps ---------------------------------------------------------------------------
+
+    def _loss_and_grads(self, params, batch, rng):
+        def loss_fn(p, b, key):
+            loss, metrics = self.model.loss_fn(p, b, key)
+            return loss, metrics
+
+        grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+        if self.num_microbatches == 1:
+            (loss, metrics), grads = grad_fn(params, batch, jax.random.fold_in(rng, 0))
+            return loss, metrics, grads
+
+        k = self.num_microbatches
+        micro = jax.tree.map(lambda x: x.reshape((k, x.shape[0] // k) + x.shape[1:]), batch)
+
+        def accumulate(carry, inputs):
+            index, microbatch = inputs
+            (loss, metrics), grads = grad_fn(params, microbatch, jax.random.fold_in(rng, index))
+            grads = jax.tree.map(lambda g: g.astype(jnp.float32), grads)
+            total_loss, total_metrics, total_grads = carry
+            return (
+                total_loss + loss,
+                jax.tree.map(jnp.add, total_metrics, metrics),
+                jax.tree.map(jnp.add, total_grads, grads),
+            ), None
+
+        zero_grads = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+        _, metric_shapes = jax.eval_shape(
+            loss_fn, params, jax.tree.map(lambda x: x[0], micro), rng
+        )
+        zero_metrics = jax.tree.map(lambda m: jnp.zeros(m.shape, m.dtype), metric_shapes)
+        (loss, metrics, grads), _ = jax.lax.scan(
+            accumulate, (jnp.zeros([], jnp.float32), zero_metrics, zero_grads), (jnp.arange(k), micro)
+        )
+        # Metrics are per-microbatch rates (accuracy, per-token losses): report their mean.
+        # The loss is summed, as one big batch would sum it, unless the model normalizes it per
+        # batch; then the mean keeps the gradient scale of a single batch.
+        metrics = jax.tree.map(lambda m: m / k, metrics)
+        if getattr(self.model, "loss_normalizing_factor", None) is not None:
+            loss = loss / k
+            grads = jax.tree.map(lambda g: g / k, grads)
+        return loss, metrics, grads
+
+    def _train_step_fn(self, state: TrainState, batch):
+        rng = jax.random.fold_in(jax.random.PRNGKey(self.seed), state.step)
+        loss, metrics, grads = self._loss_and_grads(state.params, batch, rng)
+        grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, state.params)
+        new_state = state.apply_gradients(grads, self.optimizer)
+        metrics = dict(metrics)
+        metrics["loss"] = loss
+        if self.learning_rate_fn is not None:
+            metrics["learning_rate"] = self.learning_rate_fn(state.step)
+        return new_state, metrics
+
+    def train_step(self, state: TrainState, batch: Mapping[str, Any]):
+        """One optimizer step on a global batch; returns (new_state, metrics on device)."""
+        if self._train_step is None:
+            if self.state_shardings is None:
+                self.state_shardings = self.shardings_for(self.abstract_state())
+            batch_sharding = partitioning.batch_sharding(self.mesh)
+            self._train_step = jax.jit(
+                self._train_step_fn,
+                in_shardings=(self.state_shardings, batch_sharding),
+                out_shardings=(self.state_shardings, None),
+                donate_argnums=(0,),
+            )
+        self._check_microbatches(batch)
+        return self._train_step(state, self._to_global(batch))
+
+    def eval_step(self, params, batch: Mapping[str, Any]):
+        """Loss and accuracy of a batch without dropout (T5X's training_eval)."""
+        if self._eval_step is None:
+            batch_sharding = partitioning.batch_sharding(self.mesh)
+            param_shardings = self.state_shardings.params if self.state_shardings else None
+            self._eval_step = jax.jit(
+                lambda p, b: self.model.loss_fn(p, b, None),
+                in_shardings=(param_shardings, batch_sharding),
+            )
+        loss, metrics = self._eval_step(params, self._to_global(batch))
+        return {"loss": loss, **metrics}
+
+    # ---- batches -------------------------------------------------------------------------
+
+    def _to_global(self, batch):
+        if all(isinstance(x, jax.Array) for x in batch.values()):
+            return dict(batch)
+        return partitioning.shard_batch({k: np.asarray(v) for k, v in batch.items()}, self.mesh)
+
+    def _check_microbatches(self, batch):
+        size = int(np.shape(next(iter(batch.values())))[0]) * jax.process_count()
+        if size % self.num_microbatches:
+            raise ConfigError(
+                f"batch size {size} is not divisible by num_microbatches={self.num_microbatches}"
+            )
+
+
+def metrics_to_host(metrics) -> dict[str, float]:
+    """Device metrics -> plain floats (one transfer), for logging."""
+    return {k: float(v) for k, v in jax.device_get(metrics).items()}
