@@ -1,0 +1,365 @@
+"""Checkpoints of a training run: orbax underneath, T5X's `checkpoint_<step>/` on disk.
+
+A checkpoint holds the train state, the data iterator's state (so a resumed run sees exactly
+the examples it would have seen) and a small metadata file (step, model config). Saves are
+asynchronous (the step loop only waits for the device-to-host copy) and atomic (orbax writes to
+a temporary directory and renames it when complete), and restore walks back from the newest
+checkpoint past any that cannot be read, so a crash or a full disk never costs the whole run.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+from orbax.checkpoint.checkpoint_managers import preservation_policy
+
+from t5forge.errors import CheckpointError
+
+logger = logging.getLogger(__name__)
+
+STEP_PREFIX = "checkpoint"
+STATE, DATASET, METADATA = "state", "dataset", "metadata"
+
+AssignmentMap = Sequence[tuple[str, str | None]]
+
+
+@dataclass
+class RestoredCheckpoint:
+    """What `restore_latest` hands back: the state plus what the data pipeline and run need."""
+
+    step: int
+    state: Any
+    dataset_state: dict | None
+    metadata: dict
+    path: Path
+
+
+@dataclass
+class RestoreReport:
+    """Which parameters came from the checkpoint (target <- source) and which stayed fresh."""
+
+    restored: list[tuple[str, str]] = field(default_factory=list)
+    fresh: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return (f"restored {len(self.restored)} parameters from the checkpoint, "
+                f"kept {len(self.fresh)} freshly initialised"
+                + (f" ({', '.join(self.fresh)})" if self.fresh else ""))
+
+
+def _with_shardings(abstract_tree, shardings):
+    """Restore targets: shapes/dtypes from the abstract tree, placement from the shardings."""
+    if shardings is None:
+        default = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        return jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                           sharding=getattr(x, "sharding", None) or default),
+            abstract_tree,
+        )
+    return jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract_tree, shardings
+    )
+
+
+def _flat_names(tree) -> dict[str, Any]:
+    """'encoder/layers_0/mlp/wi/kernel' -> leaf, the names T5X users write in assignment maps."""
+    flat = jax.tree_util.tree_flatten_with_path(tree)[0]
+    def key_name(key) -> str:
+        return str(getattr(key, "key", getattr(key, "name", getattr(key, "idx", key))))
+
+    return {"/".join(key_name(k) for k in path): leaf for path, leaf in flat}
+
+
+def _unflatten_like(tree, named: dict[str, Any]):
+    names = list(_flat_names(tree))
+    return jax.tree.unflatten(jax.tree.structure(tree), [named[name] for name in names])
+
+
+class Checkpointer:
+    """Saves and restores `checkpoint_<step>/` directories in a model directory.
+
+    keep: how many of the latest checkpoints to keep (None keeps all). period: save at steps
+    divisible by `period`, as T5X does (`save(..., force=True)` saves anyway, e.g. at the end).
+    keep_best_metric: also keep the checkpoint with the best value of this metric (as passed
+    to `save(metrics=...)`, e.g. 'training_eval/acc'); best_mode 'max' or 'min'.
+    """
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        keep: int | None = None,
+        period: int = 1000,
+        keep_best_metric: str | None = None,
+        best_mode: str = "max",
+        async_save: bool = True,
+    ):
+        if best_mode not in ("max", "min"):
+            raise CheckpointError(f"best_mode must be 'max' or 'min', not {best_mode!r}")
+        if keep is not None and keep < 1:
+            raise CheckpointError(f"keep={keep} would delete every checkpoint; use keep >= 1")
+        self.model_dir = Path(model_dir).absolute()
+        policies = [preservation_policy.LatestN(n=keep)]
+        if keep_best_metric is not None:
+            policies.append(preservation_policy.BestN(
+                get_metric_fn=lambda metrics: metrics[keep_best_metric],
+                reverse=best_mode == "min", n=1,
+            ))
+        options = ocp.CheckpointManagerOptions(
+            should_save_fn=lambda step, _last: step % period == 0,
+            step_prefix=STEP_PREFIX,
+            enable_async_checkpointing=async_save,
+            preservation_policy=preservation_policy.AnyPreservationPolicy(policies),
+            cleanup_tmp_directories=True,
+        )
+        self._manager = ocp.CheckpointManager(
+            self.model_dir, options=options, item_names=(STATE, DATASET, METADATA)
+        )
+
+    def step_dir(self, step: int) -> Path:
+        return self.model_dir / f"{STEP_PREFIX}_{step}"
+
+    def all_steps(self) -> list[int]:
+        """Steps of finished checkpoints (unfinished temporary directories are never listed)."""
+        return sorted(self._manager.all_steps())
+
+    def latest_step(self) -> int | None:
+        steps = self.all_steps()
+        return steps[-1] if steps else None
+
+    def save(
+        self,
+        step: int,
+        state,
+        dataset_state: dict | None = None,
+        metadata: dict | None = None,
+        metrics: dict | None = None,
+        force: bool = False,
+    ) -> bool:
+        """Starts saving `state` at `step` if the period says so (or `force`); True if it did.
+
+        Returns once the arrays are copied to host memory; the write continues in the
+        background, so the caller may donate or overwrite `state` right away.
+        """
+        items = {
+            STATE: ocp.args.StandardSave(state),
+            DATASET: ocp.args.JsonSave(dataset_state or {}),
+            METADATA: ocp.args.JsonSave({"step": int(step), **(metadata or {})}),
+        }
+        return self._manager.save(
+            int(step), args=ocp.args.Composite(**items), metrics=metrics, force=force
+        )
+
+    def wait_until_finished(self) -> None:
+        """Blocks until background saves are on disk (call before exiting or evaluating them)."""
+        self._manager.wait_until_finished()
+
+    def close(self) -> None:
+        self._manager.close()
+
+    def restore(self, step: int, abstract_state, shardings=None) -> RestoredCheckpoint:
+        """Restores one step straight into the given shardings (no host-side full copy)."""
+        target = _with_shardings(abstract_state, shardings)
+        restored = self._manager.restore(int(step), args=ocp.args.Composite(**{
+            STATE: ocp.args.StandardRestore(target),
+            DATASET: ocp.args.JsonRestore(),
+            METADATA: ocp.args.JsonRestore(),
+        }))
+        return RestoredCheckpoint(
+            step=int(step), state=restored[STATE], dataset_state=restored[DATASET] or None,
+            metadata=restored[METADATA] or {}, path=self.step_dir(step),
+        )
+
+    def restore_latest(self, abstract_state, shardings=None) -> RestoredCheckpoint | None:
+        """The newest checkpoint that restores; None when the directory has no checkpoints.
+
+        A checkpoint that fails to read (truncated or deleted files) is skipped with a one-line
+        warning naming it, and the previous one is tried.
+        """
+        self.wait_until_finished()
+        steps = self.all_steps()
+        abstract_params = _params_of(abstract_state)
+        for step in reversed(steps):
+            try:
+                stored = _stored_param_shapes(self.step_dir(step)) if abstract_params else None
+            except CheckpointError as error:
+                self._warn_skipped(step, error)
+                continue
+            if stored is not None:
+                _check_shapes(self.step_dir(step), stored, abstract_params)  # wrong model: fail
+            try:
+                return self.restore(step, abstract_state, shardings)
+            except Exception as error:  # noqa: BLE001 - any unreadable checkpoint is skipped
+                self._warn_skipped(step, error)
+        if steps:
+            raise CheckpointError(
+                f"no readable checkpoint in {self.model_dir} (tried steps {steps}); "
+                "restore a backup or start from a fresh MODEL_DIR"
+            )
+        return None
+
+    def _warn_skipped(self, step: int, error: Exception) -> None:
+        lines = str(error).strip().splitlines()
+        logger.warning("skipping unreadable checkpoint %s (%s: %s)", self.step_dir(step),
+                       type(error).__name__, lines[0][:200] if lines else "")
+
+    def check_matches(self, abstract_params) -> None:
+        """Fails early if this directory's latest checkpoint was made for a different model."""
+        step = self.latest_step()
+        if step is not None:
+            check_params_match(self.step_dir(step), abstract_params)
+
+
+def _stored_param_shapes(step_dir: Path) -> dict[str, tuple[int, ...]]:
+    """Parameter name -> shape, read from a checkpoint's metadata (no array data is loaded)."""
+    state_dir = Path(step_dir) / STATE
+    try:
+        tree = ocp.PyTreeCheckpointHandler().metadata(state_dir).tree
+    except Exception as error:  # noqa: BLE001 - report any unreadable metadata the same way
+        raise CheckpointError(
+            f"cannot read checkpoint metadata in {state_dir} ({type(error).__name__}); "
+            "point to a checkpoint_<step> directory written by t5forge"
+        ) from error
+    if "params" not in tree:
+        raise CheckpointError(f"{state_dir} holds no 'params'; it is not a t5forge train state")
+    return {name: tuple(meta.shape) for name, meta in _flat_names(tree["params"]).items()}
+
+
+def _params_of(abstract_state):
+    """The params subtree of a train state (attribute or dict key), else None."""
+    if isinstance(abstract_state, dict):
+        return abstract_state.get("params")
+    return getattr(abstract_state, "params", None)
+
+
+def check_params_match(step_dir: Path, abstract_params) -> None:
+    """CheckpointError naming the first parameter whose name or shape differs from the model."""
+    _check_shapes(step_dir, _stored_param_shapes(step_dir), abstract_params)
+
+
+def _check_shapes(step_dir: Path, stored: dict[str, tuple[int, ...]], abstract_params) -> None:
+    for name, leaf in _flat_names(abstract_params).items():
+        if name not in stored:
+            raise CheckpointError(
+                f"checkpoint {step_dir} does not match the model: it has no parameter {name!r}; "
+                "use a fresh MODEL_DIR or the model config the checkpoint was trained with"
+            )
+        if stored[name] != tuple(leaf.shape):
+            raise CheckpointError(
+                f"checkpoint {step_dir} does not match the model: {name!r} has shape "
+                f"{stored[name]} in the checkpoint but {tuple(leaf.shape)} in the model; "
+                "use a fresh MODEL_DIR or the model config the checkpoint was trained with"
+            )
+
+
+def resolve_step_dir(path: str | Path) -> Path:
+    """Accepts a checkpoint_<step> directory or a model directory (then its latest checkpoint)."""
+    path = Path(path).absolute()
+    if (path / STATE).is_dir():
+        return path
+    steps = sorted(
+        (int(m.group(1)), p) for p in path.glob(f"{STEP_PREFIX}_*")
+        if (m := re.fullmatch(rf"{STEP_PREFIX}_(\d+)", p.name)) and (p / STATE).is_dir()
+    ) if path.is_dir() else []
+    if not steps:
+        raise CheckpointError(
+            f"no t5forge checkpoint at {path}; give a checkpoint_<step> directory or a model "
+            "directory containing one"
+        )
+    return steps[-1][1]
+
+
+def _source_name(target: str, assignment_map: AssignmentMap) -> str | None:
+    """The checkpoint name for a model parameter: first fully matching rule wins, None = fresh."""
+    for pattern, replacement in assignment_map:
+        match = re.fullmatch(pattern, target)
+        if match:
+            return None if replacement is None else match.expand(replacement)
+    return target
+
+
+def restore_params(
+    path: str | Path, target_params, assignment_map: AssignmentMap = ()
+) -> tuple[Any, RestoreReport]:
+    """Initialises a model's parameters from a t5forge checkpoint (fine-tuning, partial reuse).
+
+    `target_params` is the model's freshly initialised parameters (arrays, possibly sharded) or
+    their abstract shapes. `assignment_map` is a list of (regex, replacement) applied to each
+    '/'-joined parameter name: the first regex that fully matches decides; a replacement (may
+    use \\1 groups) names the checkpoint parameter to load, None keeps the fresh value.
+    Unmatched names load the same name. Restored arrays take the target's dtype and sharding.
+    """
+    step_dir = resolve_step_dir(path)
+    stored = _stored_param_shapes(step_dir)
+    targets = _flat_names(target_params)
+    report = RestoreReport()
+    wanted: dict[str, Any] = {}
+    for name, leaf in targets.items():
+        source = _source_name(name, assignment_map)
+        if source is None:
+            if not isinstance(leaf, jax.Array):
+                raise CheckpointError(
+                    f"{name!r} is kept fresh by the assignment map but only its shape was given; "
+                    "pass the initialised parameters to restore_params"
+                )
+            report.fresh.append(name)
+            continue
+        if source not in stored:
+            raise CheckpointError(
+                f"parameter {source!r} (for {name!r}) is not in {step_dir}; add "
+                f"({name!r}, None) to the assignment map to keep it freshly initialised"
+            )
+        if stored[source] != tuple(leaf.shape):
+            raise CheckpointError(
+                f"cannot restore {name!r} from {source!r} in {step_dir}: shape {stored[source]} "
+                f"in the checkpoint but {tuple(leaf.shape)} in the model"
+            )
+        wanted[source] = leaf
+        report.restored.append((name, source))
+    loaded = _load_named_params(step_dir, wanted)
+    values = {name: targets[name] for name in report.fresh}
+    for target, source in report.restored:
+        values[target] = _like(loaded[source], targets[target])
+    return _unflatten_like(target_params, values), report
+
+
+def _like(array: jax.Array, target) -> jax.Array:
+    """`array` in the target's dtype and placement (one source may feed several targets)."""
+    if array.dtype != target.dtype:
+        array = array.astype(target.dtype)
+    sharding = getattr(target, "sharding", None)
+    if sharding is not None and array.sharding != sharding:
+        array = jax.device_put(array, sharding)
+    return array
+
+
+def _load_named_params(step_dir: Path, wanted: dict[str, Any]) -> dict[str, jax.Array]:
+    """Reads just the named parameters, each straight into its target's sharding and dtype."""
+    if not wanted:
+        return {}
+    default = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    nested: dict = {}
+    for name, leaf in wanted.items():
+        node = nested.setdefault("params", {})
+        *parents, last = name.split("/")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = jax.ShapeDtypeStruct(leaf.shape, leaf.dtype,
+                                          sharding=getattr(leaf, "sharding", None) or default)
+    restored = ocp.PyTreeCheckpointer().restore(
+        Path(step_dir) / STATE,
+        args=ocp.args.PyTreeRestore(
+            item=nested,
+            restore_args=jax.tree.map(
+                lambda x: ocp.ArrayRestoreArgs(sharding=x.sharding, global_shape=x.shape,
+                                               dtype=x.dtype), nested),
+            partial_restore=True,
+        ),
+    )
+    return _flat_names(restored["params"])

@@ -1,0 +1,207 @@
+"""Meshes, logical-axis rules and shardings: how one program runs on 1 or 1000 devices.
+
+Models name their dimensions logically ('embed', 'mlp', 'heads', 'batch'...); a short list of
+rules maps those names onto a ('data', 'model') device mesh, as in T5X. Changing the layout
+(pure data parallel, model parallel, FSDP) is then a change of rules, never of model code.
+State is created already sharded, so no device ever holds a whole copy of a large model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import flax.linen as nn
+import jax
+import numpy as np
+from jax.experimental import mesh_utils
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from t5forge.errors import ConfigError
+
+DATA_AXIS = "data"
+MODEL_AXIS = "model"
+
+LogicalAxisRules = Sequence[tuple[str, str | tuple[str, ...] | None]]
+
+# Logical names that are never sharded (T5X's "replicated" rules).
+_REPLICATED_NAMES = ("relpos_buckets", "abspos_buckets", "length", "layers", "stack",
+                     "mlp_activations", "kv")
+
+
+def standard_logical_axis_rules(
+    fsdp: bool = False, overrides: LogicalAxisRules = ()
+) -> tuple[tuple[str, str | tuple[str, ...] | None], ...]:
+    """T5X's 1-D parameter/activation rules, plus FSDP and user overrides.
+
+    With `fsdp=True`, 'embed' maps to 'data', so parameters (and their optimizer moments) are
+    also split across the data-parallel devices; activations keep 'batch' on 'data' because a
+    mesh axis is used once per array and 'batch' comes first. `overrides` come first, so they
+    win over the standard rules.
+    """
+    rules = [
+        ("batch", DATA_AXIS),
+        ("vocab", MODEL_AXIS),
+        ("mlp", MODEL_AXIS),
+        ("heads", MODEL_AXIS),
+        ("joined_kv", MODEL_AXIS),
+        ("embed", DATA_AXIS if fsdp else None),
+    ]
+    rules += [(name, None) for name in _REPLICATED_NAMES]
+    return tuple(overrides) + tuple(rules)
+
+
+def create_mesh(
+    num_partitions: int = 1,
+    mesh_shape: tuple[int, int] | None = None,
+    devices: Sequence[jax.Device] | None = None,
+) -> Mesh:
+    """A ('data', 'model') mesh: `num_partitions`-way model parallel, the rest data parallel.
+
+    `mesh_shape=(data, model)` fixes both sizes explicitly. Devices default to all devices of
+    all processes, laid out by XLA's topology-aware helper.
+    """
+    devices = list(jax.devices() if devices is None else devices)
+    if mesh_shape is None:
+        if num_partitions < 1 or len(devices) % num_partitions:
+            raise ConfigError(
+                f"num_partitions={num_partitions} does not divide the {len(devices)} devices; "
+                "choose a divisor of the device count"
+            )
+        mesh_shape = (len(devices) // num_partitions, num_partitions)
+    if int(np.prod(mesh_shape)) != len(devices):
+        raise ConfigError(
+            f"mesh_shape={tuple(mesh_shape)} needs {int(np.prod(mesh_shape))} devices but "
+            f"{len(devices)} are available; make data * model equal the device count"
+        )
+    try:
+        grid = mesh_utils.create_device_mesh(tuple(mesh_shape), devices)
+    except (ValueError, NotImplementedError, AssertionError):
+        grid = np.asarray(devices, dtype=object).reshape(mesh_shape)
+    return Mesh(grid, (DATA_AXIS, MODEL_AXIS))
+
+
+def _mesh_axis_size(mesh: Mesh, axis: str | tuple[str, ...] | None) -> int:
+    names = () if axis is None else (axis,) if isinstance(axis, str) else axis
+    return int(np.prod([mesh.shape[name] for name in names]))
+
+
+def is_logical_axes(node) -> bool:
+    """True for one array's logical axes: a PartitionSpec, or a tuple of names/None.
+
+    Plain tuples are also pytree containers (optax states are tuples), so only non-empty
+    tuples made of names count; write a scalar's axes as `PartitionSpec()`.
+    """
+    if isinstance(node, PartitionSpec):
+        return True
+    return (type(node) is tuple and len(node) > 0
+            and all(name is None or isinstance(name, str) for name in node))
+
+
+def logical_to_mesh_spec(
+    logical_axes: Sequence[str | None], mesh: Mesh, rules: LogicalAxisRules,
+    shape: Sequence[int] | None = None,
+) -> PartitionSpec:
+    """Mesh PartitionSpec for one array; with `shape`, dims a mesh axis can't divide stay whole."""
+    spec = list(nn.logical_to_mesh_axes(tuple(logical_axes), rules))
+    spec += [None] * (len(logical_axes) - len(spec))
+    if shape is not None:
+        spec = [axis if size % _mesh_axis_size(mesh, axis) == 0 else None
+                for axis, size in zip(spec, shape)]
+    return PartitionSpec(*spec)
+
+
+def logical_to_mesh_sharding(axes_tree, mesh: Mesh, rules: LogicalAxisRules, shapes=None):
+    """NamedSharding tree for a tree of logical axes (tuples or PartitionSpecs of names).
+
+    `shapes` (e.g. from `jax.eval_shape`) lets tiny test models with dims smaller than the mesh
+    fall back to replication on those dims instead of failing.
+    """
+    if shapes is None:
+        return jax.tree.map(
+            lambda axes: NamedSharding(mesh, logical_to_mesh_spec(axes, mesh, rules)),
+            axes_tree, is_leaf=is_logical_axes,
+        )
+    return jax.tree.map(
+        lambda leaf, axes: NamedSharding(mesh, logical_to_mesh_spec(axes, mesh, rules, leaf.shape)),
+        shapes, axes_tree,
+    )
+
+
+def create_sharded(
+    init_fn: Callable[..., Any],
+    logical_axes: Any,
+    mesh: Mesh,
+    rules: LogicalAxisRules,
+    *init_args,
+):
+    """Runs `init_fn(*init_args)` so each device only ever computes and holds its own shards.
+
+    `logical_axes` is the axes tree of the result, or a function from the abstract result
+    (`jax.eval_shape`) to it (handy for train states). Returns (tree, sharding tree); pass the
+    shardings on as the step's in/out shardings so the layout never changes (no recompiles).
+    """
+    abstract = jax.eval_shape(init_fn, *init_args)
+    axes = logical_axes(abstract) if callable(logical_axes) else logical_axes
+    shardings = logical_to_mesh_sharding(axes, mesh, rules, shapes=abstract)
+    return jax.jit(init_fn, out_shardings=shardings)(*init_args), shardings
+
+
+def data_parallel_size(mesh: Mesh) -> int:
+    return int(mesh.shape[DATA_AXIS])
+
+
+def check_batch_divisible(global_batch_size: int, mesh: Mesh) -> None:
+    """Every data-parallel replica must get the same number of examples."""
+    size = data_parallel_size(mesh)
+    if global_batch_size % size:
+        raise ConfigError(
+            f"global batch size {global_batch_size} is not divisible by the data-parallel size "
+            f"{size}; use a batch size that is a multiple of {size}"
+        )
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+    """Sharding of a batch array: leading (example) dim split over 'data', the rest whole."""
+    return NamedSharding(mesh, PartitionSpec(DATA_AXIS))
+
+
+def shard_batch(host_batch: dict, mesh: Mesh) -> dict:
+    """Builds global arrays from this process's slice of the batch (works on 1 or N hosts).
+
+    Each process passes the examples it loaded (global batch / process count of them); JAX
+    stitches them into one array split over the 'data' axis without moving data between hosts.
+    """
+    sharding = batch_sharding(mesh)
+    for name, array in host_batch.items():
+        if np.ndim(array) == 0:
+            raise ConfigError(f"batch feature {name!r} is a scalar; features need a batch dim")
+        check_batch_divisible(int(np.shape(array)[0]) * jax.process_count(), mesh)
+    return {
+        name: jax.make_array_from_process_local_data(sharding, np.asarray(array))
+        for name, array in host_batch.items()
+    }
+
+
+def initialize_distributed(
+    coordinator_address: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+) -> None:
+    """Joins a multi-host run (T5X flags --coordinator_address, --process_count, --process_index).
+
+    Give all three, or none to let JAX detect the cluster (SLURM, TPU pods, ...). Must run
+    before anything else touches JAX devices.
+    """
+    given = [coordinator_address is not None, num_processes is not None, process_id is not None]
+    if any(given) and not all(given):
+        raise ConfigError(
+            "multi-host setup needs coordinator_address, process_count and process_index "
+            "together (or none of them, to auto-detect the cluster)"
+        )
+    if num_processes is not None and not 0 <= process_id < num_processes:
+        raise ConfigError(
+            f"process_index {process_id} is out of range for process_count {num_processes}; "
+            f"use 0..{num_processes - 1}"
+        )
+    jax.distributed.initialize(coordinator_address, num_processes, process_id)
