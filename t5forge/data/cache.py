@@ -1,0 +1,282 @@
+"""Task caches: run a task's expensive preprocessing once, read it back with random access.
+
+`write_task_cache` runs a task's preprocessors up to its cache point and stores each split
+as ArrayRecord shards beside `info.<split>.json` (features, dtypes, shapes, shards) and
+`stats.<split>.json` (example and token counts), the layout SeqIO users know. The split is
+recorded in the task directory's `COMPLETED` marker only after every other file is
+written, so a crash mid-write leaves a cache that is never read. `CachedSource` serves a
+completed split as a random-access source: grain can shuffle it globally and resume exactly.
+
+Records are msgpack maps; numeric features are raw little-endian bytes plus their shape,
+which keeps reads cheap and the files readable without this package's classes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import grain
+import msgpack
+import numpy as np
+from array_record.python.array_record_module import ArrayRecordWriter
+from tqdm import tqdm
+
+from t5forge.errors import DataError
+
+COMPLETED = "COMPLETED"
+STRING = "string"
+
+
+def task_cache_dir(cache_dir: str | os.PathLike, task_name: str) -> Path:
+    """Where one task's cache lives inside a cache directory."""
+    return Path(cache_dir) / task_name
+
+
+def shard_paths(task_dir: Path, split: str, shard_count: int) -> list[Path]:
+    return [
+        task_dir / f"{split}.array_record-{index:05d}-of-{shard_count:05d}"
+        for index in range(shard_count)
+    ]
+
+
+def completed_splits(task_dir: Path) -> list[str]:
+    """The splits whose cache finished writing (empty when there is no marker)."""
+    try:
+        return json.loads((task_dir / COMPLETED).read_text())["splits"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+def _write_json_atomically(path: Path, content: Any) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(content, indent=2, sort_keys=True) + "\n")
+    os.replace(temporary, path)
+
+
+def _set_completed(task_dir: Path, split: str, completed: bool) -> None:
+    splits = [s for s in completed_splits(task_dir) if s != split]
+    if completed:
+        splits.append(split)
+    _write_json_atomically(task_dir / COMPLETED, {"splits": sorted(splits)})
+
+
+# -- example encoding --------------------------------------------------------------------
+
+
+def _feature_spec(name: str, value: Any) -> dict:
+    """dtype and shape (None for variable dims) of one feature, from its first value."""
+    array = np.asarray(value)
+    if array.dtype.kind in "US":
+        return {"dtype": STRING, "shape": [None] * array.ndim}
+    if array.dtype.kind not in "biuf":
+        raise DataError(
+            f"cannot cache feature {name!r} of type {type(value).__name__}; cached features "
+            "must be strings, numbers or arrays of them (move the step after the cache point)"
+        )
+    return {"dtype": array.dtype.name, "shape": [None] * array.ndim}
+
+
+def _encode(example: Mapping[str, Any], specs: Mapping[str, dict]) -> bytes:
+    if set(example) != set(specs):
+        raise DataError(
+            f"cached examples must all have the same features: expected {sorted(specs)}, "
+            f"got {sorted(example)}"
+        )
+    record = {}
+    for name, spec in specs.items():
+        value = example[name]
+        if spec["dtype"] == STRING:
+            record[name] = value if isinstance(value, str) else [str(v) for v in value]
+            continue
+        array = np.asarray(value)
+        if array.ndim != len(spec["shape"]) or (
+            array.size and array.dtype.kind != np.dtype(spec["dtype"]).kind
+        ):
+            raise DataError(
+                f"feature {name!r} changed from {spec['dtype']} rank {len(spec['shape'])} to "
+                f"{array.dtype} rank {array.ndim} between examples; make the task consistent"
+            )
+        little_endian = np.dtype(spec["dtype"]).newbyteorder("<")
+        record[name] = [list(array.shape), array.astype(little_endian).tobytes()]
+    return msgpack.packb(record, use_bin_type=True)
+
+
+def _decode(record: bytes, specs: Mapping[str, dict]) -> dict[str, Any]:
+    fields = msgpack.unpackb(record, raw=False)
+    example = {}
+    for name, spec in specs.items():
+        value = fields[name]
+        if spec["dtype"] == STRING:
+            example[name] = value
+            continue
+        shape, data = value
+        dtype = np.dtype(spec["dtype"]).newbyteorder("<")
+        array = np.frombuffer(data, dtype=dtype).reshape(shape).astype(spec["dtype"])
+        example[name] = array if array.ndim else array[()]
+    return example
+
+
+# -- writing -----------------------------------------------------------------------------
+
+
+class _SplitStats:
+    """Example count and token totals of every integer sequence feature."""
+
+    def __init__(self):
+        self.examples = 0
+        self.tokens: dict[str, int] = {}
+        self.max_tokens: dict[str, int] = {}
+
+    def add(self, example: Mapping[str, Any], specs: Mapping[str, dict]) -> None:
+        self.examples += 1
+        for name, spec in specs.items():
+            if spec["dtype"] != STRING and spec["dtype"] != "bool" and len(spec["shape"]) == 1:
+                length = len(example[name])
+                self.tokens[name] = self.tokens.get(name, 0) + length
+                self.max_tokens[name] = max(self.max_tokens.get(name, 0), length)
+
+    def as_dict(self) -> dict[str, int]:
+        stats = {"examples": self.examples}
+        for name in sorted(self.tokens):
+            stats[f"{name}_tokens"] = self.tokens[name]
+            stats[f"{name}_max_tokens"] = self.max_tokens[name]
+        return stats
+
+
+def default_shard_count(task, split: str) -> int:
+    """About one shard per 10,000 examples, between 1 and 64, when the size is known."""
+    size = task.num_input_examples(split)
+    return 1 if size is None else max(1, min(64, -(-size // 10_000)))
+
+
+def write_task_cache(
+    task,
+    split: str,
+    output_dir: str | os.PathLike,
+    shard_count: int | None = None,
+    progress: bool = True,
+) -> Path:
+    """Preprocesses one split of `task` up to its cache point and writes it under
+    `output_dir/<task name>/`. Returns the task's cache directory.
+
+    Example j goes to shard j % shard_count, and `CachedSource` reads them back in that
+    interleaved order, so the cache holds the examples in exactly their uncached order:
+    switching a run to the cache does not change what it trains on.
+    """
+    task_dir = task_cache_dir(output_dir, task.name)
+    task_dir.mkdir(parents=True, exist_ok=True)
+    _set_completed(task_dir, split, completed=False)
+    for stale in task_dir.glob(f"{split}.array_record-*"):
+        stale.unlink()
+
+    shard_count = shard_count or default_shard_count(task, split)
+    specs: dict[str, dict] | None = None
+    stats = _SplitStats()
+    bar = tqdm(
+        desc=f"caching {task.name}:{split}",
+        total=task.num_input_examples(split),  # raw examples; most steps keep one each
+        unit=" examples",
+        disable=not progress,
+    )
+    writers = [
+        ArrayRecordWriter(str(path), "group_size:1")
+        for path in shard_paths(task_dir, split, shard_count)
+    ]
+    try:
+        with bar:
+            for position, example in enumerate(task.get_uncached_examples(split)):
+                if specs is None:
+                    specs = {name: _feature_spec(name, v) for name, v in example.items()}
+                writers[position % shard_count].write(_encode(example, specs))
+                stats.add(example, specs)
+                bar.update(1)
+    finally:
+        for writer in writers:
+            writer.close()
+    if specs is None:
+        raise DataError(
+            f"task {task.name!r} split {split!r} produced no examples; nothing to cache "
+            "(check the source files and the task's filters)"
+        )
+    info = {
+        "features": specs,
+        "num_shards": shard_count,
+        "shard_order": "round_robin",
+        "format": "array_record/msgpack",
+    }
+    _write_json_atomically(task_dir / f"info.{split}.json", info)
+    _write_json_atomically(task_dir / f"stats.{split}.json", stats.as_dict())
+    _set_completed(task_dir, split, completed=True)
+    return task_dir
+
+
+# -- reading -----------------------------------------------------------------------------
+
+
+def _missing_cache_error(task_name: str, split: str, cache_dirs: Sequence[str]) -> DataError:
+    incomplete = [
+        str(task_cache_dir(d, task_name))
+        for d in cache_dirs
+        if any(task_cache_dir(d, task_name).glob(f"{split}.array_record-*"))
+    ]
+    note = f" (ignored incomplete cache in {', '.join(incomplete)})" if incomplete else ""
+    target = cache_dirs[0] if cache_dirs else "DIR"
+    return DataError(
+        f"task {task_name!r} has no completed cache of split {split!r} in "
+        f"{list(cache_dirs)}{note}; build it with "
+        f"`t5forge cache-tasks --tasks={task_name} --output_cache_dir={target}` "
+        "or set use_cached=False"
+    )
+
+
+class CachedSource:
+    """Random access over a completed cache of one task split (a grain data source)."""
+
+    def __init__(self, task_name: str, split: str, cache_dirs: str | os.PathLike | Iterable[str]):
+        if isinstance(cache_dirs, (str, os.PathLike)):
+            cache_dirs = [cache_dirs]
+        cache_dirs = [str(d) for d in cache_dirs]
+        found = [
+            task_cache_dir(d, task_name)
+            for d in cache_dirs
+            if split in completed_splits(task_cache_dir(d, task_name))
+        ]
+        if not found:
+            raise _missing_cache_error(task_name, split, cache_dirs)
+        self.task_name = task_name
+        self.split = split
+        self.directory = found[0]
+        self.info = json.loads((self.directory / f"info.{split}.json").read_text())
+        self.stats = json.loads((self.directory / f"stats.{split}.json").read_text())
+        self._specs = self.info["features"]
+        self._num_shards = self.info["num_shards"]
+        paths = shard_paths(self.directory, split, self._num_shards)
+        self._records = grain.sources.ArrayRecordDataSource([str(p) for p in paths])
+        # Shard k holds examples k, k + n, k + 2n...; the files are concatenated in shard order.
+        size = len(self._records)
+        self._shard_offsets = np.cumsum(
+            [0] + [len(range(k, size, self._num_shards)) for k in range(self._num_shards)]
+        )
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def _record_index(self, index: int) -> int:
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"{self!r} has {len(self)} examples, no index {index}")
+        index %= len(self)
+        return int(self._shard_offsets[index % self._num_shards] + index // self._num_shards)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return _decode(self._records[self._record_index(index)], self._specs)
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        records = self._records.__getitems__([self._record_index(i) for i in indices])
+        return [_decode(record, self._specs) for record in records]
+
+    def __repr__(self) -> str:
+        return f"CachedSource({self.task_name!r}, {self.split!r}, {str(self.directory)!r})"

@@ -1,0 +1,545 @@
+"""Tasks and mixtures: named, registered recipes from raw data to model features.
+
+A Task ties a source, a list of preprocessors and the output features (with their
+vocabularies) under a name that training, evaluation, caching and the CLI all share. Its
+`get_dataset` is a grain pipeline that is deterministic for a seed (each task derives its
+own seed from md5(task name) + the base seed, as seqio does) and whose iterator state
+restores exactly. A Mixture samples its tasks by rate with a per-element RNG, so it is just
+as deterministic and checkpointable.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import difflib
+import hashlib
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import grain
+import numpy as np
+
+from t5forge.data.preprocessors import (
+    READ_OPTIONS,
+    CacheDatasetPlaceholder,
+    PipelineContext,
+    Preprocessor,
+    as_preprocessor,
+)
+from t5forge.data.sources import DataSource, is_random_access
+from t5forge.data.vocabularies import Vocabulary
+from t5forge.errors import DataError
+
+
+@dataclasses.dataclass(frozen=True)
+class Feature:
+    """One model feature: its vocabulary, whether EOS ends it, and whether tasks must give it."""
+
+    vocabulary: Vocabulary
+    add_eos: bool = True
+    required: bool = True
+    dtype: str = "int32"
+
+
+# ---------------------------------------------------------------- cache directories
+
+_GLOBAL_CACHE_DIRS: list[str] = []
+
+
+def add_global_cache_dirs(dirs: str | Iterable[str]) -> None:
+    """Adds directories searched for task caches written by `t5forge cache-tasks`."""
+    for d in [dirs] if isinstance(dirs, str) else dirs:
+        if str(d) not in _GLOBAL_CACHE_DIRS:
+            _GLOBAL_CACHE_DIRS.append(str(d))
+
+
+def set_global_cache_dirs(dirs: Iterable[str]) -> None:
+    _GLOBAL_CACHE_DIRS[:] = [str(d) for d in dirs]
+
+
+def get_global_cache_dirs() -> list[str]:
+    return list(_GLOBAL_CACHE_DIRS)
+
+
+# ---------------------------------------------------------------- seeds
+
+
+def task_seed(task_name: str, seed: int | None) -> int:
+    """seqio's per-task seed: md5(task name) + base seed, so tasks in a mixture differ."""
+    digest = int(hashlib.md5(task_name.encode("utf-8")).hexdigest(), 16)
+    return (digest + int(seed or 0)) % 2**32
+
+
+def _step_seed(base_seed: int, step_index: int) -> int:
+    return int(np.random.SeedSequence([base_seed, step_index]).generate_state(1)[0])
+
+
+# ---------------------------------------------------------------- iterable (streaming) splits
+
+
+class _IterableSplitIterator(grain.DatasetIterator):
+    """Reads a re-iterable split; state is (epoch, position) and restore skips ahead."""
+
+    def __init__(self, data, shard_index, num_shards, num_epochs, description):
+        super().__init__()
+        self._data, self._description = data, description
+        self._shard_index, self._num_shards, self._num_epochs = shard_index, num_shards, num_epochs
+        self._epoch, self._position, self._iterator = 0, 0, None
+
+    def __next__(self):
+        while self._num_epochs is None or self._epoch < self._num_epochs:
+            if self._iterator is None:
+                self._iterator = iter(self._data)
+                for _ in range(self._position):
+                    next(self._iterator)
+            try:
+                example = next(self._iterator)
+            except StopIteration:
+                if self._position == 0:
+                    raise DataError(f"{self._description} is empty; check the data files") from None
+                self._epoch, self._position, self._iterator = self._epoch + 1, 0, None
+                continue
+            self._position += 1
+            if (self._position - 1) % self._num_shards == self._shard_index:
+                return dict(example)
+        raise StopIteration
+
+    def get_state(self):
+        return {"epoch": self._epoch, "position": self._position}
+
+    def set_state(self, state):
+        self._epoch, self._position, self._iterator = state["epoch"], state["position"], None
+
+
+class _IterableSplitDataset(grain.IterDataset):
+    def __init__(self, data, shard_index, num_shards, num_epochs, description):
+        super().__init__()
+        self._args = (data, shard_index, num_shards, num_epochs, description)
+
+    def __iter__(self):
+        return _IterableSplitIterator(*self._args)
+
+
+# ---------------------------------------------------------------- final validation
+
+
+class _FinalizeExample:
+    """Checks required features, casts token features to their dtype, trims to length."""
+
+    def __init__(self, task_name, output_features, sequence_length):
+        self.task_name, self.output_features = task_name, output_features
+        self.sequence_length = sequence_length
+
+    def __call__(self, example):
+        out = dict(example)
+        for name, feature in self.output_features.items():
+            if name not in out:
+                if feature.required:
+                    raise DataError(
+                        f"task {self.task_name!r}: example has no feature {name!r} (has: "
+                        f"{', '.join(sorted(out)) or 'nothing'}); add a preprocessor that "
+                        f"produces it (e.g. rekey) or declare Feature(required=False)")
+                continue
+            if isinstance(out[name], str):
+                raise DataError(f"task {self.task_name!r}: feature {name!r} is still text; add "
+                                "the tokenize preprocessor")
+            tokens = np.asarray(out[name], dtype=feature.dtype)
+            if self.sequence_length and self.sequence_length.get(name) is not None:
+                tokens = tokens[: self.sequence_length[name]]
+            out[name] = tokens
+        return out
+
+
+class _KeepFeatures:
+    """Drops everything but the given features (a mixture's tasks must yield one structure)."""
+
+    def __init__(self, names):
+        self.names = tuple(names)
+
+    def __call__(self, example):
+        return {k: example[k] for k in self.names if k in example}
+
+
+# ---------------------------------------------------------------- Task
+
+
+_NAME_PATTERN = re.compile(r"^[\w.:/-]+$")
+
+
+class Task:
+    """A named recipe: source -> preprocessors -> output features (+ metrics for eval).
+
+    `dropped_example_counts` counts, per preprocessor, the examples it dropped (returned
+    None) in this process; grain worker processes keep their own counts.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        source: DataSource,
+        preprocessors: Sequence[Any] = (),
+        output_features: Mapping[str, Feature] | None = None,
+        postprocess_fn: Callable | None = None,
+        metric_fns: Sequence[Callable] = (),
+        score_metric_fns: Sequence[Callable] = (),
+    ):
+        if not isinstance(name, str) or not _NAME_PATTERN.match(name):
+            raise DataError(f"task name {name!r} must be letters, digits and _ . : / - only")
+        if not output_features:
+            raise DataError(f"task {name!r} needs output_features, e.g. "
+                            "{'inputs': Feature(vocab), 'targets': Feature(vocab)}")
+        for feature_name, feature in output_features.items():
+            if not isinstance(feature, Feature):
+                raise DataError(f"task {name!r}: output feature {feature_name!r} must be a "
+                                f"Feature, got {type(feature).__name__}")
+        self.name = name
+        self.source = source
+        self.preprocessors: tuple[Preprocessor | CacheDatasetPlaceholder, ...] = tuple(
+            as_preprocessor(p) for p in preprocessors)
+        placeholders = [i for i, p in enumerate(self.preprocessors)
+                        if isinstance(p, CacheDatasetPlaceholder)]
+        if len(placeholders) > 1:
+            raise DataError(f"task {name!r} has {len(placeholders)} CacheDatasetPlaceholders; "
+                            "keep one")
+        self._cache_index = placeholders[0] if placeholders else len(self.preprocessors)
+        self.output_features = dict(output_features)
+        self.postprocess_fn = postprocess_fn
+        self.metric_fns = tuple(metric_fns)
+        self.score_metric_fns = tuple(score_metric_fns)
+        self.dropped_example_counts: collections.Counter = collections.Counter()
+
+    def __repr__(self):
+        return f"Task({self.name!r}, source={self.source!r})"
+
+    @property
+    def tasks(self) -> list[Task]:
+        """[self], so callers can treat tasks and mixtures alike."""
+        return [self]
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return tuple(self.source.split_names)
+
+    def num_input_examples(self, split: str) -> int | None:
+        """Raw examples in a split (before preprocessing); None when the source cannot tell."""
+        return self.source.num_examples(split)
+
+    def postprocess(self, text: str, example: Mapping | None = None, is_target: bool = False):
+        """Applies postprocess_fn (if any) to decoded text, as evaluation does."""
+        if self.postprocess_fn is None:
+            return text
+        return self.postprocess_fn(text, example=example, is_target=is_target)
+
+    @property
+    def cached_preprocessors(self) -> tuple[Preprocessor, ...]:
+        """Steps whose output `t5forge cache-tasks` stores (all of them without a placeholder)."""
+        return self.preprocessors[: self._cache_index]
+
+    @property
+    def uncached_preprocessors(self) -> tuple[Preprocessor, ...]:
+        """Steps run on top of a cache (after the placeholder)."""
+        return self.preprocessors[self._cache_index + 1:]
+
+    def _check_sharding(self, shard_index: int, num_shards: int) -> None:
+        if num_shards < 1 or not 0 <= shard_index < num_shards:
+            raise DataError(f"task {self.name!r}: shard_index {shard_index} must be in "
+                            f"[0, num_shards={num_shards})")
+
+    def _raw_dataset(self, split, *, shuffle, seed, shard_index, num_shards, num_epochs,
+                     use_cached):
+        if use_cached:
+            from t5forge.data.cache import CachedSource
+
+            data = CachedSource(self.name, split, get_global_cache_dirs())
+            where = f"cache of task {self.name!r} split {split!r}"
+        else:
+            if split not in self.splits:
+                raise DataError(f"task {self.name!r} has no split {split!r}; splits: "
+                                f"{', '.join(self.splits)}")
+            data = self.source.split(split)
+            where = f"task {self.name!r} split {split!r}"
+        if not is_random_access(data):
+            return _IterableSplitDataset(data, shard_index, num_shards, num_epochs, where)
+        if len(data) == 0:
+            raise DataError(f"{where} is empty; check the data files")
+        ds = grain.MapDataset.source(data)
+        if num_shards > 1:
+            if len(data) < num_shards:
+                raise DataError(f"{where} has {len(data)} examples, fewer than the "
+                                f"{num_shards} shards asked for; use fewer shards")
+            ds = ds[shard_index::num_shards]
+        if shuffle:
+            ds = ds.shuffle(seed=seed)
+        if num_epochs != 1:
+            ds = ds.repeat(num_epochs)
+        return ds
+
+    def _apply(self, ds, steps, first_step_index, base_seed, sequence_length):
+        context = PipelineContext(self.name, self.output_features, sequence_length, base_seed,
+                                  self.dropped_example_counts)
+        for offset, step in enumerate(steps):
+            ds = step.apply(ds, context, _step_seed(base_seed, first_step_index + offset))
+        return ds
+
+    def get_dataset(
+        self,
+        split: str,
+        *,
+        sequence_length: Mapping[str, int] | None = None,
+        shuffle: bool = True,
+        seed: int | None = None,
+        shard_index: int = 0,
+        num_shards: int = 1,
+        num_epochs: int | None = 1,
+        use_cached: bool = False,
+    ) -> grain.IterDataset:
+        """The preprocessed split as a grain IterDataset (checkpointable iterator).
+
+        seed None means 0: runs are reproducible unless a different seed is asked for.
+        num_epochs None repeats forever. With use_cached the examples come from the cache
+        written by `t5forge cache-tasks` and only the steps after the placeholder run.
+        Streaming (iterable) sources are read in order: only random-access splits shuffle.
+        """
+        self._check_sharding(shard_index, num_shards)
+        base_seed = task_seed(self.name, seed)
+        ds = self._raw_dataset(split, shuffle=shuffle, seed=base_seed, shard_index=shard_index,
+                               num_shards=num_shards, num_epochs=num_epochs,
+                               use_cached=use_cached)
+        if use_cached:
+            ds = self._apply(ds, self.uncached_preprocessors, self._cache_index + 1, base_seed,
+                             sequence_length)
+        else:
+            steps = [p for p in self.preprocessors if not isinstance(p, CacheDatasetPlaceholder)]
+            ds = self._apply(ds, steps, 0, base_seed, sequence_length)
+        ds = ds.map(_FinalizeExample(self.name, self.output_features, sequence_length))
+        if isinstance(ds, grain.MapDataset):
+            ds = ds.to_iter_dataset(READ_OPTIONS)
+        return ds
+
+    def get_uncached_examples(self, split: str, shard_index: int = 0,
+                              num_shards: int = 1) -> grain.IterDataset:
+        """The unshuffled, single-epoch output of the cached steps (what cache-tasks writes)."""
+        self._check_sharding(shard_index, num_shards)
+        base_seed = task_seed(self.name, 0)
+        ds = self._raw_dataset(split, shuffle=False, seed=base_seed, shard_index=shard_index,
+                               num_shards=num_shards, num_epochs=1, use_cached=False)
+        ds = self._apply(ds, self.cached_preprocessors, 0, base_seed, None)
+        if isinstance(ds, grain.MapDataset):
+            ds = ds.to_iter_dataset(READ_OPTIONS)
+        return ds
+
+
+# ---------------------------------------------------------------- Mixture
+
+
+def mixing_rate_num_examples(task: Task, maximum: float | None = None, scale: float = 1.0,
+                             temperature: float = 1.0, split: str = "train") -> float:
+    """Rate proportional to the task's size: (min(n * scale, maximum)) ** (1 / temperature)."""
+    n = task.num_input_examples(split)
+    if n is None:
+        raise DataError(f"task {task.name!r} does not know its {split!r} size; give the "
+                        "mixture a fixed rate for it")
+    rate = n * scale
+    if maximum is not None:
+        rate = min(rate, maximum)
+    if temperature != 1.0:
+        rate = rate ** (1.0 / temperature)
+    return float(rate)
+
+
+class _MixtureIterator(grain.DatasetIterator):
+    """Picks the next task with an RNG seeded by (seed, element index): exact on resume."""
+
+    def __init__(self, children, probabilities, seed):
+        super().__init__(children)
+        self._probabilities, self._seed, self._index = probabilities, seed, 0
+
+    def __next__(self):
+        rng = np.random.default_rng([self._seed, self._index])
+        choice = int(rng.choice(len(self._probabilities), p=self._probabilities))
+        example = next(self._parents[choice])
+        self._index += 1
+        return example
+
+    def get_state(self):
+        return {"index": self._index, "tasks": [p.get_state() for p in self._parents]}
+
+    def set_state(self, state):
+        self._index = state["index"]
+        for parent, parent_state in zip(self._parents, state["tasks"]):
+            parent.set_state(parent_state)
+
+
+class _MixtureDataset(grain.IterDataset):
+    def __init__(self, parents, probabilities, seed):
+        super().__init__(parents)
+        self._probabilities, self._seed = probabilities, seed
+
+    def __iter__(self):
+        return _MixtureIterator([p.__iter__() for p in self.parents], self._probabilities,
+                                self._seed)
+
+
+class Mixture:
+    """Several tasks sampled by rate: fixed numbers or callables `rate(task) -> float`."""
+
+    def __init__(self, name: str, tasks_and_rates: Sequence[Any],
+                 default_rate: float | Callable[[Task], float] | None = None):
+        self.name = name
+        self._rates: dict[str, float | Callable] = {}
+        self._tasks: dict[str, Task] = {}
+        for entry in tasks_and_rates:
+            item, rate = entry if isinstance(entry, tuple) else (entry, default_rate)
+            if rate is None:
+                raise DataError(f"mixture {name!r}: no rate for {getattr(item, 'name', item)!r};"
+                                " give (task, rate) pairs or a default_rate")
+            resolved = get_mixture_or_task(item) if isinstance(item, str) else item
+            for task in resolved.tasks:
+                sub_rate = rate
+                if isinstance(resolved, Mixture):
+                    share = resolved.get_rate(task) / resolved.total_rate
+                    sub_rate = _ScaledRate(rate, share)
+                self._tasks[task.name] = task
+                self._rates[task.name] = sub_rate
+        if not self._tasks:
+            raise DataError(f"mixture {name!r} has no tasks")
+        if self.total_rate <= 0:
+            raise DataError(f"mixture {name!r}: every rate is zero")
+        first = next(iter(self._tasks.values()))
+        for task in self._tasks.values():
+            if set(task.output_features) != set(first.output_features):
+                raise DataError(f"mixture {name!r}: task {task.name!r} has features "
+                                f"{sorted(task.output_features)}, {first.name!r} has "
+                                f"{sorted(first.output_features)}; they must match")
+
+    def __repr__(self):
+        return f"Mixture({self.name!r}, tasks={list(self._tasks)})"
+
+    @property
+    def tasks(self) -> list[Task]:
+        return list(self._tasks.values())
+
+    @property
+    def output_features(self) -> dict[str, Feature]:
+        return self.tasks[0].output_features
+
+    def get_rate(self, task: Task) -> float:
+        rate = self._rates[task.name]
+        return float(rate(task) if callable(rate) else rate)
+
+    @property
+    def total_rate(self) -> float:
+        return sum(self.get_rate(t) for t in self.tasks)
+
+    def num_input_examples(self, split: str) -> int | None:
+        counts = [t.num_input_examples(split) for t in self.tasks]
+        return None if None in counts else sum(counts)
+
+    def get_dataset(self, split: str, *, sequence_length: Mapping[str, int] | None = None,
+                    shuffle: bool = True, seed: int | None = None, shard_index: int = 0,
+                    num_shards: int = 1, num_epochs: int | None = 1,
+                    use_cached: bool = False) -> grain.IterDataset:
+        """Examples sampled from the tasks by normalized rate, deterministic for a seed.
+
+        Stops when a sampled task runs out; pass num_epochs=None for training.
+        """
+        tasks = [t for t in self.tasks if self.get_rate(t) > 0]
+        rates = np.asarray([self.get_rate(t) for t in tasks], dtype=np.float64)
+        keep = _KeepFeatures(self.output_features)
+        parents = [
+            t.get_dataset(split, sequence_length=sequence_length, shuffle=shuffle, seed=seed,
+                          shard_index=shard_index, num_shards=num_shards,
+                          num_epochs=num_epochs, use_cached=use_cached).map(keep)
+            for t in tasks
+        ]
+        return _MixtureDataset(parents, rates / rates.sum(), task_seed(self.name, seed))
+
+
+class _ScaledRate:
+    """A sub-mixture task's rate: the parent rate times the task's share inside it."""
+
+    def __init__(self, rate, share):
+        self.rate, self.share = rate, share
+
+    def __call__(self, task):
+        rate = self.rate(task) if callable(self.rate) else self.rate
+        return rate * self.share
+
+
+# ---------------------------------------------------------------- registries
+
+
+class _Registry:
+    """Name -> object, with helpful errors (close names) for typos."""
+
+    kind = "item"
+    _items: dict[str, Any]
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return sorted(cls._items)
+
+    @classmethod
+    def remove(cls, name: str) -> None:
+        cls._items.pop(name, None)
+
+    @classmethod
+    def _add(cls, item) -> Any:
+        if item.name in TaskRegistry._items or item.name in MixtureRegistry._items:
+            raise DataError(f"{item.name!r} is already registered; call "
+                            f"{cls.__name__}.remove({item.name!r}) first to replace it")
+        cls._items[item.name] = item
+        return item
+
+    @classmethod
+    def get(cls, name: str):
+        if name not in cls._items:
+            raise DataError(_unknown_message(name, cls.kind, cls.names()))
+        return cls._items[name]
+
+
+class TaskRegistry(_Registry):
+    """Global task registry: `TaskRegistry.add(Task(...))` or `add(name, source, ...)`."""
+
+    kind = "task"
+    _items: dict[str, Task] = {}
+
+    @classmethod
+    def add(cls, task_or_name: Task | str, *args, **kwargs) -> Task:
+        task = task_or_name if isinstance(task_or_name, Task) else Task(task_or_name, *args,
+                                                                         **kwargs)
+        return cls._add(task)
+
+
+class MixtureRegistry(_Registry):
+    """Global mixture registry: `MixtureRegistry.add(name, [(task, rate), ...])`."""
+
+    kind = "mixture"
+    _items: dict[str, Mixture] = {}
+
+    @classmethod
+    def add(cls, mixture_or_name: Mixture | str, *args, **kwargs) -> Mixture:
+        mixture = mixture_or_name if isinstance(mixture_or_name, Mixture) else Mixture(
+            mixture_or_name, *args, **kwargs)
+        return cls._add(mixture)
+
+
+def _unknown_message(name: str, kind: str, known: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=5, cutoff=0.6)
+    hint = f"did you mean {', '.join(close)}?" if close else f"{len(known)} registered"
+    return (f"unknown {kind} {name!r}; {hint} (see `t5forge tasks list`; import the module "
+            "that registers it with --module_import)")
+
+
+def get_mixture_or_task(name: str | Task | Mixture) -> Task | Mixture:
+    """Looks a name up among mixtures, then tasks; unknown names list the close ones."""
+    if isinstance(name, (Task, Mixture)):
+        return name
+    if name in MixtureRegistry._items:
+        return MixtureRegistry._items[name]
+    if name in TaskRegistry._items:
+        return TaskRegistry._items[name]
+    known = TaskRegistry.names() + MixtureRegistry.names()
+    raise DataError(_unknown_message(name, "task or mixture", known))

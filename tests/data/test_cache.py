@@ -1,0 +1,131 @@
+"""Task caches: round trip, files written, incomplete caches ignored, the CLI, error text."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from t5forge.cli import cache_tasks
+from t5forge.data import tasks as task_registry
+from t5forge.data.cache import CachedSource, write_task_cache
+from t5forge.data.vocabularies import SentencePieceVocabulary
+from t5forge.errors import DataError
+from t5forge.tasks.builtin import classification_task
+
+LENGTHS = {"inputs": 256, "targets": 16}
+
+
+@pytest.fixture(scope="module")
+def sentiment(shared_data, test_spm_path):
+    vocabulary = SentencePieceVocabulary(test_spm_path, extra_ids=10)
+    return classification_task(
+        "cache_sentiment",
+        shared_data,
+        "rotten_tomatoes",
+        "text",
+        "label",
+        "sentiment",
+        vocabulary,
+    )
+
+
+@pytest.fixture
+def cache_dirs_set_to():
+    """Points the tasks' global cache search path somewhere for one test."""
+    previous = task_registry.get_global_cache_dirs()
+    yield lambda *dirs: task_registry.set_global_cache_dirs([str(d) for d in dirs])
+    task_registry.set_global_cache_dirs(previous)
+
+
+def plain(example):
+    return {name: np.asarray(value).tolist() for name, value in example.items()}
+
+
+def test_cache_round_trip_gives_the_uncached_examples(sentiment, tmp_path, cache_dirs_set_to):
+    task_dir = write_task_cache(sentiment, "validation", tmp_path, shard_count=3, progress=False)
+    assert task_dir == tmp_path / "cache_sentiment"
+    assert sorted(p.name for p in task_dir.iterdir()) == [
+        "COMPLETED",
+        "info.validation.json",
+        "stats.validation.json",
+        "validation.array_record-00000-of-00003",
+        "validation.array_record-00001-of-00003",
+        "validation.array_record-00002-of-00003",
+    ]
+    uncached = [plain(e) for e in sentiment.get_uncached_examples("validation")]
+    source = CachedSource("cache_sentiment", "validation", [tmp_path / "elsewhere", tmp_path])
+    assert len(source) == 1000
+    assert [plain(source[i]) for i in range(len(source))] == uncached
+
+    info = json.loads((task_dir / "info.validation.json").read_text())
+    assert info["num_shards"] == 3
+    assert info["features"]["inputs"] == {"dtype": "int32", "shape": [None]}
+    assert info["features"]["inputs_pretokenized"] == {"dtype": "string", "shape": []}
+    stats = json.loads((task_dir / "stats.validation.json").read_text())
+    assert stats["examples"] == 1000
+    assert stats["inputs_tokens"] == sum(len(e["inputs"]) for e in uncached)
+    assert stats["targets_max_tokens"] == max(len(e["targets"]) for e in uncached)
+
+    # The whole task pipeline over the cache equals the pipeline over the raw data.
+    cache_dirs_set_to(tmp_path)
+    options = dict(sequence_length=LENGTHS, shuffle=True, seed=3)
+    cached = sentiment.get_dataset("validation", use_cached=True, **options)
+    fresh = sentiment.get_dataset("validation", use_cached=False, **options)
+    assert [plain(e) for e in cached] == [plain(e) for e in fresh]
+
+
+def test_missing_cache_names_the_task_dirs_and_the_command(tmp_path):
+    with pytest.raises(DataError) as error:
+        CachedSource("nowhere_task", "train", [tmp_path])
+    assert str(error.value) == (
+        f"task 'nowhere_task' has no completed cache of split 'train' in [{str(tmp_path)!r}]; "
+        f"build it with `t5forge cache-tasks --tasks=nowhere_task --output_cache_dir={tmp_path}` "
+        "or set use_cached=False"
+    )
+
+
+def test_an_interrupted_cache_is_never_read(sentiment, tmp_path):
+    task_dir = write_task_cache(sentiment, "validation", tmp_path, shard_count=1, progress=False)
+    (task_dir / "COMPLETED").unlink()  # as if the writer died before finishing
+    with pytest.raises(DataError, match="ignored incomplete cache in .*cache_sentiment"):
+        CachedSource("cache_sentiment", "validation", [tmp_path])
+
+
+def test_cli_caches_a_registered_task(sentiment, tmp_path, capsys):
+    task_registry.TaskRegistry.remove(sentiment.name)
+    task_registry.TaskRegistry.add(sentiment)
+    try:
+        status = cache_tasks.main(
+            [
+                f"--tasks={sentiment.name}",
+                f"--output_cache_dir={tmp_path}",
+                "--splits=validation",
+                "--min_shards=2",
+                "--no_progress",
+            ]
+        )
+    finally:
+        task_registry.TaskRegistry.remove(sentiment.name)
+    assert status == 0
+    assert "cached cache_sentiment:validation" in capsys.readouterr().out
+    assert len(CachedSource(sentiment.name, "validation", tmp_path)) == 1000
+    assert CachedSource(sentiment.name, "validation", tmp_path).info["num_shards"] == 2
+
+
+def test_module_entry_point_reports_unknown_tasks_in_one_line(tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "t5forge.cache_tasks",
+            "--tasks=no_such_task_anywhere",
+            f"--output_cache_dir={tmp_path}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: unknown task or mixture 'no_such_task_anywhere'")

@@ -1,0 +1,232 @@
+"""Preprocessors: the text recipes, user functions, drops, and the errors users see."""
+
+import functools
+
+import numpy as np
+import pytest
+
+from t5forge.data import preprocessors as pp
+from t5forge.data.sources import FunctionSource
+from t5forge.data.tasks import Feature, Task
+from t5forge.data.vocabularies import SentencePieceVocabulary
+from t5forge.errors import DataError
+
+
+@pytest.fixture(scope="module")
+def vocab(test_spm_path):
+    return SentencePieceVocabulary(test_spm_path, extra_ids=10)
+
+
+@pytest.fixture(scope="module")
+def features(vocab):
+    return {"inputs": Feature(vocab), "targets": Feature(vocab)}
+
+
+def _rows(split):
+    texts = ["this is a test", "", "a test", "is this", "the cat sat"]
+    return [{"question": t, "answer": f"{t} ok", "id": i} for i, t in enumerate(texts)]
+
+
+def _make_task(name, steps, features):
+    return Task(name, FunctionSource(_rows, ["train"]), steps, features)
+
+
+def test_rekey_and_missing_field():
+    assert pp.rekey({"a": 1, "b": 2}, key_map={"inputs": "b", "targets": None}) == {
+        "inputs": 2,
+        "targets": "",
+    }
+    with pytest.raises(DataError, match=r"no field 'c' \(fields: a, b\)"):
+        pp.rekey({"a": 1, "b": 2}, key_map={"inputs": "c"})
+
+
+def test_tokenize_keeps_pretokenized_text(features):
+    out = pp.tokenize(
+        {"inputs": "this is a test", "targets": "a test", "id": 3}, output_features=features
+    )
+    assert out["inputs"].tolist() == [11, 8, 6, 3, 8, 6, 3, 5, 10]
+    assert out["inputs_pretokenized"] == "this is a test" and out["id"] == 3
+    with_eos = pp.tokenize({"targets": "a test"}, output_features=features, with_eos=True)
+    assert with_eos["targets"].tolist() == [3, 5, 10, 1]
+
+
+def test_append_eos_and_append_eos_after_trim(features, vocab):
+    example = {"inputs": np.arange(3, 10), "targets": np.arange(3, 6)}
+    assert pp.append_eos(example, output_features=features)["inputs"].tolist() == [
+        3,
+        4,
+        5,
+        6,
+        7,
+        8,
+        9,
+        1,
+    ]
+    trimmed = pp.append_eos_after_trim(
+        example, output_features=features, sequence_length={"inputs": 4, "targets": 10}
+    )
+    assert trimmed["inputs"].tolist() == [3, 4, 5, 1]
+    assert trimmed["targets"].tolist() == [3, 4, 5, 1]
+    no_eos = {"inputs": Feature(vocab, add_eos=False)}
+    assert pp.append_eos_after_trim(example, output_features=no_eos)["inputs"].tolist() == list(
+        range(3, 10)
+    )
+
+
+def test_text_recipes():
+    assert pp.translate(
+        {"en": "Hello", "de": "Hallo"}, source_language="en", target_language="de"
+    ) == {"inputs": "translate English to German: Hello", "targets": "Hallo"}
+    assert pp.summarize({"d": "long text", "s": "short"}, article_key="d", summary_key="s") == {
+        "inputs": "summarize: long text",
+        "targets": "short",
+    }
+    assert pp.classify(
+        {"text": "great", "label": "fresh"}, text_key="text", label_key="label", prefix="sentiment"
+    ) == {"inputs": "sentiment: great", "targets": "fresh"}
+
+
+def test_truncate_head_and_tail_keeps_both_ends(features):
+    example = {"inputs": np.arange(100)}
+    out = pp.truncate_head_and_tail(
+        example, sequence_length={"inputs": 11}, output_features=features, tail_tokens=4
+    )
+    assert out["inputs"].tolist() == [0, 1, 2, 3, 4, 5, 96, 97, 98, 99]
+    short = pp.truncate_head_and_tail(
+        {"inputs": np.arange(5)}, sequence_length={"inputs": 11}, output_features=features
+    )
+    assert short["inputs"].tolist() == list(range(5))
+
+
+def _add_noise_token(example, rng):
+    return {**example, "noise": int(rng.integers(1 << 30))}
+
+
+def _drop_empty_question(example):
+    return example if example["question"] else None
+
+
+def test_user_functions_are_seeded_per_example_and_drops_are_counted(features):
+    steps = [
+        _drop_empty_question,
+        _add_noise_token,
+        functools.partial(
+            pp.rekey, key_map={"inputs": "question", "targets": "answer", "noise": "noise"}
+        ),
+        pp.tokenize,
+    ]
+    task = _make_task("test_user_functions", steps, features)
+    first = [e["noise"] for e in task.get_dataset("train", seed=5)]
+    again = [e["noise"] for e in task.get_dataset("train", seed=5)]
+    other = [e["noise"] for e in task.get_dataset("train", seed=6)]
+    assert first == again != other and len(first) == 4
+    assert task.dropped_example_counts["_drop_empty_question"] == 3
+
+
+def test_missing_feature_names_feature_and_task(features):
+    steps = [functools.partial(pp.rekey, key_map={"inputs": "question"}), pp.tokenize]
+    task = _make_task("test_missing_targets", steps, features)
+    with pytest.raises(
+        DataError,
+        match=r"task 'test_missing_targets': example has no feature "
+        r"'targets' \(has: inputs, inputs_pretokenized\)",
+    ):
+        next(iter(task.get_dataset("train")))
+    untokenized = _make_task(
+        "test_untokenized",
+        [functools.partial(pp.rekey, key_map={"inputs": "question", "targets": "answer"})],
+        features,
+    )
+    with pytest.raises(DataError, match=r"feature 'inputs' is still text; add the tokenize"):
+        next(iter(untokenized.get_dataset("train")))
+
+
+def test_preprocessor_errors_name_the_task(features):
+    task = _make_task("test_bad_rekey", [pp.rekey.bind(key_map={"inputs": "nope"})], features)
+    with pytest.raises(
+        DataError,
+        match=r"task 'test_bad_rekey', preprocessor rekey: example "
+        r"has no field 'nope'",
+    ):
+        next(iter(task.get_dataset("train")))
+
+
+def _question(example):
+    return example["question"]
+
+
+def _choices(example):
+    return ["yes", "no", "maybe"]
+
+
+def _correct(example):
+    return [example["id"] % 3 == i for i in range(3)]
+
+
+def test_rank_classification_one_example_per_choice(features):
+    steps = [
+        pp.rank_classification.bind(
+            inputs_fn=_question, targets_fn=_choices, is_correct_fn=_correct
+        ),
+        pp.tokenize,
+    ]
+    task = _make_task("test_rank_classification", steps, features)
+    examples = list(task.get_dataset("train", shuffle=False))
+    assert len(examples) == 15
+    assert [e["idx"].tolist() for e in examples[:4]] == [[0, 0], [0, 1], [0, 2], [1, 0]]
+    assert [e["is_correct"] for e in examples[3:6]] == [False, True, False]
+    assert examples[4]["targets_pretokenized"] == "no"
+    train = _make_task(
+        "test_rank_classification_train",
+        [
+            pp.rank_classification.bind(
+                inputs_fn=_question, targets_fn=_choices, is_correct_fn=_correct, mode="train"
+            ),
+            pp.tokenize,
+        ],
+        features,
+    )
+    assert len(list(train.get_dataset("train"))) == 5
+
+
+def _long_rows(split):
+    return [{"text": "this is a test " * (5 + i)} for i in range(6)]
+
+
+@pytest.mark.parametrize("objective", [pp.prefix_lm, pp.iid_denoising])
+def test_prefix_lm_and_iid_denoising_keep_all_tokens(objective, features, vocab):
+    steps = [pp.rekey.bind(key_map={"inputs": None, "targets": "text"}), pp.tokenize, objective]
+    task = Task(f"test_{objective.name}", FunctionSource(_long_rows, ["train"]), steps, features)
+    lengths = {"inputs": 20, "targets": 20}
+    examples = list(task.get_dataset("train", sequence_length=lengths, shuffle=False))
+    first_doc = vocab.encode("this is a test " * 5)
+    first_sentinel = vocab.vocab_size - 10
+    if objective is pp.prefix_lm:
+        joined = np.concatenate([examples[0]["inputs"], examples[0]["targets"]]).tolist()
+        assert joined == first_doc[:19] and len(examples[0]["inputs"]) >= 1
+    else:
+        kept = [t for t in examples[0]["inputs"].tolist() if t < first_sentinel]
+        noise = [t for t in examples[0]["targets"].tolist() if t < first_sentinel]
+        assert len(kept) + len(noise) == 19
+    again = list(task.get_dataset("train", sequence_length=lengths, shuffle=False))
+    assert all(np.array_equal(a["inputs"], b["inputs"]) for a, b in zip(examples, again))
+
+
+def test_objectives_need_sequence_length(features):
+    task = _make_task(
+        "test_needs_lengths",
+        [
+            pp.rekey.bind(key_map={"inputs": None, "targets": "question"}),
+            pp.tokenize,
+            pp.span_corruption,
+        ],
+        features,
+    )
+    with pytest.raises(DataError, match=r"span_corruption needs sequence_length with inputs"):
+        task.get_dataset("train")
+    with pytest.raises(
+        DataError,
+        match=r"makes 114 target tokens; set "
+        r"sequence_length\['targets'\] >= 114",
+    ):
+        task.get_dataset("train", sequence_length={"inputs": 512, "targets": 100})
