@@ -18,6 +18,7 @@ COMMANDS = {
     "convert": "convert",
     "vocab": "vocab",
     "tasks": "tasks",
+    "demo": "demo",
 }
 
 

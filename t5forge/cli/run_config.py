@@ -22,7 +22,7 @@ class DatasetConfig:
     """Which data a run reads and how it batches it (T5X's utils.DatasetConfig)."""
 
     mixture_or_task_name: str
-    task_feature_lengths: Mapping[str, int]
+    task_feature_lengths: Mapping[str, int] | None
     split: str
     batch_size: int
     shuffle: bool = True
@@ -34,8 +34,6 @@ class DatasetConfig:
     def __post_init__(self):
         if self.batch_size < 1:
             raise ConfigError(f"DatasetConfig.batch_size must be >= 1, got {self.batch_size}")
-        if not self.task_feature_lengths:
-            raise ConfigError("DatasetConfig.task_feature_lengths is empty; set TASK_FEATURE_LENGTHS")
 
 
 @gin.configurable(module="utils")

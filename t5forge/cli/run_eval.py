@@ -16,6 +16,16 @@ from t5forge.cli.run_config import DatasetConfig
 from t5forge.training.summaries import MetricsWriter
 
 
+def converter_for(model, pack: bool):
+    """The feature converter matching the model's architecture."""
+    from t5forge.data import feature_converters as fc
+    from t5forge.models.model import DecoderOnlyModel
+
+    if isinstance(model, DecoderOnlyModel):
+        return fc.PrefixLMFeatureConverter(pack=pack)
+    return fc.EncDecFeatureConverter(pack=pack)
+
+
 def _task_names(name: str) -> list[str]:
     from t5forge.data.tasks import get_mixture_or_task
 
@@ -62,10 +72,12 @@ class InferenceEvaluation:
         self.model = model
         self.writer = writer
         self.method = method
-        self.max_decode_length = max_decode_length or cfg.task_feature_lengths["targets"]
+        lengths = cfg.task_feature_lengths or {}
+        self.max_decode_length = max_decode_length or lengths.get("targets", 256)
         self.evaluator = Evaluator(
-            cfg.mixture_or_task_name, dict(cfg.task_feature_lengths), cfg.batch_size,
+            cfg.mixture_or_task_name, lengths or None, cfg.batch_size,
             Path(output_dir or Path(model_dir) / "inference_eval"),
+            split=cfg.split, converter=converter_for(model, pack=False), use_cached=cfg.use_cached,
         )
 
     def predict_fn(self, params):
@@ -81,7 +93,7 @@ class InferenceEvaluation:
 
     def run(self, step: int, params) -> dict:
         results = self.evaluator.evaluate(
-            step, predict_fn=self.predict_fn(params), score_fn=self.score_fn(params))
+            predict_fn=self.predict_fn(params), score_fn=self.score_fn(params), step=step)
         flat = {}
         for task_name, metrics in results.items():
             self.writer.write_scalars(step, metrics, split=f"inference_eval/{task_name}")

@@ -115,7 +115,11 @@ def model_metadata(model, mixture_or_task_name: str, model_dir: Path) -> dict:
     metadata = {"model_config": dataclasses.asdict(model.config)}
     features = get_mixture_or_task(mixture_or_task_name).output_features
     vocabulary = features["targets"].vocabulary
-    vocab_path = getattr(vocabulary, "path", None)
+    if vocabulary.vocab_size > model.config.vocab_size:
+        raise ConfigError(
+            f"the task's vocabulary has {vocabulary.vocab_size} ids but the model's vocab_size is "
+            f"{model.config.vocab_size}; set T5Config.vocab_size >= {vocabulary.vocab_size}")
+    vocab_path = getattr(vocabulary, "path", None)  # known once the vocabulary is loaded
     if vocab_path and Path(vocab_path).is_file():
         target = Path(model_dir) / "spiece.model"
         if jax.process_index() == 0 and not target.exists():

@@ -28,9 +28,8 @@ from t5forge.cli.run_config import (
     RestoreCheckpointConfig,
     SaveCheckpointConfig,
 )
-from t5forge.cli.run_eval import InferenceEvaluation, training_eval
+from t5forge.cli.run_eval import InferenceEvaluation, converter_for, training_eval
 from t5forge.errors import ConfigError, T5ForgeError
-from t5forge.models.model import DecoderOnlyModel
 from t5forge.training import checkpoints, optimizers, partitioning, schedules, summaries  # noqa: F401 (gin)
 from t5forge.training.trainer import Trainer, metrics_to_host
 
@@ -50,14 +49,6 @@ class _StopSignal:
 
     def _handle(self, signum, frame):
         self.received = True
-
-
-def _converter_for(model, pack: bool):
-    from t5forge.data import feature_converters as fc
-
-    if isinstance(model, DecoderOnlyModel):
-        return fc.PrefixLMFeatureConverter(pack=pack)
-    return fc.EncDecFeatureConverter(pack=pack)
 
 
 def _make_optimizer(optimizer, learning_rate_fn, param_axes):
@@ -101,6 +92,8 @@ def train(
 
     Returns the last logged train metrics (and eval metrics when evaluation ran).
     """
+    if not train_dataset_cfg.task_feature_lengths:
+        raise ConfigError("set TASK_FEATURE_LENGTHS, e.g. --gin.TASK_FEATURE_LENGTHS=\"{'inputs': 512, 'targets': 114}\"")
     if total_steps < 0:
         raise ConfigError(f"TRAIN_STEPS must be >= 0, got {total_steps}")
     model_dir = Path(model_dir)
@@ -158,7 +151,7 @@ def train(
         results = {}
         if train_eval_dataset_cfg is not None:
             results.update(training_eval(trainer, params, train_eval_dataset_cfg, eval_steps,
-                                         writer, step_now, _converter_for(model, False)))
+                                         writer, step_now, converter_for(model, False)))
         if inference is not None:
             results.update(inference.run(step_now, params))
         if is_chief:
@@ -256,7 +249,7 @@ def _batch_iterator(model, cfg: DatasetConfig, random_seed: int, shuffle: bool):
         run_setup.import_modules([cfg.module])
     return make_batch_iterator(
         cfg.mixture_or_task_name, cfg.split, dict(cfg.task_feature_lengths),
-        cfg.batch_size // jax.process_count(), _converter_for(model, cfg.pack),
+        cfg.batch_size // jax.process_count(), converter_for(model, cfg.pack),
         seed=random_seed if cfg.seed is None else cfg.seed,
         shard_index=jax.process_index(), num_shards=jax.process_count(),
         shuffle=shuffle and cfg.shuffle, num_epochs=None, use_cached=cfg.use_cached,

@@ -1,0 +1,347 @@
+"""Hugging Face `transformers` T5 checkpoints <-> t5forge parameters, both ways, exactly.
+
+HF T5 and T5X hold the same tensors under other names: HF linear weights are [out, in] where
+T5X kernels are [in, out], the relative position bias sits in block 0 of each stack, and the
+language-model head is either tied to the token embedding (T5 1.0, logits scaled by
+1/sqrt(d_model)) or a separate `lm_head` (T5 1.1, mT5, ByT5). Everything here is numpy on flat
+state dicts and nested param dicts, so a conversion needs neither torch nor a model build; torch
+is imported only to read legacy `pytorch_model.bin` files.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from t5forge.errors import CheckpointError, ConfigError
+from t5forge.models.configs import T5Config
+from t5forge.models.param_layout import stack_layers, unstack_layers
+
+# HF `feed_forward_proj` <-> T5X `mlp_activations`. HF's plain "gelu" is the exact erf GELU while
+# T5X's is the tanh approximation, which HF calls "gelu_new" (and uses for "gated-gelu").
+_ACTIVATIONS_FROM_HF = {
+    "relu": ("relu",),
+    "gelu_new": ("gelu",),
+    "silu": ("silu",),
+    "gated-gelu": ("gelu", "linear"),
+    "gated-gelu_new": ("gelu", "linear"),
+    "gated-relu": ("relu", "linear"),
+    "gated-silu": ("silu", "linear"),
+}
+_ACTIVATIONS_TO_HF = {
+    ("relu",): "relu",
+    ("gelu",): "gelu_new",
+    ("silu",): "silu",
+    ("swish",): "silu",
+    ("gelu", "linear"): "gated-gelu",
+    ("relu", "linear"): "gated-relu",
+    ("silu", "linear"): "gated-silu",
+    ("swish", "linear"): "gated-silu",
+}
+_SUPPORTED_MODEL_TYPES = ("t5", "mt5")
+# Aliases HF checkpoints may carry beside `shared.weight`; they hold no information of their own.
+_EMBEDDING_ALIASES = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
+# Old HF checkpoints carry a cross-attention bias HF itself never uses.
+_UNUSED_HF_TENSORS = ("decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight",)
+_LAYER_NORM_EPSILON = 1e-6
+
+
+def config_from_hf(hf_config: dict) -> T5Config:
+    """The T5Config equivalent to a transformers `config.json` dict (T5, mT5, ByT5 layouts)."""
+    model_type = hf_config.get("model_type", "t5")
+    if model_type not in _SUPPORTED_MODEL_TYPES:
+        raise ConfigError(f"Hugging Face model_type {model_type!r} is not supported; "
+                          f"t5forge converts {_SUPPORTED_MODEL_TYPES}")
+    if not hf_config.get("is_encoder_decoder", True):
+        raise ConfigError("the Hugging Face config is not an encoder-decoder T5 "
+                          "(is_encoder_decoder=false); only T5ForConditionalGeneration converts")
+    projection = hf_config.get("feed_forward_proj", "relu" if model_type == "t5" else "gated-gelu")
+    if projection not in _ACTIVATIONS_FROM_HF:
+        raise ConfigError(f"Hugging Face feed_forward_proj {projection!r} has no t5forge "
+                          f"equivalent; supported: {sorted(_ACTIVATIONS_FROM_HF)}")
+    epsilon = hf_config.get("layer_norm_epsilon", _LAYER_NORM_EPSILON)
+    if not np.isclose(epsilon, _LAYER_NORM_EPSILON):
+        raise ConfigError(f"Hugging Face layer_norm_epsilon {epsilon} differs from T5's "
+                          f"{_LAYER_NORM_EPSILON}, which t5forge's RMSNorm uses")
+    # T5 scales the decoder output by 1/sqrt(d_model) exactly when its head is the embedding.
+    # transformers 5 records that as `scale_decoder_outputs` (it forces tie_word_embeddings to
+    # true); older configs only have tie_word_embeddings. mT5 never scales: its head is separate.
+    tied = model_type == "t5" and hf_config.get(
+        "scale_decoder_outputs", hf_config.get("tie_word_embeddings", True)) is not False
+    num_layers = hf_config.get("num_layers", 6)
+    decoder_layers = hf_config.get("num_decoder_layers")
+    return T5Config(
+        vocab_size=hf_config.get("vocab_size", 32128),
+        emb_dim=hf_config.get("d_model", 512),
+        num_heads=hf_config.get("num_heads", 8),
+        num_encoder_layers=num_layers,
+        num_decoder_layers=num_layers if decoder_layers is None else decoder_layers,
+        head_dim=hf_config.get("d_kv", 64),
+        mlp_dim=hf_config.get("d_ff", 2048),
+        mlp_activations=_ACTIVATIONS_FROM_HF[projection],
+        dropout_rate=float(hf_config.get("dropout_rate", 0.1)),
+        logits_via_embedding=tied,
+        dtype="float32",
+        relative_attention_num_buckets=hf_config.get("relative_attention_num_buckets", 32),
+        relative_attention_max_distance=hf_config.get("relative_attention_max_distance", 128),
+    )
+
+
+def config_to_hf(config: T5Config) -> dict:
+    """The transformers `config.json` dict of a T5ForConditionalGeneration equal to `config`."""
+    if config.is_decoder_only:
+        raise ConfigError("Hugging Face T5 has no decoder-only model; only encoder_decoder "
+                          "configs export to transformers")
+    activations = tuple(config.mlp_activations)
+    if activations not in _ACTIVATIONS_TO_HF:
+        raise ConfigError(f"mlp_activations {activations} have no Hugging Face T5 equivalent; "
+                          f"exportable: {sorted(_ACTIVATIONS_TO_HF)}")
+    return {
+        "architectures": ["T5ForConditionalGeneration"],
+        "model_type": "t5",
+        "vocab_size": config.vocab_size,
+        "d_model": config.emb_dim,
+        "d_kv": config.head_dim,
+        "d_ff": config.mlp_dim,
+        "num_layers": config.num_encoder_layers,
+        "num_decoder_layers": config.num_decoder_layers,
+        "num_heads": config.num_heads,
+        "relative_attention_num_buckets": config.relative_attention_num_buckets,
+        "relative_attention_max_distance": config.relative_attention_max_distance,
+        "dropout_rate": config.dropout_rate,
+        "layer_norm_epsilon": _LAYER_NORM_EPSILON,
+        "initializer_factor": 1.0,
+        "feed_forward_proj": _ACTIVATIONS_TO_HF[activations],
+        "is_encoder_decoder": True,
+        "tie_word_embeddings": config.logits_via_embedding,
+        "scale_decoder_outputs": config.logits_via_embedding,
+        "pad_token_id": 0,
+        "eos_token_id": 1,
+        "decoder_start_token_id": 0,
+        "use_cache": True,
+        "dtype": "float32",
+    }
+
+
+def _mlp_entries(hf_prefix: str, t5x_prefix: tuple, config: T5Config) -> Iterator[tuple]:
+    gated = len(config.mlp_activations) > 1
+    names = [f"wi_{i}" for i in range(len(config.mlp_activations))] if gated else ["wi"]
+    for name in names:
+        yield (f"{hf_prefix}.{name}.weight", t5x_prefix + (name, "kernel"),
+               (config.emb_dim, config.mlp_dim), True)
+    yield (f"{hf_prefix}.wo.weight", t5x_prefix + ("wo", "kernel"),
+           (config.mlp_dim, config.emb_dim), True)
+
+
+def _attention_entries(hf_prefix: str, t5x_prefix: tuple, config: T5Config) -> Iterator[tuple]:
+    inner = config.num_heads * config.head_dim
+    for hf_name, t5x_name in (("q", "query"), ("k", "key"), ("v", "value")):
+        yield (f"{hf_prefix}.{hf_name}.weight", t5x_prefix + (t5x_name, "kernel"),
+               (config.emb_dim, inner), True)
+    yield (f"{hf_prefix}.o.weight", t5x_prefix + ("out", "kernel"), (inner, config.emb_dim), True)
+
+
+def _norm_entry(hf_name: str, t5x_prefix: tuple, config: T5Config) -> tuple:
+    return (hf_name, t5x_prefix + ("scale",), (config.emb_dim,), False)
+
+
+def _tensor_map(config: T5Config) -> list[tuple[str, tuple, tuple, bool]]:
+    """(HF name, T5X path, T5X shape, whether HF holds it transposed) for each tensor of `config`.
+
+    HF linear weights are [out, in] where T5X kernels are [in, out]; HF's relative bias is an
+    embedding [buckets, heads] where T5X's is [heads, buckets]; the token embedding agrees.
+    """
+    if config.is_decoder_only:
+        raise ConfigError("Hugging Face T5 has no decoder-only model; only encoder_decoder "
+                          "configs convert to or from transformers")
+    relpos_shape = (config.num_heads, config.relative_attention_num_buckets)
+    entries = [("shared.weight", ("token_embedder", "embedding"),
+                (config.vocab_size, config.emb_dim), False)]
+    stacks = (("encoder", config.num_encoder_layers), ("decoder", config.num_decoder_layers))
+    for stack, num_layers in stacks:
+        entries.append((f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+                        (stack, "relpos_bias", "rel_embedding"), relpos_shape, True))
+        for i in range(num_layers):
+            block, layer = f"{stack}.block.{i}.layer", (stack, f"layers_{i}")
+            if stack == "encoder":
+                sublayers = (("pre_attention_layer_norm", "attention", "SelfAttention"),)
+            else:
+                sublayers = (("pre_self_attention_layer_norm", "self_attention", "SelfAttention"),
+                             ("pre_cross_attention_layer_norm", "encoder_decoder_attention",
+                              "EncDecAttention"))
+            for index, (norm, attention, hf_attention) in enumerate(sublayers):
+                entries.append(_norm_entry(f"{block}.{index}.layer_norm.weight",
+                                           layer + (norm,), config))
+                entries.extend(_attention_entries(f"{block}.{index}.{hf_attention}",
+                                                  layer + (attention,), config))
+            mlp_index = len(sublayers)
+            entries.append(_norm_entry(f"{block}.{mlp_index}.layer_norm.weight",
+                                       layer + ("pre_mlp_layer_norm",), config))
+            entries.extend(_mlp_entries(f"{block}.{mlp_index}.DenseReluDense", layer + ("mlp",),
+                                        config))
+        entries.append(_norm_entry(f"{stack}.final_layer_norm.weight",
+                                   (stack, f"{stack}_norm"), config))
+    if not config.logits_via_embedding:
+        entries.append(("lm_head.weight", ("decoder", "logits_dense", "kernel"),
+                        (config.emb_dim, config.vocab_size), True))
+    return entries
+
+
+def _ignorable_hf_names(config: T5Config) -> set[str]:
+    ignorable = set(_EMBEDDING_ALIASES) | set(_UNUSED_HF_TENSORS)
+    if config.logits_via_embedding:
+        ignorable.add("lm_head.weight")  # a tied head saved beside `shared.weight`
+    return ignorable
+
+
+def params_from_hf_state_dict(state_dict: dict, config: T5Config) -> dict:
+    """T5X-named nested params (float32 numpy) from a transformers T5 state dict.
+
+    The params come in the layout `config` runs with: per layer, or stacked when scan_layers.
+    """
+    params: dict = {}
+    for hf_name, path, shape, transposed in _tensor_map(config):
+        if hf_name not in state_dict:
+            raise CheckpointError(f"Hugging Face checkpoint lacks tensor {hf_name!r} "
+                                  f"(needed for {'/'.join(path)} {shape}); it was saved from a "
+                                  f"model with another config")
+        value = np.asarray(state_dict[hf_name], dtype=np.float32)
+        if transposed:
+            value = value.T
+        if value.shape != shape:
+            hf_shape = tuple(reversed(shape)) if transposed else shape
+            raise CheckpointError(f"Hugging Face tensor {hf_name!r} has shape "
+                                  f"{tuple(np.shape(state_dict[hf_name]))} but the config needs "
+                                  f"{hf_shape}; the config does not match the checkpoint")
+        node = params
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = np.ascontiguousarray(value)
+    if config.logits_via_embedding and "lm_head.weight" in state_dict and not np.array_equal(
+            state_dict["lm_head.weight"], state_dict["shared.weight"]):
+        raise CheckpointError("Hugging Face checkpoint has an lm_head.weight that differs from "
+                              "shared.weight but its config ties them; set tie_word_embeddings "
+                              "and scale_decoder_outputs to false in config.json")
+    known = {entry[0] for entry in _tensor_map(config)} | _ignorable_hf_names(config)
+    unexpected = sorted(set(state_dict) - known)
+    if unexpected:
+        raise CheckpointError(f"Hugging Face checkpoint has tensor {unexpected[0]!r} that a "
+                              f"model with this config does not have (check the layer counts)")
+    return stack_layers(params, config)
+
+
+def _leaf(params: dict, path: tuple):
+    node = params
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            raise CheckpointError(f"params lack {'/'.join(path)}; they do not belong to a "
+                                  f"model with this config")
+        node = node[key]
+    return node
+
+
+def params_to_hf_state_dict(params: dict, config: T5Config) -> dict[str, np.ndarray]:
+    """A transformers T5 state dict (float32 numpy, HF names) from T5X-named params.
+
+    Scanned params (a `layers` subtree per stack) are split into their layers first.
+    """
+    params = unstack_layers(params, config)
+    state_dict = {}
+    for hf_name, path, shape, transposed in _tensor_map(config):
+        value = np.asarray(_leaf(params, path), dtype=np.float32)
+        if value.shape != shape:
+            raise CheckpointError(f"param {'/'.join(path)} has shape {value.shape} but the "
+                                  f"config needs {shape}; the config does not match the params")
+        state_dict[hf_name] = np.ascontiguousarray(value.T if transposed else value)
+    return state_dict
+
+
+def _read_safetensors(path: Path) -> dict[str, np.ndarray]:
+    from safetensors import safe_open
+
+    # The flax reader understands bfloat16, which numpy alone does not.
+    with safe_open(str(path), framework="flax") as reader:
+        return {name: np.asarray(reader.get_tensor(name), dtype=np.float32)
+                for name in reader.keys()}
+
+
+def _read_pytorch_bin(path: Path) -> dict[str, np.ndarray]:
+    try:
+        import torch
+    except ImportError as error:
+        raise CheckpointError(f"{path} is a PyTorch pickle and reading it needs torch; install "
+                              f"the extra `t5forge[torch]` or save the model as safetensors"
+                              ) from error
+    state_dict = torch.load(str(path), map_location="cpu", weights_only=True)
+    return {name: tensor.float().numpy() for name, tensor in state_dict.items()}
+
+
+def _read_state_dict(path: Path) -> dict[str, np.ndarray]:
+    single = path / "model.safetensors"
+    index = path / "model.safetensors.index.json"
+    if single.is_file():
+        return _read_safetensors(single)
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        state_dict = {}
+        for shard in shards:
+            if not (path / shard).is_file():
+                raise CheckpointError(f"shard {shard} named in {index} is missing")
+            state_dict.update(_read_safetensors(path / shard))
+        return state_dict
+    if (path / "pytorch_model.bin").is_file():
+        return _read_pytorch_bin(path / "pytorch_model.bin")
+    raise CheckpointError(f"{path} has no model.safetensors, model.safetensors.index.json or "
+                          f"pytorch_model.bin; it is not a Hugging Face model directory")
+
+
+def is_hf_dir(path) -> bool:
+    """True when `path` looks like a transformers model directory (config.json or weights)."""
+    path = Path(path)
+    names = ("config.json", "model.safetensors", "model.safetensors.index.json",
+             "pytorch_model.bin")
+    return any((path / name).is_file() for name in names)
+
+
+def load_hf_dir(path, config: T5Config | None = None) -> tuple[T5Config, dict]:
+    """(config, params) from a transformers T5 directory (config.json + safetensors or .bin).
+
+    A given `config` replaces the one converted from config.json (e.g. to run in bfloat16 or
+    with scanned layers); the tensors must still fit it.
+    """
+    path = Path(path)
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise CheckpointError(f"{config_file} not found; a Hugging Face model directory needs "
+                              f"its config.json")
+    try:
+        hf_config = json.loads(config_file.read_text())
+    except json.JSONDecodeError as error:
+        raise CheckpointError(f"{config_file} is not valid JSON: {error}") from error
+    config = config or config_from_hf(hf_config)
+    return config, params_from_hf_state_dict(_read_state_dict(path), config)
+
+
+def save_hf_dir(params: dict, config: T5Config, path, vocab_path=None,
+                extra_ids: int = 0) -> Path:
+    """Writes config.json + model.safetensors (+ spiece.model) that transformers loads offline.
+
+    With `vocab_path` the SentencePiece model is copied as spiece.model and
+    tokenizer_config.json records its `extra_ids` (transformers would otherwise assume 100).
+    """
+    from safetensors.numpy import save_file
+
+    path = Path(path)
+    state_dict = params_to_hf_state_dict(params, config)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(config_to_hf(config), indent=2) + "\n")
+    save_file(state_dict, str(path / "model.safetensors"), metadata={"format": "pt"})
+    if vocab_path is not None:
+        shutil.copyfile(vocab_path, path / "spiece.model")
+        tokenizer_config = {"tokenizer_class": "T5Tokenizer", "extra_ids": extra_ids}
+        (path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
+    return path

@@ -1,0 +1,271 @@
+"""The building blocks of a T5 network, with T5X's parameter names and 2-D kernel shapes.
+
+Every parameter is float32 and carries logical axis names (`nn.with_logical_partitioning`) so the
+partitioner can shard it; activations run in the config dtype and carry logical constraints.
+The math follows the published T5 models exactly: RMS norm in float32, no 1/sqrt(d) attention
+scaling (it lives in the query initializer), bucketed relative position biases, gated or plain
+MLPs. Attention also implements the key/value cache used by incremental decoding.
+"""
+
+from __future__ import annotations
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+# Large enough to zero a softmax weight, small enough to stay finite in bfloat16.
+MASK_BIAS = -1e10
+LAYER_NORM_EPSILON = 1e-6
+
+default_kernel_init = nn.initializers.variance_scaling(1.0, "fan_in", "truncated_normal")
+
+
+def constrain(x, *axes):
+    """Names the logical axes of an activation so a mesh (when active) can shard it."""
+    return nn.with_logical_constraint(x, axes)
+
+
+def activation_fn(name: str):
+    """The activation called `name` in T5Config.mlp_activations ('gelu' is the tanh form)."""
+    if name == "linear":
+        return lambda x: x
+    if name == "gelu":
+        return lambda x: jax.nn.gelu(x, approximate=True)
+    return getattr(jax.nn, name)
+
+
+class Dense(nn.Module):
+    """x @ kernel with a 2-D float32 kernel [in, out], computed in `dtype`."""
+
+    features: int
+    axes: tuple[str, str]
+    dtype: jnp.dtype = jnp.float32
+    kernel_init: nn.initializers.Initializer = default_kernel_init
+
+    @nn.compact
+    def __call__(self, x):
+        kernel = self.param("kernel", nn.with_logical_partitioning(self.kernel_init, self.axes),
+                            (x.shape[-1], self.features), jnp.float32)
+        return jnp.dot(x.astype(self.dtype), kernel.astype(self.dtype))
+
+
+class RMSNorm(nn.Module):
+    """T5's layer norm: scale * x / rms(x), no mean subtraction or bias, computed in float32."""
+
+    dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x):
+        scale = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
+                           (x.shape[-1],), jnp.float32)
+        x = x.astype(jnp.float32)
+        x = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True)
+                              + LAYER_NORM_EPSILON)
+        return (x * scale).astype(self.dtype)
+
+
+class Embed(nn.Module):
+    """The shared token embedding; `attend` turns it into tied output logits (float32)."""
+
+    num_embeddings: int
+    features: int
+    dtype: jnp.dtype = jnp.float32
+
+    def setup(self):
+        self.embedding = self.param(
+            "embedding",
+            nn.with_logical_partitioning(nn.initializers.normal(stddev=1.0), ("vocab", "embed")),
+            (self.num_embeddings, self.features), jnp.float32)
+
+    def __call__(self, token_ids):
+        return jnp.take(self.embedding, token_ids, axis=0).astype(self.dtype)
+
+    def attend(self, x):
+        return jnp.dot(x.astype(jnp.float32), self.embedding.T)
+
+
+def relative_position_bucket(relative_position, bidirectional: bool, num_buckets: int,
+                             max_distance: int):
+    """Maps key_position - query_position to T5's buckets: exact near 0, log-spaced far away."""
+    bucket = 0
+    distance = -relative_position
+    if bidirectional:
+        num_buckets //= 2
+        bucket = (distance < 0).astype(jnp.int32) * num_buckets
+        distance = jnp.abs(distance)
+    else:
+        distance = jnp.maximum(distance, 0)
+    max_exact = num_buckets // 2
+    # Clamp before the log so that distance 0 never produces -inf (those use the exact branch).
+    log_ratio = jnp.log(jnp.maximum(distance, 1).astype(jnp.float32) / max_exact)
+    far = max_exact + (log_ratio / math.log(max_distance / max_exact)
+                       * (num_buckets - max_exact)).astype(jnp.int32)
+    far = jnp.minimum(far, num_buckets - 1)
+    return bucket + jnp.where(distance < max_exact, distance, far)
+
+
+class RelativePositionBias(nn.Module):
+    """One learned scalar per (head, bucket), shared by all layers of a stack."""
+
+    num_heads: int
+    num_buckets: int
+    max_distance: int
+    bidirectional: bool
+    dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, query_positions, key_positions):
+        """Bias [1, heads, q, k] for 1-D position vectors (q may be a single traced step)."""
+        table = self.param(
+            "rel_embedding",
+            nn.with_logical_partitioning(
+                nn.initializers.variance_scaling(1.0, "fan_avg", "uniform"),
+                ("heads", "relpos_buckets")),
+            (self.num_heads, self.num_buckets), jnp.float32)
+        buckets = relative_position_bucket(key_positions[None, :] - query_positions[:, None],
+                                           self.bidirectional, self.num_buckets,
+                                           self.max_distance)
+        return jnp.take(table, buckets, axis=1)[None].astype(self.dtype)
+
+
+def mask_to_bias(mask, dtype=jnp.float32):
+    """Boolean attention mask [B, 1, q, k] -> additive bias (0 where allowed)."""
+    return jnp.where(mask, 0.0, MASK_BIAS).astype(dtype)
+
+
+def pairwise_mask(query_values, key_values, fn=jnp.logical_and):
+    """[B, q] x [B, k] -> [B, 1, q, k] boolean mask, fn applied to every (query, key) pair."""
+    return fn(query_values[:, None, :, None], key_values[:, None, None, :])
+
+
+def decoder_self_mask(length: int, valid=None, segment_ids=None, causal_attention=None):
+    """Causal mask, opened bidirectionally inside a prefix-LM prefix, restricted to segments."""
+    positions = jnp.arange(length)
+    mask = (positions[None, :] <= positions[:, None])[None, None]
+    if causal_attention is not None:
+        prefix = causal_attention.astype(bool)
+        mask = jnp.logical_or(mask, pairwise_mask(prefix, prefix))
+    if valid is not None:
+        mask = jnp.logical_and(mask, pairwise_mask(valid, valid))
+    if segment_ids is not None:
+        mask = jnp.logical_and(mask, pairwise_mask(segment_ids, segment_ids, jnp.equal))
+    return mask
+
+
+class MultiHeadAttention(nn.Module):
+    """Dot-product attention with T5X's q/k/v/out kernels and an optional key/value cache.
+
+    Cache entries live in the flax 'cache' collection as `key`/`value` [batch, length, heads,
+    head_dim]: cross-attention fills them once from the encoder output; self-attention starts
+    from zeros (or from a prefill pass) and is updated one position per decoding step.
+    """
+
+    emb_dim: int
+    num_heads: int
+    head_dim: int
+    dropout_rate: float = 0.0
+    dtype: jnp.dtype = jnp.float32
+
+    def setup(self):
+        inner = self.num_heads * self.head_dim
+        # T5 never divides logits by sqrt(head_dim); its query initializer is scaled instead.
+        def query_init(*args):
+            return default_kernel_init(*args) / math.sqrt(self.head_dim)
+
+        self.query = Dense(inner, ("embed", "joined_kv"), self.dtype, query_init)
+        self.key = Dense(inner, ("embed", "joined_kv"), self.dtype)
+        self.value = Dense(inner, ("embed", "joined_kv"), self.dtype)
+        self.out = Dense(self.emb_dim, ("joined_kv", "embed"), self.dtype)
+        self.dropout = nn.Dropout(self.dropout_rate)
+
+    def _heads(self, dense, x):
+        y = dense(x)
+        y = y.reshape(y.shape[:-1] + (self.num_heads, self.head_dim))
+        return constrain(y, "batch", "length", "heads", "kv")
+
+    def _attend(self, inputs_q, key, value, bias, deterministic):
+        query = self._heads(self.query, inputs_q)
+        logits = jnp.einsum("bqhd,bkhd->bhqk", query, key).astype(jnp.float32)
+        if bias is not None:
+            logits = logits + bias.astype(jnp.float32)
+        weights = jax.nn.softmax(logits).astype(self.dtype)
+        weights = self.dropout(weights, deterministic=deterministic)
+        context = jnp.einsum("bhqk,bkhd->bqhd", weights, value)
+        context = context.reshape(context.shape[:2] + (self.num_heads * self.head_dim,))
+        return constrain(self.out(context), "batch", "length", "embed")
+
+    def __call__(self, inputs_q, inputs_kv, bias, deterministic=True):
+        """Full attention of inputs_q [B, q, E] over inputs_kv [B, k, E] plus bias [., ., q, k]."""
+        key = self._heads(self.key, inputs_kv)
+        value = self._heads(self.value, inputs_kv)
+        return self._attend(inputs_q, key, value, bias, deterministic)
+
+    def prefill(self, inputs, bias, deterministic=True):
+        """Self-attention over the whole prompt that also stores its keys/values as the cache."""
+        key = self._heads(self.key, inputs)
+        value = self._heads(self.value, inputs)
+        self.put_variable("cache", "key", key)
+        self.put_variable("cache", "value", value)
+        return self._attend(inputs, key, value, bias, deterministic)
+
+    def fill_cache(self, inputs_kv):
+        """Stores keys/values of a fixed memory (the encoder output) once, for every step."""
+        self.put_variable("cache", "key", self._heads(self.key, inputs_kv))
+        self.put_variable("cache", "value", self._heads(self.value, inputs_kv))
+
+    def zero_cache(self, batch_size: int, length: int):
+        """An empty self-attention cache for `length` decoding positions."""
+        zeros = jnp.zeros((batch_size, length, self.num_heads, self.head_dim), self.dtype)
+        self.put_variable("cache", "key", zeros)
+        self.put_variable("cache", "value", zeros)
+
+    def decode_step(self, inputs_q, bias, index=None, write=None):
+        """Attention of one new position [B, 1, E] over the cache.
+
+        With `index` (self-attention) the new key/value is written at that position first, but
+        only for rows where `write` [B] is true (rows still inside a prefilled prompt keep the
+        prefill's keys); without it (cross-attention) the cache is read only.
+        """
+        key = self.get_variable("cache", "key")
+        value = self.get_variable("cache", "value")
+        if index is not None:
+            new_key = self._heads(self.key, inputs_q)
+            new_value = self._heads(self.value, inputs_q)
+            if write is not None:
+                keep = write[:, None, None, None]
+                start = (0, index, 0, 0)
+                old_key = jax.lax.dynamic_slice(key, start, new_key.shape)
+                old_value = jax.lax.dynamic_slice(value, start, new_value.shape)
+                new_key = jnp.where(keep, new_key, old_key)
+                new_value = jnp.where(keep, new_value, old_value)
+            key = jax.lax.dynamic_update_slice(key, new_key.astype(key.dtype), (0, index, 0, 0))
+            value = jax.lax.dynamic_update_slice(value, new_value.astype(value.dtype),
+                                                 (0, index, 0, 0))
+            self.put_variable("cache", "key", key)
+            self.put_variable("cache", "value", value)
+        return self._attend(inputs_q, key, value, bias, deterministic=True)
+
+
+class MlpBlock(nn.Module):
+    """Position-wise feed-forward: product of activated projections (gated if more than one)."""
+
+    emb_dim: int
+    mlp_dim: int
+    activations: tuple[str, ...]
+    dropout_rate: float = 0.0
+    dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x, deterministic=True):
+        hidden = None
+        for i, name in enumerate(self.activations):
+            dense_name = "wi" if len(self.activations) == 1 else f"wi_{i}"
+            h = activation_fn(name)(Dense(self.mlp_dim, ("embed", "mlp"), self.dtype,
+                                          name=dense_name)(x))
+            hidden = h if hidden is None else hidden * h
+        hidden = constrain(hidden, "batch", "length", "mlp")
+        hidden = nn.Dropout(self.dropout_rate, broadcast_dims=(-2,))(
+            hidden, deterministic=deterministic)
+        return Dense(self.emb_dim, ("mlp", "embed"), self.dtype, name="wo")(hidden)

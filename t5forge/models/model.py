@@ -1,0 +1,290 @@
+"""What the trainer, evaluator and API call: params, logits, loss, scores and predictions.
+
+`EncoderDecoderModel` and `DecoderOnlyModel` wrap a network with the T5X model API and the
+seqio feature-converter batch names. Params are plain nested dicts of float32 arrays with
+T5X's names (no flax boxes); `param_logical_axes` gives their sharding names separately.
+Prediction is jitted end to end: encoding (or prompt prefill), the decoding cache and the
+decoding loop of `t5forge.models.decoding` compile into one XLA program per shape.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from t5forge.errors import CheckpointError, ConfigError, DataError
+from t5forge.models import decoding
+from t5forge.models.configs import T5Config
+from t5forge.models.losses import loss_and_metrics, token_cross_entropy
+from t5forge.models.network import build_network
+
+PREDICT_METHODS = ("greedy", "beam", "sample")
+_TOKEN_FEATURES = ("encoder_input_tokens", "decoder_input_tokens", "decoder_target_tokens")
+
+
+def _path_name(path) -> str:
+    return "/".join(str(getattr(k, "key", k)) for k in path)
+
+
+def _shift_left(sequences, amount):
+    """Moves each row left by amount[row] positions (along the last axis), filling with 0."""
+    length = sequences.shape[-1]
+    index = jnp.arange(length) + amount.reshape((-1,) + (1,) * (sequences.ndim - 1))
+    shifted = jnp.take_along_axis(sequences, jnp.minimum(index, length - 1), axis=-1)
+    return jnp.where(index < length, shifted, 0)
+
+
+class _Model:
+    """The network-independent part: params, loss, scoring and the decoding driver."""
+
+    network_inputs: tuple[str, ...] = ()
+
+    def __init__(self, config: T5Config, *, z_loss: float = 1e-4, label_smoothing: float = 0.0,
+                 loss_normalizing_factor=None, eos_id: int = 1):
+        self.config = config
+        self.z_loss = z_loss
+        self.label_smoothing = label_smoothing
+        self.loss_normalizing_factor = loss_normalizing_factor
+        self.eos_id = eos_id
+        self.network = build_network(config)
+        self._training_network = build_network(config, deterministic=False)
+        self._jit_logits = jax.jit(self._logits)
+        self._jit_score = jax.jit(self._score)
+
+    # ------------------------------------------------------------------ params
+
+    def _init_variables(self, rng):
+        dummy = jnp.ones((1, 1), jnp.int32)
+        return self.network.init({"params": rng}, **{k: dummy for k in self._init_inputs})
+
+    def init_params(self, rng) -> dict:
+        """Freshly initialized float32 params (T5X's initializers)."""
+        return nn.meta.unbox(jax.jit(self._init_variables)(rng)["params"])
+
+    def abstract_params(self) -> dict:
+        """The params' shapes and dtypes (jax.ShapeDtypeStruct), without allocating them."""
+        return nn.meta.unbox(jax.eval_shape(self._init_variables, jax.random.PRNGKey(0))["params"])
+
+    def param_logical_axes(self) -> dict:
+        """For every param, the tuple of its logical axis names (e.g. ('embed', 'mlp'))."""
+        boxed = jax.eval_shape(self._init_variables, jax.random.PRNGKey(0))["params"]
+        specs = nn.get_partition_spec(boxed)
+        return jax.tree_util.tree_map(tuple, specs,
+                                      is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+
+    def check_params_match(self, params) -> None:
+        """Raises CheckpointError naming the first param whose path or shape differs."""
+        expected = {_path_name(p): v.shape for p, v in
+                    jax.tree_util.tree_flatten_with_path(self.abstract_params())[0]}
+        given = {_path_name(p): np.shape(v) for p, v in
+                 jax.tree_util.tree_flatten_with_path(params)[0]}
+        for name, shape in expected.items():
+            if name not in given:
+                raise CheckpointError(f"params lack {name} (expected shape {shape}) for this "
+                                      f"model config; is it the right checkpoint/config pair?")
+            if tuple(given[name]) != tuple(shape):
+                raise CheckpointError(f"param {name} has shape {tuple(given[name])} but the model "
+                                      f"config expects {tuple(shape)}; check the model config")
+        extra = sorted(set(given) - set(expected))
+        if extra:
+            raise CheckpointError(f"params have {extra[0]} which this model config does not use "
+                                  f"({len(extra)} unexpected in all); check the model config")
+
+    # ------------------------------------------------------------------ inputs
+
+    def check_token_ids(self, batch) -> None:
+        """DataError if a concrete token feature holds an id outside [0, vocab_size)."""
+        for name in _TOKEN_FEATURES:
+            value = batch.get(name)
+            if value is None or isinstance(value, jax.core.Tracer):
+                continue
+            value = np.asarray(value)
+            if value.size == 0:
+                continue
+            top, bottom = int(value.max()), int(value.min())
+            if top >= self.config.vocab_size or bottom < 0:
+                bad = top if top >= self.config.vocab_size else bottom
+                raise DataError(f"{name} holds token id {bad} but the model's vocab_size is "
+                                f"{self.config.vocab_size} (valid ids 0..{self.config.vocab_size - 1})"
+                                "; use the vocabulary the model was built for")
+
+    def _array_features(self, batch) -> dict:
+        """The features the jitted forward functions read (others may not be arrays)."""
+        wanted = self.network_inputs + ("decoder_loss_weights",)
+        return {k: jnp.asarray(batch[k]) for k in wanted if batch.get(k) is not None}
+
+    def _network_kwargs(self, batch) -> dict:
+        return {k: jnp.asarray(batch[k]) for k in self.network_inputs if batch.get(k) is not None}
+
+    def _weights(self, batch):
+        weights = batch.get("decoder_loss_weights")
+        if weights is None:
+            return (jnp.asarray(batch["decoder_target_tokens"]) > 0).astype(jnp.float32)
+        return jnp.asarray(weights, jnp.float32)
+
+    # ------------------------------------------------------------------ forward
+
+    def _logits(self, params, batch, dropout_rng=None):
+        if dropout_rng is None:
+            return self.network.apply({"params": params}, **self._network_kwargs(batch))
+        return self._training_network.apply({"params": params}, **self._network_kwargs(batch),
+                                            rngs={"dropout": dropout_rng})
+
+    def logits(self, params, batch):
+        """Teacher-forced logits [B, T, vocab] float32 (dropout off)."""
+        self.check_token_ids(batch)
+        return self._jit_logits(params, self._array_features(batch))
+
+    def loss_fn(self, params, batch, dropout_rng=None):
+        """(loss, metrics); dropout is on iff dropout_rng is given. Traceable (jit/grad it)."""
+        self.check_token_ids(batch)
+        logits = self._logits(params, batch, dropout_rng)
+        segment_ids = batch.get("decoder_segment_ids")
+        return loss_and_metrics(
+            logits, jnp.asarray(batch["decoder_target_tokens"]), self._weights(batch),
+            z_loss=self.z_loss, label_smoothing=self.label_smoothing,
+            loss_normalizing_factor=self.loss_normalizing_factor,
+            segment_ids=None if segment_ids is None else jnp.asarray(segment_ids))
+
+    def _score(self, params, batch):
+        logits = self._logits(params, batch)
+        token_loss, _ = token_cross_entropy(logits, jnp.asarray(batch["decoder_target_tokens"]))
+        return -jnp.sum(token_loss * self._weights(batch), axis=-1)
+
+    def score_batch(self, params, batch):
+        """Log-likelihood [B] of each target sequence (sum over its weighted tokens)."""
+        self.check_token_ids(batch)
+        return self._jit_score(params, self._array_features(batch))
+
+    # ------------------------------------------------------------------ decoding
+
+    def decoding_state(self, params, batch, max_decode_length: int):
+        """(decoder prompt int32[B, L], initial cache, tokens_to_logits) for models.decoding."""
+        raise NotImplementedError
+
+    def _postprocess(self, sequences, prompt):
+        return sequences
+
+    @functools.partial(jax.jit, static_argnums=(0,),
+                       static_argnames=("method", "num_decodes", "alpha", "temperature", "topk",
+                                        "topp", "max_decode_length"))
+    def _predict(self, params, batch, rng, *, method, num_decodes, alpha, temperature, topk, topp,
+                 max_decode_length):
+        prompt, cache, tokens_to_logits = self.decoding_state(params, batch, max_decode_length)
+        if method == "beam":
+            sequences, scores = decoding.beam_search(prompt, cache, tokens_to_logits, self.eos_id,
+                                                     num_decodes=num_decodes, alpha=alpha)
+        else:
+            if method == "greedy":
+                temperature, topk, topp = 1.0, 1, 0.0
+            sequences, scores = decoding.temperature_sample(
+                prompt, cache, tokens_to_logits, self.eos_id, rng, num_decodes=num_decodes,
+                temperature=temperature, topk=topk, topp=topp)
+        return self._postprocess(sequences, prompt), scores
+
+    def predict_batch_with_aux(self, params, batch, rng=None, method: str = "greedy",
+                               num_decodes: int = 1, alpha: float = 0.6,
+                               temperature: float = 1.0, topk: int = 1, topp: float = 0.0,
+                               max_decode_length: int | None = None,
+                               return_all_decodes: bool = False):
+        """(tokens [B, L], {'scores': [B]}) for the best decode of each row, or with
+        return_all_decodes all of them, [B, num_decodes, L] and [B, num_decodes], best last."""
+        if method not in PREDICT_METHODS:
+            raise ConfigError(f"unknown decoding method {method!r}; use one of {PREDICT_METHODS}")
+        if method == "beam" and num_decodes < 2:
+            num_decodes = 4
+        self.check_token_ids(batch)
+        length = max_decode_length or np.shape(batch["decoder_input_tokens"])[1]
+        inputs = {k: jnp.asarray(v) for k, v in batch.items() if k in self.decoding_inputs}
+        sequences, scores = self._predict(
+            params, inputs, rng, method=method, num_decodes=num_decodes, alpha=float(alpha),
+            temperature=float(temperature), topk=int(topk), topp=float(topp),
+            max_decode_length=int(length))
+        if return_all_decodes:
+            return sequences, {"scores": scores}
+        return sequences[:, -1], {"scores": scores[:, -1]}
+
+    def predict_batch(self, params, batch, rng=None, **options):
+        """Decoded tokens [B, L] (0 after EOS); options as predict_batch_with_aux."""
+        return self.predict_batch_with_aux(params, batch, rng, **options)[0]
+
+
+class EncoderDecoderModel(_Model):
+    """T5 with an encoder: predicts targets from `encoder_input_tokens`."""
+
+    network_inputs = ("encoder_input_tokens", "decoder_input_tokens", "decoder_target_tokens",
+                      "encoder_segment_ids", "decoder_segment_ids")
+    decoding_inputs = ("encoder_input_tokens",)
+    _init_inputs = ("encoder_input_tokens", "decoder_input_tokens", "decoder_target_tokens")
+
+    def decoding_state(self, params, batch, max_decode_length: int):
+        encoder_tokens = jnp.asarray(batch["encoder_input_tokens"], jnp.int32)
+        init_network = build_network(self.config, decode_mode="init",
+                                     cache_length=max_decode_length)
+        _, variables = init_network.apply({"params": params}, encoder_tokens,
+                                          method="init_cache", mutable=["cache"])
+        cache = {"network": variables["cache"], "encoder_valid": encoder_tokens > 0}
+        step_network = build_network(self.config, decode_mode="step",
+                                     cache_length=max_decode_length)
+
+        def tokens_to_logits(token_ids, cache, step):
+            logits, variables = step_network.apply(
+                {"params": params, "cache": cache["network"]}, token_ids, step,
+                cache["encoder_valid"], method="decode_step", mutable=["cache"])
+            return logits[:, 0], {**cache, "network": variables["cache"]}
+
+        prompt = jnp.zeros((encoder_tokens.shape[0], max_decode_length), jnp.int32)
+        return prompt, cache, tokens_to_logits
+
+
+class DecoderOnlyModel(_Model):
+    """A (prefix-)LM: the prompt is the part of `decoder_input_tokens` under
+    `decoder_causal_attention`, attended bidirectionally as in training; predictions return
+    only the continuation."""
+
+    network_inputs = ("decoder_input_tokens", "decoder_target_tokens", "decoder_segment_ids",
+                      "decoder_causal_attention")
+    decoding_inputs = ("decoder_input_tokens", "decoder_causal_attention")
+    _init_inputs = ("decoder_input_tokens", "decoder_target_tokens")
+
+    def decoding_state(self, params, batch, max_decode_length: int):
+        tokens = jnp.asarray(batch["decoder_input_tokens"], jnp.int32)
+        causal = batch.get("decoder_causal_attention")
+        causal = jnp.zeros_like(tokens) if causal is None else jnp.asarray(causal, jnp.int32)
+        pad = max_decode_length - tokens.shape[1]
+        if pad < 0:
+            raise ConfigError(f"max_decode_length {max_decode_length} is shorter than the "
+                              f"decoder inputs ({tokens.shape[1]}); raise it")
+        prompt = jnp.pad(tokens * causal, ((0, 0), (0, pad)))
+        causal = jnp.pad(causal, ((0, 0), (0, pad)))
+        prefill_network = build_network(self.config, decode_mode="prefill")
+        _, variables = prefill_network.apply({"params": params}, prompt, causal,
+                                             method="prefill", mutable=["cache"])
+        cache = {"network": variables["cache"],
+                 "prefix_length": jnp.sum(causal, axis=1, dtype=jnp.int32)}
+        step_network = build_network(self.config, decode_mode="step",
+                                     cache_length=max_decode_length)
+
+        def tokens_to_logits(token_ids, cache, step):
+            # Prompt positions keep the prefill's (bidirectional) keys and values.
+            write = step >= cache["prefix_length"]
+            logits, variables = step_network.apply(
+                {"params": params, "cache": cache["network"]}, token_ids, step, write,
+                method="decode_step", mutable=["cache"])
+            return logits[:, 0], {**cache, "network": variables["cache"]}
+
+        return prompt, cache, tokens_to_logits
+
+    def _postprocess(self, sequences, prompt):
+        prompt_length = jnp.sum(prompt[:, 1:] != 0, axis=1)
+        return _shift_left(sequences, prompt_length)
+
+
+def build_model(config: T5Config, **options) -> EncoderDecoderModel | DecoderOnlyModel:
+    """The model for `config`; options: z_loss, label_smoothing, loss_normalizing_factor, eos_id."""
+    model_cls = DecoderOnlyModel if config.is_decoder_only else EncoderDecoderModel
+    return model_cls(config, **options)

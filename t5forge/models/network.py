@@ -1,0 +1,338 @@
+"""The T5 networks: encoder and decoder stacks, EncoderDecoder and DecoderOnly (flax.linen).
+
+Parameter paths equal T5X's (`encoder/layers_0/attention/query/kernel`, ...) so T5X and Hugging
+Face checkpoints map onto them 1:1. With `scan_layers` the layers of a stack become one scanned
+module `layers` whose params gain a 'layers' axis at position 1 (T5X's scanned layout; see
+param_layout.py for the conversion). A network instance is built for one purpose, named by
+`decode_mode`: 'none' (teacher-forced forward, training and scoring), 'init' (create the
+decoding cache of an encoder-decoder: empty self-attention slots plus cross-attention keys and
+values computed once from the encoder output), 'prefill' (decoder-only: run the prompt and keep
+its keys/values) and 'step' (one cached decoding position).
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from t5forge.models.configs import T5Config
+from t5forge.models.layers import (
+    Dense,
+    Embed,
+    MlpBlock,
+    MultiHeadAttention,
+    RelativePositionBias,
+    RMSNorm,
+    constrain,
+    decoder_self_mask,
+    mask_to_bias,
+    pairwise_mask,
+)
+
+DECODE_MODES = ("none", "init", "prefill", "step")
+REMAT_POLICIES = {
+    "minimal": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
+    "full": None,
+}
+
+
+def _dtype(config: T5Config):
+    return jnp.dtype(config.dtype)
+
+
+def _dropout(config: T5Config, x, deterministic: bool):
+    # T5X shares one dropout mask along the length axis.
+    return nn.Dropout(config.dropout_rate, broadcast_dims=(-2,))(x, deterministic=deterministic)
+
+
+def _attention(config: T5Config, name: str) -> MultiHeadAttention:
+    return MultiHeadAttention(config.emb_dim, config.num_heads, config.head_dim,
+                              config.dropout_rate, _dtype(config), name=name)
+
+
+def _mlp(config: T5Config) -> MlpBlock:
+    return MlpBlock(config.emb_dim, config.mlp_dim, config.mlp_activations, config.dropout_rate,
+                    _dtype(config), name="mlp")
+
+
+def _layer_output(config: T5Config, y):
+    # nn.scan wants (carry, per-layer output); the unscanned stack wants the activations.
+    return (y, None) if config.scan_layers else y
+
+
+class EncoderLayer(nn.Module):
+    """Pre-norm self-attention and MLP blocks with residual connections."""
+
+    config: T5Config
+    deterministic: bool = True
+
+    @nn.compact
+    def __call__(self, x, bias):
+        cfg, det = self.config, self.deterministic
+        x = constrain(x, "batch", "length", "embed")
+        h = RMSNorm(_dtype(cfg), name="pre_attention_layer_norm")(x)
+        h = _attention(cfg, "attention")(h, h, bias, det)
+        x = x + _dropout(cfg, h, det)
+        h = RMSNorm(_dtype(cfg), name="pre_mlp_layer_norm")(x)
+        h = _mlp(cfg)(h, det)
+        x = constrain(x + _dropout(cfg, h, det), "batch", "length", "embed")
+        return _layer_output(cfg, x)
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm causal self-attention, optional cross-attention, and MLP blocks."""
+
+    config: T5Config
+    deterministic: bool = True
+    decode_mode: str = "none"
+    cache_length: int = 0
+
+    @nn.compact
+    def __call__(self, x, encoded, self_bias, cross_bias, index, write):
+        cfg, det, mode = self.config, self.deterministic, self.decode_mode
+        cross = not cfg.is_decoder_only
+        self_attention = _attention(cfg, "self_attention")
+        cross_attention = _attention(cfg, "encoder_decoder_attention") if cross else None
+        if mode == "init":
+            self_attention.zero_cache(encoded.shape[0], self.cache_length)
+            cross_attention.fill_cache(encoded)
+            return _layer_output(cfg, x)
+
+        x = constrain(x, "batch", "length", "embed")
+        h = RMSNorm(_dtype(cfg), name="pre_self_attention_layer_norm")(x)
+        if mode == "step":
+            h = self_attention.decode_step(h, self_bias, index, write)
+        elif mode == "prefill":
+            h = self_attention.prefill(h, self_bias, det)
+        else:
+            h = self_attention(h, h, self_bias, det)
+        x = x + _dropout(cfg, h, det)
+        if cross:
+            h = RMSNorm(_dtype(cfg), name="pre_cross_attention_layer_norm")(x)
+            if mode == "step":
+                h = cross_attention.decode_step(h, cross_bias)
+            else:
+                h = cross_attention(h, encoded, cross_bias, det)
+            x = x + _dropout(cfg, h, det)
+        h = RMSNorm(_dtype(cfg), name="pre_mlp_layer_norm")(x)
+        h = _mlp(cfg)(h, det)
+        x = constrain(x + _dropout(cfg, h, det), "batch", "length", "embed")
+        return _layer_output(cfg, x)
+
+
+def _layer_stack(config: T5Config, layer_cls, num_layers: int, num_args: int, checkpointed: bool,
+                 **layer_kwargs):
+    """The layers of one stack: `layers_0..N-1`, or one scanned `layers` module.
+
+    Rematerialization wraps the layer when training with a remat policy; under scan the params
+    (and decoding caches) are stacked along axis 1, the 'layers' logical axis.
+    """
+    if checkpointed and config.remat_policy != "none":
+        layer_cls = nn.remat(layer_cls, policy=REMAT_POLICIES[config.remat_policy],
+                             prevent_cse=not config.scan_layers)
+    if not config.scan_layers:
+        return [layer_cls(config, name=f"layers_{i}", **layer_kwargs) for i in range(num_layers)]
+    scanned = nn.scan(layer_cls, variable_axes={"params": 1, "cache": 1},
+                      split_rngs={"params": True, "dropout": True},
+                      in_axes=(nn.broadcast,) * num_args, length=num_layers,
+                      metadata_params={nn.PARTITION_NAME: "layers"})
+    return scanned(config, name="layers", **layer_kwargs)
+
+
+def _run_stack(config: T5Config, layers, x, *args):
+    if config.scan_layers:
+        return layers(x, *args)[0]
+    for layer in layers:
+        x = layer(x, *args)
+    return x
+
+
+class Encoder(nn.Module):
+    """Embeds the inputs and runs the bidirectional stack; one relative bias for all layers."""
+
+    config: T5Config
+    embed: nn.Module
+    deterministic: bool = True
+
+    def setup(self):
+        cfg = self.config
+        self.relpos_bias = RelativePositionBias(
+            cfg.num_heads, cfg.relative_attention_num_buckets,
+            cfg.relative_attention_max_distance, bidirectional=True)
+        self.layers = _layer_stack(cfg, EncoderLayer, cfg.num_encoder_layers, 1,
+                                   checkpointed=True, deterministic=self.deterministic)
+        self.encoder_norm = RMSNorm(_dtype(cfg))
+        self.embed_dropout = nn.Dropout(cfg.dropout_rate, broadcast_dims=(-2,))
+        self.output_dropout = nn.Dropout(cfg.dropout_rate, broadcast_dims=(-2,))
+
+    def __call__(self, tokens, segment_ids=None):
+        """tokens [B, S] (0 = padding) -> encoded [B, S, emb_dim] in the activation dtype."""
+        det = self.deterministic
+        x = self.embed_dropout(self.embed(tokens), deterministic=det)
+        positions = jnp.arange(tokens.shape[1])
+        mask = pairwise_mask(tokens > 0, tokens > 0)
+        if segment_ids is not None:
+            mask = jnp.logical_and(mask, pairwise_mask(segment_ids, segment_ids, jnp.equal))
+        # Relative positions are shift-invariant, so packed segments need no per-token positions.
+        bias = mask_to_bias(mask) + self.relpos_bias(positions, positions).astype(jnp.float32)
+        x = _run_stack(self.config, self.layers, x, bias)
+        x = self.encoder_norm(x)
+        return self.output_dropout(x, deterministic=det)
+
+
+class Decoder(nn.Module):
+    """The causal stack and output logits; `decode_mode` picks forward, cache init or one step."""
+
+    config: T5Config
+    embed: nn.Module
+    deterministic: bool = True
+    decode_mode: str = "none"
+    cache_length: int = 0
+
+    def setup(self):
+        cfg = self.config
+        self.relpos_bias = RelativePositionBias(
+            cfg.num_heads, cfg.relative_attention_num_buckets,
+            cfg.relative_attention_max_distance, bidirectional=False)
+        self.layers = _layer_stack(cfg, DecoderLayer, cfg.num_decoder_layers, 5,
+                                   checkpointed=self.decode_mode == "none",
+                                   deterministic=self.deterministic,
+                                   decode_mode=self.decode_mode, cache_length=self.cache_length)
+        self.decoder_norm = RMSNorm(_dtype(cfg))
+        self.embed_dropout = nn.Dropout(cfg.dropout_rate, broadcast_dims=(-2,))
+        self.output_dropout = nn.Dropout(cfg.dropout_rate, broadcast_dims=(-2,))
+        if not cfg.logits_via_embedding:
+            self.logits_dense = Dense(cfg.vocab_size, ("embed", "vocab"), jnp.float32)
+
+    def _logits(self, y):
+        y = self.decoder_norm(y)
+        y = self.output_dropout(y, deterministic=self.deterministic)
+        if self.config.logits_via_embedding:
+            logits = self.embed.attend(y) / jnp.sqrt(jnp.float32(y.shape[-1]))
+        else:
+            logits = self.logits_dense(y)
+        return constrain(logits, "batch", "length", "vocab")
+
+    def __call__(self, tokens, encoded=None, self_mask=None, cross_mask=None):
+        """Teacher-forced (or prefill) logits [B, T, vocab] float32 for tokens [B, T]."""
+        y = self.embed_dropout(self.embed(tokens), deterministic=self.deterministic)
+        positions = jnp.arange(tokens.shape[1])
+        self_bias = mask_to_bias(self_mask) + self.relpos_bias(positions, positions).astype(
+            jnp.float32)
+        cross_bias = None if cross_mask is None else mask_to_bias(cross_mask)
+        y = _run_stack(self.config, self.layers, y, encoded, self_bias, cross_bias, None, None)
+        if self.decode_mode == "prefill":
+            return None
+        return self._logits(y)
+
+    def init_cache(self, encoded):
+        """Creates the self-attention slots and the cross-attention keys/values (mode 'init')."""
+        carry = jnp.zeros((encoded.shape[0], 1, self.config.emb_dim), encoded.dtype)
+        _run_stack(self.config, self.layers, carry, encoded, None, None, None, None)
+
+    def step(self, tokens, index, encoder_valid=None, write=None):
+        """Logits [B, 1, vocab] for the tokens [B, 1] at position `index` (mode 'step')."""
+        y = self.embed(tokens)
+        key_positions = jnp.arange(self.cache_length)
+        visible = (key_positions <= index)[None, None, None, :]
+        self_bias = mask_to_bias(visible) + self.relpos_bias(
+            jnp.reshape(index, (1,)), key_positions).astype(jnp.float32)
+        cross_bias = None
+        if encoder_valid is not None:
+            cross_bias = mask_to_bias(encoder_valid.astype(bool)[:, None, None, :])
+        y = _run_stack(self.config, self.layers, y, None, self_bias, cross_bias, index, write)
+        return self._logits(y)
+
+
+def _checked_mode(mode: str) -> str:
+    if mode not in DECODE_MODES:
+        raise ValueError(f"decode_mode must be one of {DECODE_MODES}, got {mode!r}")
+    return mode
+
+
+class EncoderDecoder(nn.Module):
+    """T5: a shared token embedding, an encoder, and a decoder that attends to it."""
+
+    config: T5Config
+    deterministic: bool = True
+    decode_mode: str = "none"
+    cache_length: int = 0
+
+    def setup(self):
+        cfg = self.config
+        _checked_mode(self.decode_mode)
+        self.token_embedder = Embed(cfg.vocab_size, cfg.emb_dim, _dtype(cfg))
+        self.encoder = Encoder(cfg, self.token_embedder, self.deterministic)
+        self.decoder = Decoder(cfg, self.token_embedder, self.deterministic, self.decode_mode,
+                               self.cache_length)
+
+    def encode(self, encoder_input_tokens, encoder_segment_ids=None):
+        """Encoder output [B, S, emb_dim]."""
+        return self.encoder(encoder_input_tokens, encoder_segment_ids)
+
+    def decode(self, encoded, encoder_input_tokens, decoder_input_tokens, decoder_target_tokens,
+               encoder_segment_ids=None, decoder_segment_ids=None):
+        """Teacher-forced decoder logits given the encoder output."""
+        target_valid = decoder_target_tokens > 0
+        self_mask = decoder_self_mask(decoder_input_tokens.shape[1], target_valid,
+                                      decoder_segment_ids)
+        cross_mask = pairwise_mask(target_valid, encoder_input_tokens > 0)
+        if encoder_segment_ids is not None:
+            cross_mask = jnp.logical_and(
+                cross_mask, pairwise_mask(decoder_segment_ids, encoder_segment_ids, jnp.equal))
+        return self.decoder(decoder_input_tokens, encoded, self_mask, cross_mask)
+
+    def __call__(self, encoder_input_tokens, decoder_input_tokens, decoder_target_tokens,
+                 encoder_segment_ids=None, decoder_segment_ids=None):
+        """Logits [B, T, vocab] float32 of a (possibly packed) batch."""
+        encoded = self.encode(encoder_input_tokens, encoder_segment_ids)
+        return self.decode(encoded, encoder_input_tokens, decoder_input_tokens,
+                           decoder_target_tokens, encoder_segment_ids, decoder_segment_ids)
+
+    def init_cache(self, encoder_input_tokens):
+        """Encodes once and fills the decoding cache ('init' mode, mutable 'cache')."""
+        self.decoder.init_cache(self.encode(encoder_input_tokens))
+
+    def decode_step(self, tokens, index, encoder_valid):
+        """One cached decoding step ('step' mode): logits [B, 1, vocab]."""
+        return self.decoder.step(tokens, index, encoder_valid=encoder_valid)
+
+
+class DecoderOnly(nn.Module):
+    """A causal language model (prefix-LM when `decoder_causal_attention` marks a prefix)."""
+
+    config: T5Config
+    deterministic: bool = True
+    decode_mode: str = "none"
+    cache_length: int = 0
+
+    def setup(self):
+        cfg = self.config
+        _checked_mode(self.decode_mode)
+        self.token_embedder = Embed(cfg.vocab_size, cfg.emb_dim, _dtype(cfg))
+        self.decoder = Decoder(cfg, self.token_embedder, self.deterministic, self.decode_mode,
+                               self.cache_length)
+
+    def __call__(self, decoder_input_tokens, decoder_target_tokens, decoder_segment_ids=None,
+                 decoder_causal_attention=None):
+        """Logits [B, T, vocab] float32; the prefix marked by causal_attention is bidirectional."""
+        self_mask = decoder_self_mask(decoder_input_tokens.shape[1], decoder_target_tokens > 0,
+                                      decoder_segment_ids, decoder_causal_attention)
+        return self.decoder(decoder_input_tokens, None, self_mask)
+
+    def prefill(self, decoder_input_tokens, decoder_causal_attention):
+        """Runs the prompt [B, L] ('prefill' mode) so its keys/values become the cache."""
+        self_mask = decoder_self_mask(decoder_input_tokens.shape[1],
+                                      causal_attention=decoder_causal_attention)
+        self.decoder(decoder_input_tokens, None, self_mask)
+
+    def decode_step(self, tokens, index, write):
+        """One cached decoding step ('step' mode); rows with write=False keep prefill keys."""
+        return self.decoder.step(tokens, index, write=write)
+
+
+def build_network(config: T5Config, **mode) -> nn.Module:
+    """The flax module for `config` (`mode`: deterministic, decode_mode, cache_length)."""
+    network_cls = DecoderOnly if config.is_decoder_only else EncoderDecoder
+    return network_cls(config, **mode)

@@ -1,0 +1,188 @@
+"""The T5 network: T5X's parameter tree, relative buckets, cached decoding, packing, dropout."""
+
+import flax.serialization
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t5forge.models.configs import get_config
+from t5forge.models.layers import relative_position_bucket
+from t5forge.models.model import build_model
+from t5forge.models.param_layout import stack_layers, unstack_layers
+
+
+def _tree_paths(tree):
+    return {jax.tree_util.keystr(p): np.shape(v)
+            for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def _encdec_batch(rng, batch=2, inputs=7, targets=6, vocab=60):
+    """Random tokens; the last row (when there are two or more) ends in padding."""
+    enc = rng.randint(2, vocab, (batch, inputs)).astype(np.int32)
+    tgt = rng.randint(2, vocab, (batch, targets)).astype(np.int32)
+    if batch > 1:
+        enc[-1, inputs - 2:] = 0
+        tgt[-1, targets - 2:] = 0
+    dec = np.concatenate([np.zeros((batch, 1), np.int32), tgt[:, :-1]], axis=1)
+    return {"encoder_input_tokens": enc, "decoder_input_tokens": dec,
+            "decoder_target_tokens": tgt}
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model = build_model(get_config("t5_1_1/tiny", dtype="float32", vocab_size=64))
+    return model, model.init_params(jax.random.PRNGKey(0))
+
+
+def test_param_tree_equals_t5x_test_checkpoint(shared_data):
+    raw = (shared_data / "t5x_testdata" / "test_t5_tiny.checkpoint_0").read_bytes()
+    t5x_params = flax.serialization.msgpack_restore(raw)["optimizer"]["target"]
+    model = build_model(get_config("t5_1_1/tiny"))
+    assert _tree_paths(model.abstract_params()) == _tree_paths(t5x_params)
+    batch = _encdec_batch(np.random.RandomState(0), vocab=32128)
+    logits = model.logits(t5x_params, batch)
+    assert logits.shape == (2, 6, 32128) and logits.dtype == jnp.float32
+    assert np.isfinite(np.asarray(logits)).all()
+
+
+def test_logical_axes_name_every_param_dimension():
+    for scan in (False, True):
+        model = build_model(get_config("t5_1_0/tiny", scan_layers=scan))
+        shapes = _tree_paths(model.abstract_params())
+        axes = {jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_flatten_with_path(
+            model.param_logical_axes(), is_leaf=lambda x: isinstance(x, tuple))[0]}
+        assert shapes.keys() == axes.keys()
+        assert all(len(axes[k]) == len(shapes[k]) for k in shapes)
+        assert axes["['token_embedder']['embedding']"] == ("vocab", "embed")
+        layer = "['layers']" if scan else "['layers_0']"
+        wi = axes[f"['encoder']{layer}['mlp']['wi']['kernel']"]
+        assert wi == (("embed", "layers", "mlp") if scan else ("embed", "mlp"))
+
+
+@pytest.mark.parametrize("bidirectional,relative,bucket", [
+    (True, 0, 0), (True, -1, 1), (True, 1, 17), (True, -7, 7), (True, -8, 8), (True, -16, 10),
+    (True, -200, 15), (True, 200, 31), (False, 3, 0), (False, -15, 15), (False, -16, 16),
+    (False, -32, 21), (False, -100, 30), (False, -200, 31),
+])
+def test_relative_position_bucket_golden(bidirectional, relative, bucket):
+    # relative = key position - query position; values from T5's bucketing formula by hand.
+    got = relative_position_bucket(jnp.array(relative), bidirectional, 32, 128)
+    assert int(got) == bucket
+
+
+def _stepwise_logits(model, params, batch, length):
+    prompt, cache, tokens_to_logits = model.decoding_state(params, batch, length)
+    step_fn = jax.jit(tokens_to_logits)
+    tokens, outputs = batch["decoder_input_tokens"], []
+    for step in range(length):
+        logits, cache = step_fn(jnp.asarray(tokens[:, step:step + 1]), cache, jnp.int32(step))
+        outputs.append(logits)
+    return np.stack(outputs, axis=1)
+
+
+def _check_cached_decode(model, params):
+    batch = _encdec_batch(np.random.RandomState(1))
+    full = np.asarray(model.logits(params, batch))
+    stepped = _stepwise_logits(model, params, batch, 6)
+    assert stepped.shape == full.shape
+    # Padded target positions included: decoding never looks at target padding.
+    np.testing.assert_allclose(stepped[0], full[0], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(stepped[1, :4], full[1, :4], atol=1e-5, rtol=0)
+
+
+def test_cached_decode_equals_full_forward(tiny):
+    _check_cached_decode(*tiny)
+
+
+def test_cached_decode_equals_full_forward_scanned():
+    model = build_model(get_config("t5_1_1/tiny", dtype="float32", vocab_size=64,
+                                   scan_layers=True))
+    _check_cached_decode(model, model.init_params(jax.random.PRNGKey(1)))
+
+
+def test_cached_decode_equals_full_forward_for_prefix_lm():
+    model = build_model(get_config("decoder_only/tiny", dtype="float32", vocab_size=64))
+    params = model.init_params(jax.random.PRNGKey(2))
+    rng = np.random.RandomState(2)
+    tgt = rng.randint(2, 64, (2, 8)).astype(np.int32)
+    dec = np.concatenate([np.zeros((2, 1), np.int32), tgt[:, :-1]], axis=1)
+    # Row 0: 3 prompt tokens (positions 0..3 incl. BOS are the bidirectional prefix); row 1: 1.
+    causal = np.zeros((2, 8), np.int32)
+    causal[0, :4] = 1
+    causal[1, :2] = 1
+    batch = {"decoder_input_tokens": dec, "decoder_target_tokens": tgt,
+             "decoder_causal_attention": causal}
+    full = np.asarray(model.logits(params, batch))
+    stepped = _stepwise_logits(model, params, batch, 8)
+    # Logits inside the prompt are never used by decoding; from the last prompt token on they
+    # must equal the teacher-forced prefix-LM logits.
+    np.testing.assert_allclose(stepped[0, 3:], full[0, 3:], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(stepped[1, 1:], full[1, 1:], atol=1e-5, rtol=0)
+
+
+def test_packed_batch_matches_segments_run_separately(tiny):
+    model, params = tiny
+    rng = np.random.RandomState(3)
+    singles = [_encdec_batch(rng, batch=1, inputs=n, targets=m) for n, m in ((4, 3), (5, 4))]
+    packed = {key: np.concatenate([s[key] for s in singles] + [np.zeros((1, 1), np.int32)],
+                                  axis=1) for key in singles[0]}
+    packed["encoder_segment_ids"] = np.array([[1] * 4 + [2] * 5 + [0]], np.int32)
+    packed["decoder_segment_ids"] = np.array([[1] * 3 + [2] * 4 + [0]], np.int32)
+    packed_logits = np.asarray(model.logits(params, packed))
+    np.testing.assert_allclose(packed_logits[0, :3], model.logits(params, singles[0])[0],
+                               atol=1e-5)
+    np.testing.assert_allclose(packed_logits[0, 3:7], model.logits(params, singles[1])[0],
+                               atol=1e-5)
+
+
+def test_packed_decoder_only_matches_segments():
+    model = build_model(get_config("decoder_only/tiny", dtype="float32", vocab_size=64))
+    params = model.init_params(jax.random.PRNGKey(4))
+    tgt = np.array([[5, 6, 7, 8, 9, 10, 11, 0]], np.int32)
+    dec = np.array([[0, 5, 6, 0, 8, 9, 10, 0]], np.int32)
+    segments = np.array([[1, 1, 1, 2, 2, 2, 2, 0]], np.int32)
+    packed = model.logits(params, {"decoder_input_tokens": dec, "decoder_target_tokens": tgt,
+                                   "decoder_segment_ids": segments})
+    second = model.logits(params, {"decoder_input_tokens": dec[:, 3:7],
+                                   "decoder_target_tokens": tgt[:, 3:7]})
+    np.testing.assert_allclose(np.asarray(packed)[0, 3:7], np.asarray(second)[0], atol=1e-5)
+
+
+def test_dropout_off_is_deterministic_and_on_is_seeded():
+    model = build_model(get_config("t5_1_1/tiny", dtype="float32", vocab_size=64,
+                                   dropout_rate=0.3))
+    params = model.init_params(jax.random.PRNGKey(5))
+    batch = _encdec_batch(np.random.RandomState(5))
+    np.testing.assert_array_equal(model.logits(params, batch), model.logits(params, batch))
+    loss_with_dropout = jax.jit(lambda rng: model.loss_fn(params, batch, rng)[0])
+    first = float(loss_with_dropout(jax.random.PRNGKey(0)))
+    assert first == float(loss_with_dropout(jax.random.PRNGKey(0)))
+    assert first != float(loss_with_dropout(jax.random.PRNGKey(1)))
+
+
+def test_bfloat16_activations_run_close_to_float32(tiny):
+    model32, params = tiny
+    model16 = build_model(get_config("t5_1_1/tiny", dtype="bfloat16", vocab_size=64))
+    batch = _encdec_batch(np.random.RandomState(6))
+    logits16 = np.asarray(model16.logits(params, batch))
+    assert logits16.dtype == np.float32 and np.isfinite(logits16).all()
+    np.testing.assert_allclose(logits16, np.asarray(model32.logits(params, batch)), atol=0.1)
+
+
+def test_scanned_layout_and_remat_compute_the_same_function(tiny):
+    model, params = tiny
+    batch = _encdec_batch(np.random.RandomState(7))
+    scanned = build_model(get_config("t5_1_1/tiny", dtype="float32", vocab_size=64,
+                                     scan_layers=True, remat_policy="full"))
+    stacked = stack_layers(params, scanned.config)
+    scanned.check_params_match(stacked)
+    assert stacked["encoder"]["layers"]["mlp"]["wi_0"]["kernel"].shape == (8, 2, 16)
+    np.testing.assert_allclose(scanned.logits(stacked, batch), model.logits(params, batch),
+                               atol=1e-5)
+    round_trip = unstack_layers(stacked, scanned.config)
+    assert jax.tree_util.tree_all(jax.tree_util.tree_map(np.array_equal, round_trip, params))
+    grads = jax.grad(lambda p: scanned.loss_fn(p, batch)[0])(stacked)
+    reference = jax.grad(lambda p: model.loss_fn(p, batch)[0])(params)
+    np.testing.assert_allclose(unstack_layers(grads)["decoder"]["layers_1"]["mlp"]["wo"]["kernel"],
+                               reference["decoder"]["layers_1"]["mlp"]["wo"]["kernel"], atol=1e-4)

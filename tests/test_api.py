@@ -1,0 +1,159 @@
+"""The Python API: loading every checkpoint format, strings through the vocabulary, buckets, errors.
+
+Parity of the numbers with transformers lives in tests/interop/test_huggingface.py; here the
+models are t5forge's own tiny random ones and the vocabulary is seqio's 26-piece test model.
+"""
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+import t5forge
+from t5forge.api import Model
+from t5forge.data.vocabularies import SentencePieceVocabulary
+from t5forge.errors import CheckpointError, ConfigError, DataError
+from t5forge.interop.huggingface import save_hf_dir
+from t5forge.models.configs import get_config
+from t5forge.models.model import build_model
+
+CONFIG = get_config("t5_1_1/tiny", vocab_size=32, dtype="float32")
+TEXTS = ["this is a test", "a test"]
+
+
+def _params(config, seed=0):
+    return jax.device_get(build_model(config).init_params(jax.random.PRNGKey(seed)))
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory, test_spm_path):
+    path = tmp_path_factory.mktemp("hf")
+    save_hf_dir(_params(CONFIG), CONFIG, path, vocab_path=test_spm_path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def model(hf_dir):
+    return t5forge.load(hf_dir)
+
+
+def _same_vocabulary(a, b) -> bool:
+    return (a.vocab_size, a.extra_ids, a.encode(TEXTS[0])) == (b.vocab_size, b.extra_ids,
+                                                               b.encode(TEXTS[0]))
+
+
+def test_hf_dir_loads_with_its_vocabulary(model, test_spm_path):
+    assert model.config == CONFIG
+    assert _same_vocabulary(model.vocabulary, SentencePieceVocabulary(test_spm_path))
+
+
+def test_strings_go_through_the_vocabulary_with_eos(model):
+    vocab = model.vocabulary
+    inputs = [vocab.encode(t) + [1] for t in TEXTS]
+    targets = [vocab.encode("is a") + [1]] * 2
+    np.testing.assert_allclose(model.score(TEXTS, ["is a"] * 2),
+                               model.score(inputs, targets), rtol=1e-6)
+    tokens = model.generate(inputs, max_length=6)
+    assert model.generate(TEXTS, max_length=6) == [vocab.decode(row) for row in tokens.tolist()]
+
+
+def test_padding_to_buckets_changes_no_result(model):
+    rows = [[5, 9, 3, 12, 7, 1], [14, 3, 1]]
+    together = model.generate(rows, max_length=5, method="beam", num_beams=3)
+    alone = [model.generate([row], max_length=5, method="beam", num_beams=3)[0] for row in rows]
+    np.testing.assert_array_equal(together, np.stack(alone))
+    decoder_inputs = np.array([[0, 4, 6], [0, 8, 0]], np.int32)
+    exact = build_model(CONFIG).logits(model.params, {
+        "encoder_input_tokens": np.array([[5, 9, 3, 12, 7, 1], [14, 3, 1, 0, 0, 0]], np.int32),
+        "decoder_input_tokens": decoder_inputs, "decoder_target_tokens": np.ones((2, 3), np.int32)})
+    np.testing.assert_allclose(model.logits([[5, 9, 3, 12, 7, 1], [14, 3, 1]], decoder_inputs),
+                               exact, atol=1e-5)
+
+
+def test_lengths_in_one_bucket_share_a_compilation(model):
+    predict = type(model._model)._predict
+    model.generate([[5, 9, 3, 1]], max_length=4)
+    compiled = predict._cache_size()
+    model.generate([[5, 9, 3, 12, 7, 1], [2, 1]], max_length=4)
+    assert predict._cache_size() == compiled
+
+
+def test_sampling_is_reproducible_by_seed(model):
+    first = model.generate(TEXTS, max_length=8, method="sample", temperature=2.0, seed=3)
+    assert model.generate(TEXTS, max_length=8, method="sample", temperature=2.0, seed=3) == first
+
+
+def test_save_hf_round_trips_params_and_vocabulary(model, tmp_path):
+    model.save_hf(tmp_path)
+    again = t5forge.load(tmp_path)
+    assert again.config == model.config
+    assert _same_vocabulary(again.vocabulary, model.vocabulary)
+    for a, b in zip(jax.tree_util.tree_leaves(model.params), jax.tree_util.tree_leaves(again.params),
+                    strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_loads_t5x_checkpoint_with_preset_or_gin_file(shared_data, tmp_path):
+    checkpoint = shared_data / "t5x_testdata" / "test_t5_tiny.checkpoint_0"
+    with pytest.raises(ConfigError, match="does not record its model config; pass config="):
+        t5forge.load(checkpoint)
+    by_preset = t5forge.load(checkpoint, config="t5_1_1/tiny")
+    gin_file = tmp_path / "tiny.gin"
+    gin_file.write_text("\n".join(
+        f"T5Config.{f.name} = {getattr(by_preset.config, f.name)!r}"
+        for f in dataclasses.fields(by_preset.config)))
+    by_gin = t5forge.load(checkpoint, config=gin_file)
+    assert by_gin.config == by_preset.config
+    logits = by_gin.logits([[5, 9, 1]], [[0, 4]])
+    assert logits.shape == (1, 2, 32128) and np.isfinite(logits).all()
+
+
+def test_loads_t5forge_checkpoint_with_its_recorded_config(tmp_path):
+    from t5forge.training.checkpoints import Checkpointer
+
+    params = _params(CONFIG, seed=1)
+    checkpointer = Checkpointer(tmp_path, async_save=False)
+    checkpointer.save(7, {"params": params}, metadata={"model_config": dataclasses.asdict(CONFIG)},
+                      force=True)
+    checkpointer.close()
+    loaded = t5forge.load(tmp_path)
+    assert loaded.config == CONFIG
+    np.testing.assert_array_equal(np.asarray(loaded.params["token_embedder"]["embedding"]),
+                                  params["token_embedder"]["embedding"])
+
+
+def test_decoder_only_rows_decode_independently_of_their_batch():
+    config = get_config("decoder_only/tiny", vocab_size=32, dtype="float32")
+    lm = Model(config, _params(config))
+    prompts = [[5, 9, 3, 12], [14]]
+    together = lm.generate(prompts, max_length=5)
+    alone = np.stack([lm.generate([p], max_length=5)[0] for p in prompts])
+    np.testing.assert_array_equal(together, alone)
+    scores = lm.score(prompts, [[4, 1], [6, 7, 1]])
+    assert scores.shape == (2,) and (scores < 0).all()
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda m: m.generate([], max_length=4), DataError, "inputs is empty"),
+    (lambda m: m.generate([[3, 1]], max_length=0), ConfigError, "max_length must be an integer"),
+    (lambda m: m.generate([[3, 40]]), DataError, "token id 40 but the model's vocab_size is 32"),
+    (lambda m: m.generate([[3]], method="nucleus"), ConfigError, "unknown generation method"),
+    (lambda m: m.generate([[3]], method="sample", top_k=5, top_p=0.9), ConfigError,
+     "top_k or top_p, not both"),
+    (lambda m: m.score(["a"], ["b", "c"]), DataError, "1 inputs but 2 targets"),
+    (lambda m: Model(m.config, m.params).generate(["a test"]), DataError,
+     "no vocabulary .* pass token id arrays"),
+])
+def test_bad_input_is_one_line(model, call, error, message):
+    with pytest.raises(error, match=message) as raised:
+        call(model)
+    assert "\n" not in str(raised.value)
+
+
+def test_unknown_paths_name_the_formats_tried(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        t5forge.load(tmp_path / "missing")
+    (tmp_path / "notes.txt").write_text("not a checkpoint")
+    with pytest.raises(CheckpointError, match="tried Hugging Face .*t5forge .*T5X"):
+        t5forge.load(tmp_path)
