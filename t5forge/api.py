@@ -285,7 +285,10 @@ def _load_t5forge(path: Path, config: T5Config | None) -> Model:
                               f"name or a model gin file")
     params, _ = restore_params(step_dir, build_model(config).abstract_params())
     vocab_file = step_dir.parent / _SPIECE
-    vocabulary = SentencePieceVocabulary(vocab_file) if vocab_file.is_file() else None
+    metadata_file = step_dir / METADATA / METADATA
+    recorded = json.loads(metadata_file.read_text()).get("vocabulary", {}) if metadata_file.is_file() else {}
+    vocabulary = (SentencePieceVocabulary(vocab_file, extra_ids=recorded.get("extra_ids", 0))
+                  if vocab_file.is_file() else None)
     return Model(config, params, vocabulary)
 
 

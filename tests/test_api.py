@@ -73,9 +73,9 @@ def test_padding_to_buckets_changes_no_result(model):
 
 def test_lengths_in_one_bucket_share_a_compilation(model):
     predict = type(model._model)._predict
-    model.generate([[5, 9, 3, 1]], max_length=4)
+    model.generate([[5, 9, 3, 1], [2, 1]], max_length=4)
     compiled = predict._cache_size()
-    model.generate([[5, 9, 3, 12, 7, 1], [2, 1]], max_length=4)
+    model.generate([[5, 9, 3, 12, 7, 6, 1], [2, 1]], max_length=4)
     assert predict._cache_size() == compiled
 
 

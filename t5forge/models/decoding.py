@@ -8,6 +8,8 @@ decoder-only models (and toy models in tests):
 N is batch * num_decodes with rows batch-major (row b * num_decodes + j). Every cache leaf with
 ndim >= 1 has the batch as its leading axis (we expand it to N and, under beam search, reorder
 it to follow the surviving beams); 0-d leaves (a shared cache index) are passed through as is.
+Leaves the step function returns untouched (encoder keys/values) are never reordered, since
+every beam of a row holds the same copy.
 
 `inputs` follows T5X: int32[B, L] decoder inputs shifted right, so position 0 is the BOS slot
 (always fed as 0) and a non-zero token at position i >= 1 is a prompt token that is forced
@@ -57,6 +59,8 @@ def expand_to_decodes(tree: Any, num_decodes: int) -> Any:
     Use it for anything a step function closes over that must line up with its N rows,
     e.g. encoder outputs; the cache passed to the decoders is expanded here already.
     """
+    if num_decodes == 1:
+        return tree
     return jax.tree_util.tree_map(
         lambda x: jnp.repeat(x, num_decodes, axis=0) if jnp.ndim(x) >= 1 else x, tree
     )
@@ -264,8 +268,8 @@ def temperature_sample(
 
     topk > 1 samples among the k most likely tokens, topp > 0 among the smallest set whose
     probability reaches topp (topp wins over the default topk=1; topk > 1 with topp > 0 is an
-    error). max_decode_steps caps generated tokens after each row's prompt. rng may be None
-    for greedy decoding (a fixed key is used). Returns (sequences int32[B, num_decodes, L],
+    error). max_decode_steps caps generated tokens after each row's prompt. rng=None uses a
+    fixed key (PRNGKey(0)), as T5X does. Settings are Python numbers (static under jit). Returns (sequences int32[B, num_decodes, L],
     log_probs f32[B, num_decodes]) sorted by log-prob, best last.
     """
     _check_common(inputs, num_decodes, max_decode_steps, "temperature_sample")

@@ -36,6 +36,31 @@ def activation_fn(name: str):
     return getattr(jax.nn, name)
 
 
+class Dropout(nn.Module):
+    """Inverted dropout whose mask bits come from XLA's RngBitGenerator.
+
+    flax's Dropout draws its mask with threefry, which XLA expands into a large graph at every
+    dropout site: a tiny T5 train step took ~17 s of CPU to compile with it and ~4 s with this.
+    The mask is still a pure function of the 'dropout' rng, so training stays reproducible.
+    `broadcast_dims` share one mask value along those axes (T5X shares it along length).
+    """
+
+    rate: float
+    broadcast_dims: tuple[int, ...] = ()
+
+    @nn.compact
+    def __call__(self, x, deterministic: bool):
+        if deterministic or self.rate == 0.0:
+            return x
+        key_bits = jax.random.key_data(self.make_rng("dropout")).reshape(-1)[:2]
+        rbg_key = jax.random.wrap_key_data(
+            jnp.concatenate([key_bits, key_bits ^ jnp.uint32(0x9E3779B9)]), impl="rbg")
+        shape = tuple(1 if i in self.broadcast_dims or i - x.ndim in self.broadcast_dims else d
+                      for i, d in enumerate(x.shape))
+        keep = jax.random.bernoulli(rbg_key, 1.0 - self.rate, shape)
+        return jnp.where(keep, x / (1.0 - self.rate), jnp.zeros_like(x)).astype(x.dtype)
+
+
 class Dense(nn.Module):
     """x @ kernel with a 2-D float32 kernel [in, out], computed in `dtype`."""
 
@@ -178,7 +203,7 @@ class MultiHeadAttention(nn.Module):
         self.key = Dense(inner, ("embed", "joined_kv"), self.dtype)
         self.value = Dense(inner, ("embed", "joined_kv"), self.dtype)
         self.out = Dense(self.emb_dim, ("joined_kv", "embed"), self.dtype)
-        self.dropout = nn.Dropout(self.dropout_rate)
+        self.dropout = Dropout(self.dropout_rate)
 
     def _heads(self, dense, x):
         y = dense(x)
@@ -266,6 +291,6 @@ class MlpBlock(nn.Module):
                                           name=dense_name)(x))
             hidden = h if hidden is None else hidden * h
         hidden = constrain(hidden, "batch", "length", "mlp")
-        hidden = nn.Dropout(self.dropout_rate, broadcast_dims=(-2,))(
+        hidden = Dropout(self.dropout_rate, broadcast_dims=(-2,))(
             hidden, deterministic=deterministic)
         return Dense(self.emb_dim, ("mlp", "embed"), self.dtype, name="wo")(hidden)

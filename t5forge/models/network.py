@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from t5forge.models.configs import T5Config
 from t5forge.models.layers import (
     Dense,
+    Dropout,
     Embed,
     MlpBlock,
     MultiHeadAttention,
@@ -43,7 +44,7 @@ def _dtype(config: T5Config):
 
 def _dropout(config: T5Config, x, deterministic: bool):
     # T5X shares one dropout mask along the length axis.
-    return nn.Dropout(config.dropout_rate, broadcast_dims=(-2,))(x, deterministic=deterministic)
+    return Dropout(config.dropout_rate, broadcast_dims=(-2,))(x, deterministic=deterministic)
 
 
 def _attention(config: T5Config, name: str) -> MultiHeadAttention:
@@ -163,8 +164,8 @@ class Encoder(nn.Module):
         self.layers = _layer_stack(cfg, EncoderLayer, cfg.num_encoder_layers, 1,
                                    checkpointed=True, deterministic=self.deterministic)
         self.encoder_norm = RMSNorm(_dtype(cfg))
-        self.embed_dropout = nn.Dropout(cfg.dropout_rate, broadcast_dims=(-2,))
-        self.output_dropout = nn.Dropout(cfg.dropout_rate, broadcast_dims=(-2,))
+        self.embed_dropout = Dropout(cfg.dropout_rate, broadcast_dims=(-2,))
+        self.output_dropout = Dropout(cfg.dropout_rate, broadcast_dims=(-2,))
 
     def __call__(self, tokens, segment_ids=None):
         """tokens [B, S] (0 = padding) -> encoded [B, S, emb_dim] in the activation dtype."""
@@ -200,8 +201,8 @@ class Decoder(nn.Module):
                                    deterministic=self.deterministic,
                                    decode_mode=self.decode_mode, cache_length=self.cache_length)
         self.decoder_norm = RMSNorm(_dtype(cfg))
-        self.embed_dropout = nn.Dropout(cfg.dropout_rate, broadcast_dims=(-2,))
-        self.output_dropout = nn.Dropout(cfg.dropout_rate, broadcast_dims=(-2,))
+        self.embed_dropout = Dropout(cfg.dropout_rate, broadcast_dims=(-2,))
+        self.output_dropout = Dropout(cfg.dropout_rate, broadcast_dims=(-2,))
         if not cfg.logits_via_embedding:
             self.logits_dense = Dense(cfg.vocab_size, ("embed", "vocab"), jnp.float32)
 
