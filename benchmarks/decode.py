@@ -50,7 +50,7 @@ def _hf_model(config, params):
 
     hf_config = transformers.T5Config(**config_to_hf(config))
     model = transformers.T5ForConditionalGeneration(hf_config).eval()
-    state_dict = {name: torch.from_numpy(value)
+    state_dict = {name: torch.tensor(value)
                   for name, value in params_to_hf_state_dict(params, config).items()}
     if not config.logits_via_embedding:
         # transformers 5 ties the head at construction; T5 1.1's is its own tensor.

@@ -9,9 +9,9 @@ that fails leaves no `COMPLETED` entry, so a half-written cache is never read.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 
+from t5forge.cli.task_modules import import_task_modules
 from t5forge.data.cache import default_shard_count, write_task_cache
 from t5forge.errors import DataError
 
@@ -48,15 +48,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _import_registrations(modules: list[str]) -> None:
-    importlib.import_module("t5forge.tasks")
-    for module in modules:
-        try:
-            importlib.import_module(module)
-        except ImportError as e:
-            raise DataError(f"--module_import {module!r} failed: {e}") from None
-
-
 def _tasks_to_cache(names: list[str]) -> list:
     from t5forge.data.tasks import get_mixture_or_task
 
@@ -74,7 +65,7 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.vocab:
         os.environ["T5FORGE_VOCAB"] = args.vocab
-    _import_registrations(args.module_import)
+    import_task_modules(args.module_import)
     tasks = _tasks_to_cache(args.tasks)
     wanted = [s.strip() for s in args.splits.split(",") if s.strip()] if args.splits else None
     for task in tasks:

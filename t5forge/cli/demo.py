@@ -35,13 +35,14 @@ def main(argv: list[str]) -> int:
     os.environ["T5FORGE_VOCAB"] = str(vocab)
     os.environ["T5FORGE_DATA_DIR"] = str(DATA)
 
-    from t5forge.cli import gin_flags, run_setup
+    from t5forge.cli import gin_flags
+    from t5forge.cli.task_modules import import_task_modules
     from t5forge.cli.train import train
 
     bindings = [f"--gin.MODEL_DIR={model_dir}"]
     if args.train_steps:
         bindings.append(f"--gin.TRAIN_STEPS={args.train_steps}")
-    run_setup.import_modules(["t5forge.tasks"])
+    import_task_modules([])
     gin_flags.parse_gin(gin_flags.split_gin_flags(["--gin_file=examples/demo_en_de.gin", *bindings]))
     results = train()
 

@@ -116,6 +116,10 @@ def explain_gin_error(error: Exception) -> ConfigError:
         if line.strip():
             where = line.strip()
             break
+    macro = re.search(r"No bindings specified for '([^'/]+)/gin.macro'", message)
+    if macro:
+        name = macro.group(1)
+        return ConfigError(f"macro {name} is not set; pass --gin.{name}=... or bind it in a gin file")
     unknown = re.search(r"No configurable matching '([^']+)'", message)
     if unknown:
         close = difflib.get_close_matches(unknown.group(1), _configurable_names(), n=3)

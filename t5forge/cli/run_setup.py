@@ -14,6 +14,7 @@ import jax
 import numpy as np
 
 from t5forge.cli.run_config import PjitPartitioner, RestoreCheckpointConfig
+from t5forge.cli.task_modules import import_task_modules
 from t5forge.errors import CheckpointError, ConfigError
 from t5forge.models.configs import T5Config, config_from_gin
 from t5forge.models.model import DecoderOnlyModel, EncoderDecoderModel, build_model
@@ -39,19 +40,6 @@ def Model(  # noqa: N802 - a gin name, like T5X's model classes
     """
     return build_model(config or config_from_gin(), z_loss=z_loss, label_smoothing=label_smoothing,
                        loss_normalizing_factor=loss_normalizing_factor)
-
-
-def import_modules(names) -> None:
-    """Imports user task modules (`--module_import`, T5X's flag) so their tasks register."""
-    import importlib
-    import sys
-
-    sys.path.insert(0, str(Path.cwd()))
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except ImportError as e:
-            raise ConfigError(f"cannot import module {name!r} ({e}); check --module_import and PYTHONPATH") from None
 
 
 def make_mesh(partitioner: PjitPartitioner):
@@ -152,5 +140,5 @@ def parse_common_flags(rest: list[str], help_text: str) -> list[str] | None:
         raise ConfigError(f"unknown flag {unknown[0]!r}; see --help")
     if args.coordinator_address or args.process_count is not None:
         partitioning.initialize_distributed(args.coordinator_address, args.process_count, args.process_index)
-    import_modules(["t5forge.tasks", *args.module_import])
+    import_task_modules(args.module_import)
     return []

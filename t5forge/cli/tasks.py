@@ -8,12 +8,12 @@ a missing EOS or a bad vocabulary shows up before any training step.
 from __future__ import annotations
 
 import argparse
-import importlib
 import itertools
 import os
 
 import numpy as np
 
+from t5forge.cli.task_modules import import_task_modules
 from t5forge.errors import DataError
 
 HELP = "list registered tasks and mixtures, show one, or preview its processed examples"
@@ -52,15 +52,6 @@ def _parse_lengths(text: str) -> dict[str, int]:
                             "e.g. inputs=512,targets=114")
         lengths[name.strip()] = int(value)
     return lengths
-
-
-def _load_registrations(modules: list[str]) -> None:
-    importlib.import_module("t5forge.tasks")
-    for module in modules:
-        try:
-            importlib.import_module(module)
-        except ImportError as e:
-            raise DataError(f"--module_import {module!r} failed: {e}") from None
 
 
 def _list() -> None:
@@ -129,7 +120,7 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.vocab:
         os.environ["T5FORGE_VOCAB"] = args.vocab
-    _load_registrations(args.module_import)
+    import_task_modules(args.module_import)
     if args.command == "list":
         _list()
     elif args.command == "show":

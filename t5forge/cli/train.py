@@ -29,6 +29,7 @@ from t5forge.cli.run_config import (
     SaveCheckpointConfig,
 )
 from t5forge.cli.run_eval import InferenceEvaluation, converter_for, training_eval
+from t5forge.cli.task_modules import import_task_modules
 from t5forge.errors import ConfigError, T5ForgeError
 from t5forge.training import checkpoints, optimizers, partitioning, schedules, summaries  # noqa: F401 (gin)
 from t5forge.training.trainer import Trainer, metrics_to_host
@@ -246,7 +247,7 @@ def _batch_iterator(model, cfg: DatasetConfig, random_seed: int, shuffle: bool):
     from t5forge.data.pipeline import make_batch_iterator
 
     if cfg.module:
-        run_setup.import_modules([cfg.module])
+        import_task_modules([cfg.module])
     return make_batch_iterator(
         cfg.mixture_or_task_name, cfg.split, dict(cfg.task_feature_lengths),
         cfg.batch_size // jax.process_count(), converter_for(model, cfg.pack),
@@ -274,7 +275,9 @@ def main(argv: list[str]) -> int:
         train()
     except TypeError as e:
         if "missing" in str(e) and "required" in str(e):
-            raise ConfigError(f"incomplete gin config for train: {e}; bind it in a gin file or with --gin.") from None
+            missing = str(e).splitlines()[0].split(":", 1)[-1].strip()
+            raise ConfigError(f"incomplete gin config for train, missing {missing}; include "
+                              "runs/pretrain.gin or runs/finetune.gin (--gin_file=...)") from None
         raise
     return 0
 

@@ -64,3 +64,10 @@ def test_typo_in_parameter_suggests_close_name():
 def test_typo_in_configurable_suggests_close_name():
     with pytest.raises(ConfigError, match="unknown gin configurable '_toy_trian'.*_toy_train"):
         parse_gin(split_gin_flags(["--gin._toy_trian.train_steps=3"]))
+
+
+def test_unset_macro_names_the_flag_to_pass(tmp_path):
+    gin_file = tmp_path / "run.gin"
+    gin_file.write_text("_toy_train.train_steps = %TRAIN_STEPS\n")
+    with pytest.raises(ConfigError, match=r"macro TRAIN_STEPS is not set; pass --gin.TRAIN_STEPS="):
+        parse_gin(split_gin_flags([f"--gin_file={gin_file}"]))

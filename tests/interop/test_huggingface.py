@@ -9,6 +9,7 @@ any mixed-up tensor shows. Beam search uses the only HF settings that reproduce 
 live beam could still beat the worst finished one, T5X's stopping rule).
 """
 
+import dataclasses
 import json
 
 import numpy as np
@@ -142,6 +143,17 @@ def test_state_dict_round_trip_is_exact(layout):
         np.testing.assert_array_equal(a, b, err_msg=path)
 
 
+def test_scanned_layouts_convert_like_per_layer_ones():
+    model = _random_hf_model("t5_1_1")
+    state_dict = {name: tensor.numpy() for name, tensor in model.state_dict().items()}
+    config = dataclasses.replace(hf.config_from_hf(model.config.to_dict()), scan_layers=True)
+    params = hf.params_from_hf_state_dict(state_dict, config)
+    assert "layers_0" not in params["decoder"]
+    assert params["decoder"]["layers"]["mlp"]["wo"]["kernel"].shape == (32, 3, 16)
+    for name, value in hf.params_to_hf_state_dict(params, config).items():
+        np.testing.assert_array_equal(value, state_dict[name], err_msg=name)
+
+
 def _leaves(tree, prefix=""):
     for key in sorted(tree):
         if isinstance(tree[key], dict):
@@ -175,7 +187,7 @@ def test_greedy_matches_hf_generate(converted):
 
 
 def _log_likelihood(model, encoder_row, tokens) -> float:
-    target = tokens[:np.argmax(tokens == 1) + 1] if 1 in tokens else tokens
+    target = np.array(tokens[:np.argmax(tokens == 1) + 1] if 1 in tokens else tokens)
     log_probs = torch.log_softmax(torch.tensor(
         _hf_logits(model, encoder_row[None], target[None].astype(np.int32))), -1)[0]
     return float(log_probs[np.arange(len(target)), target].sum())
