@@ -1,0 +1,67 @@
+"""`t5forge convert` and the T5X -> t5forge -> HF -> t5forge round trip on T5X's real tiny checkpoint."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import t5forge
+from t5forge.cli.main import main as cli
+from t5forge.errors import T5ForgeError
+from t5forge.models.configs import get_config
+
+
+@pytest.fixture(scope="module")
+def t5x_checkpoint(shared_data):
+    return shared_data / "t5x_testdata" / "test_t5_tiny.checkpoint_0"
+
+
+def _outputs(model):
+    inputs = np.array([[5, 9, 22, 1, 0], [7, 1, 0, 0, 0]])
+    decoder = np.array([[0, 4, 8], [0, 3, 0]])
+    targets = np.array([[4, 8, 1], [3, 1, 0]])
+    return {
+        "logits": model.logits(inputs, decoder),
+        "scores": model.score(inputs, targets),
+        "greedy": np.asarray(model.generate(inputs, max_length=6, method="greedy")),
+        "beam": np.asarray(model.generate(inputs, max_length=6, method="beam", num_beams=4)),
+    }
+
+
+def test_t5x_to_t5forge_to_hf_to_t5forge_changes_nothing(t5x_checkpoint, tmp_path, capsys):
+    # float32 activations: a Hugging Face config.json does not record T5X's bfloat16 setting.
+    config = dataclasses.replace(get_config("t5_1_1/tiny"), dtype="float32")
+    gin_file = tmp_path / "tiny_f32.gin"
+    gin_file.write_text("\n".join(f"T5Config.{f.name} = {getattr(config, f.name)!r}"
+                                  for f in dataclasses.fields(config)))
+    original = _outputs(t5forge.load(t5x_checkpoint, config=gin_file))
+    ours, hf, back = tmp_path / "ours", tmp_path / "hf", tmp_path / "back"
+    assert cli(["convert", "--from", "t5x", "--to", "t5forge", f"--gin_file={gin_file}",
+                "--input", str(t5x_checkpoint), "--output", str(ours)]) == 0
+    assert "converted 52 tensors (518,240 parameters)" in capsys.readouterr().out
+    assert cli(["convert", "--from", "t5forge", "--to", "hf", "--input", str(ours),
+                "--output", str(hf)]) == 0
+    assert cli(["convert", "--from", "hf", "--to", "t5forge", "--input", str(hf),
+                "--output", str(back)]) == 0
+    for path in (ours, hf, back):
+        converted = _outputs(t5forge.load(path))
+        for name, value in original.items():
+            np.testing.assert_array_equal(converted[name], value, err_msg=f"{name} via {path.name}")
+
+
+def test_convert_t5x_without_config_infers_it(t5x_checkpoint, tmp_path):
+    assert cli(["convert", "--from", "t5x", "--to", "hf", "--input", str(t5x_checkpoint),
+                "--output", str(tmp_path / "hf")]) == 0
+    transformers = pytest.importorskip("transformers")
+    model = transformers.T5ForConditionalGeneration.from_pretrained(tmp_path / "hf")
+    assert model.config.d_model == 8 and model.config.num_heads == 4
+
+
+def test_unknown_input_is_one_line(tmp_path, capsys):
+    (tmp_path / "junk").write_text("not a checkpoint")
+    assert cli(["convert", "--from", "t5x", "--to", "hf", "--input", str(tmp_path / "junk"),
+                "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "\n" not in err
+    with pytest.raises(T5ForgeError):
+        t5forge.load(tmp_path / "junk")
