@@ -38,6 +38,8 @@ class T5Config:
     dtype: str = "bfloat16"
     relative_attention_num_buckets: int = 32
     relative_attention_max_distance: int = 128
+    # umT5 gives every layer its own relative position table; T5/mT5/ByT5 share one per stack.
+    relative_attention_per_layer: bool = False
     scan_layers: bool = False
     remat_policy: str = "none"
     architecture: str = "encoder_decoder"
@@ -152,7 +154,7 @@ def _build_presets() -> dict[str, T5Config]:
         if size != "tiny":
             presets[f"umt5/{size}"] = _t5_1_1_style(
                 _T5_1_1_SIZES, size, vocab_size=UMT5_VOCAB_SIZE, scan_layers=True,
-                remat_policy="minimal")
+                remat_policy="minimal", relative_attention_per_layer=True)
     return dict(sorted(presets.items()))
 
 

@@ -105,9 +105,11 @@ class Embed(nn.Module):
             (self.num_embeddings, self.features), jnp.float32)
 
     def __call__(self, token_ids):
+        """Embedding vectors [..., features] of token_ids, in the activation dtype."""
         return jnp.take(self.embedding, token_ids, axis=0).astype(self.dtype)
 
     def attend(self, x):
+        """x @ embedding.T in float32: the tied output projection (T5 1.0)."""
         return jnp.dot(x.astype(jnp.float32), self.embedding.T)
 
 
@@ -182,9 +184,11 @@ def decoder_self_mask(length: int, valid=None, segment_ids=None, causal_attentio
 class MultiHeadAttention(nn.Module):
     """Dot-product attention with T5X's q/k/v/out kernels and an optional key/value cache.
 
-    Cache entries live in the flax 'cache' collection as `key`/`value` [batch, length, heads,
-    head_dim]: cross-attention fills them once from the encoder output; self-attention starts
-    from zeros (or from a prefill pass) and is updated one position per decoding step.
+    Keys and values are kept heads-major, [batch, heads, length, head_dim], so the per-step
+    attention over a long cache is a plain batched matmul (no transposed copy of the cache).
+    Cache entries live in the flax 'cache' collection under `key`/`value`: cross-attention fills
+    them once from the encoder output; self-attention starts from zeros (or from a prefill pass)
+    and is updated one position per decoding step.
     """
 
     emb_dim: int
@@ -206,18 +210,19 @@ class MultiHeadAttention(nn.Module):
         self.dropout = Dropout(self.dropout_rate)
 
     def _heads(self, dense, x):
+        """[B, T, E] -> [B, heads, T, head_dim]."""
         y = dense(x)
-        y = y.reshape(y.shape[:-1] + (self.num_heads, self.head_dim))
-        return constrain(y, "batch", "length", "heads", "kv")
+        y = y.reshape(y.shape[:-1] + (self.num_heads, self.head_dim)).transpose(0, 2, 1, 3)
+        return constrain(y, "batch", "heads", "length", "kv")
 
     def _attend(self, inputs_q, key, value, bias, deterministic):
         query = self._heads(self.query, inputs_q)
-        logits = jnp.einsum("bqhd,bkhd->bhqk", query, key).astype(jnp.float32)
+        logits = jnp.einsum("bhqd,bhkd->bhqk", query, key).astype(jnp.float32)
         if bias is not None:
             logits = logits + bias.astype(jnp.float32)
         weights = jax.nn.softmax(logits).astype(self.dtype)
         weights = self.dropout(weights, deterministic=deterministic)
-        context = jnp.einsum("bhqk,bkhd->bqhd", weights, value)
+        context = jnp.einsum("bhqk,bhkd->bqhd", weights, value)
         context = context.reshape(context.shape[:2] + (self.num_heads * self.head_dim,))
         return constrain(self.out(context), "batch", "length", "embed")
 
@@ -242,7 +247,7 @@ class MultiHeadAttention(nn.Module):
 
     def zero_cache(self, batch_size: int, length: int):
         """An empty self-attention cache for `length` decoding positions."""
-        zeros = jnp.zeros((batch_size, length, self.num_heads, self.head_dim), self.dtype)
+        zeros = jnp.zeros((batch_size, self.num_heads, length, self.head_dim), self.dtype)
         self.put_variable("cache", "key", zeros)
         self.put_variable("cache", "value", zeros)
 
@@ -260,14 +265,14 @@ class MultiHeadAttention(nn.Module):
             new_value = self._heads(self.value, inputs_q)
             if write is not None:
                 keep = write[:, None, None, None]
-                start = (0, index, 0, 0)
+                start = (0, 0, index, 0)
                 old_key = jax.lax.dynamic_slice(key, start, new_key.shape)
                 old_value = jax.lax.dynamic_slice(value, start, new_value.shape)
                 new_key = jnp.where(keep, new_key, old_key)
                 new_value = jnp.where(keep, new_value, old_value)
-            key = jax.lax.dynamic_update_slice(key, new_key.astype(key.dtype), (0, index, 0, 0))
+            key = jax.lax.dynamic_update_slice(key, new_key.astype(key.dtype), (0, 0, index, 0))
             value = jax.lax.dynamic_update_slice(value, new_value.astype(value.dtype),
-                                                 (0, index, 0, 0))
+                                                 (0, 0, index, 0))
             self.put_variable("cache", "key", key)
             self.put_variable("cache", "value", value)
         return self._attend(inputs_q, key, value, bias, deterministic=True)

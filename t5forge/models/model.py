@@ -9,6 +9,7 @@ decoding loop of `t5forge.models.decoding` compile into one XLA program per shap
 
 from __future__ import annotations
 
+import abc
 import functools
 
 import flax.linen as nn
@@ -38,7 +39,7 @@ def _shift_left(sequences, amount):
     return jnp.where(index < length, shifted, 0)
 
 
-class _Model:
+class _Model(abc.ABC):
     """The network-independent part: params, loss, scoring and the decoding driver."""
 
     network_inputs: tuple[str, ...] = ()
@@ -162,9 +163,13 @@ class _Model:
 
     # ------------------------------------------------------------------ decoding
 
+    @abc.abstractmethod
     def decoding_state(self, params, batch, max_decode_length: int):
-        """(decoder prompt int32[B, L], initial cache, tokens_to_logits) for models.decoding."""
-        raise NotImplementedError
+        """(decoder prompt int32[B, L], initial cache, tokens_to_logits) for models.decoding.
+
+        tokens_to_logits(token_ids int32[N, 1], cache, step) -> (logits f32[N, V], new cache);
+        every cache leaf has the batch as its leading axis, as decoding.py expects.
+        """
 
     def _postprocess(self, sequences, prompt):
         return sequences
@@ -187,17 +192,24 @@ class _Model:
         return self._postprocess(sequences, prompt), scores
 
     def predict_batch_with_aux(self, params, batch, rng=None, method: str = "greedy",
-                               num_decodes: int = 1, alpha: float = 0.6,
+                               num_decodes: int | None = None, alpha: float = 0.6,
                                temperature: float = 1.0, topk: int = 1, topp: float = 0.0,
                                max_decode_length: int | None = None,
                                return_all_decodes: bool = False):
         """(tokens [B, L], {'scores': [B]}) for the best decode of each row, or with
-        return_all_decodes all of them, [B, num_decodes, L] and [B, num_decodes], best last."""
+        return_all_decodes all of them, [B, num_decodes, L] and [B, num_decodes], best last.
+
+        num_decodes defaults to 4 beams for 'beam' and 1 otherwise; L is max_decode_length,
+        or the length of the batch's decoder_input_tokens.
+        """
         if method not in PREDICT_METHODS:
             raise ConfigError(f"unknown decoding method {method!r}; use one of {PREDICT_METHODS}")
-        if method == "beam" and num_decodes < 2:
-            num_decodes = 4
+        if num_decodes is None:
+            num_decodes = 4 if method == "beam" else 1
         self.check_token_ids(batch)
+        if max_decode_length is None and "decoder_input_tokens" not in batch:
+            raise DataError("predict_batch needs max_decode_length or a decoder_input_tokens "
+                            "feature to know how many tokens to decode")
         length = max_decode_length or np.shape(batch["decoder_input_tokens"])[1]
         inputs = {k: jnp.asarray(v) for k, v in batch.items() if k in self.decoding_inputs}
         sequences, scores = self._predict(

@@ -32,7 +32,7 @@ from t5forge.models.layers import (
 )
 
 DECODE_MODES = ("none", "init", "prefill", "step")
-REMAT_POLICIES = {
+_REMAT_SAVE_POLICIES = {
     "minimal": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
     "full": None,
 }
@@ -57,6 +57,26 @@ def _mlp(config: T5Config) -> MlpBlock:
                     _dtype(config), name="mlp")
 
 
+def _relative_bias(config: T5Config, bidirectional: bool, name: str | None = None):
+    return RelativePositionBias(config.num_heads, config.relative_attention_num_buckets,
+                                config.relative_attention_max_distance, bidirectional, name=name)
+
+
+def _with_layer_relpos(config: T5Config, bias, bidirectional, query_positions, key_positions):
+    """Adds this layer's own relative position bias (umT5); shared tables are added per stack."""
+    if not config.relative_attention_per_layer:
+        return bias
+    table = _relative_bias(config, bidirectional, name="relpos_bias")
+    return bias + table(query_positions, key_positions).astype(jnp.float32)
+
+
+def _with_stack_relpos(stack: nn.Module, bias, query_positions, key_positions):
+    """Adds the stack's shared relative position bias (all families but umT5)."""
+    if stack.config.relative_attention_per_layer:
+        return bias
+    return bias + stack.relpos_bias(query_positions, key_positions).astype(jnp.float32)
+
+
 def _layer_output(config: T5Config, y):
     # nn.scan wants (carry, per-layer output); the unscanned stack wants the activations.
     return (y, None) if config.scan_layers else y
@@ -71,6 +91,8 @@ class EncoderLayer(nn.Module):
     @nn.compact
     def __call__(self, x, bias):
         cfg, det = self.config, self.deterministic
+        positions = jnp.arange(x.shape[1])
+        bias = _with_layer_relpos(cfg, bias, True, positions, positions)
         x = constrain(x, "batch", "length", "embed")
         h = RMSNorm(_dtype(cfg), name="pre_attention_layer_norm")(x)
         h = _attention(cfg, "attention")(h, h, bias, det)
@@ -100,6 +122,12 @@ class DecoderLayer(nn.Module):
             cross_attention.fill_cache(encoded)
             return _layer_output(cfg, x)
 
+        if mode == "step":
+            query_positions = jnp.reshape(index, (1,))
+            key_positions = jnp.arange(self.cache_length)
+        else:
+            query_positions = key_positions = jnp.arange(x.shape[1])
+        self_bias = _with_layer_relpos(cfg, self_bias, False, query_positions, key_positions)
         x = constrain(x, "batch", "length", "embed")
         h = RMSNorm(_dtype(cfg), name="pre_self_attention_layer_norm")(x)
         if mode == "step":
@@ -130,7 +158,7 @@ def _layer_stack(config: T5Config, layer_cls, num_layers: int, num_args: int, ch
     (and decoding caches) are stacked along axis 1, the 'layers' logical axis.
     """
     if checkpointed and config.remat_policy != "none":
-        layer_cls = nn.remat(layer_cls, policy=REMAT_POLICIES[config.remat_policy],
+        layer_cls = nn.remat(layer_cls, policy=_REMAT_SAVE_POLICIES[config.remat_policy],
                              prevent_cse=not config.scan_layers)
     if not config.scan_layers:
         return [layer_cls(config, name=f"layers_{i}", **layer_kwargs) for i in range(num_layers)]
@@ -158,9 +186,8 @@ class Encoder(nn.Module):
 
     def setup(self):
         cfg = self.config
-        self.relpos_bias = RelativePositionBias(
-            cfg.num_heads, cfg.relative_attention_num_buckets,
-            cfg.relative_attention_max_distance, bidirectional=True)
+        if not cfg.relative_attention_per_layer:
+            self.relpos_bias = _relative_bias(cfg, bidirectional=True)
         self.layers = _layer_stack(cfg, EncoderLayer, cfg.num_encoder_layers, 1,
                                    checkpointed=True, deterministic=self.deterministic)
         self.encoder_norm = RMSNorm(_dtype(cfg))
@@ -176,7 +203,7 @@ class Encoder(nn.Module):
         if segment_ids is not None:
             mask = jnp.logical_and(mask, pairwise_mask(segment_ids, segment_ids, jnp.equal))
         # Relative positions are shift-invariant, so packed segments need no per-token positions.
-        bias = mask_to_bias(mask) + self.relpos_bias(positions, positions).astype(jnp.float32)
+        bias = _with_stack_relpos(self, mask_to_bias(mask), positions, positions)
         x = _run_stack(self.config, self.layers, x, bias)
         x = self.encoder_norm(x)
         return self.output_dropout(x, deterministic=det)
@@ -193,9 +220,8 @@ class Decoder(nn.Module):
 
     def setup(self):
         cfg = self.config
-        self.relpos_bias = RelativePositionBias(
-            cfg.num_heads, cfg.relative_attention_num_buckets,
-            cfg.relative_attention_max_distance, bidirectional=False)
+        if not cfg.relative_attention_per_layer:
+            self.relpos_bias = _relative_bias(cfg, bidirectional=False)
         self.layers = _layer_stack(cfg, DecoderLayer, cfg.num_decoder_layers, 5,
                                    checkpointed=self.decode_mode == "none",
                                    deterministic=self.deterministic,
@@ -219,8 +245,7 @@ class Decoder(nn.Module):
         """Teacher-forced (or prefill) logits [B, T, vocab] float32 for tokens [B, T]."""
         y = self.embed_dropout(self.embed(tokens), deterministic=self.deterministic)
         positions = jnp.arange(tokens.shape[1])
-        self_bias = mask_to_bias(self_mask) + self.relpos_bias(positions, positions).astype(
-            jnp.float32)
+        self_bias = _with_stack_relpos(self, mask_to_bias(self_mask), positions, positions)
         cross_bias = None if cross_mask is None else mask_to_bias(cross_mask)
         y = _run_stack(self.config, self.layers, y, encoded, self_bias, cross_bias, None, None)
         if self.decode_mode == "prefill":
@@ -237,8 +262,8 @@ class Decoder(nn.Module):
         y = self.embed(tokens)
         key_positions = jnp.arange(self.cache_length)
         visible = (key_positions <= index)[None, None, None, :]
-        self_bias = mask_to_bias(visible) + self.relpos_bias(
-            jnp.reshape(index, (1,)), key_positions).astype(jnp.float32)
+        self_bias = _with_stack_relpos(self, mask_to_bias(visible), jnp.reshape(index, (1,)),
+                                        key_positions)
         cross_bias = None
         if encoder_valid is not None:
             cross_bias = mask_to_bias(encoder_valid.astype(bool)[:, None, None, :])

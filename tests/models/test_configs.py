@@ -37,13 +37,15 @@ def formula_count(c: T5Config) -> int:
     """Parameters of a T5 network by closed form, independent of the flax code."""
     attention = 4 * c.emb_dim * c.num_heads * c.head_dim
     mlp = (len(c.mlp_activations) + 1) * c.emb_dim * c.mlp_dim
-    relpos = c.num_heads * c.relative_attention_num_buckets
+    table = c.num_heads * c.relative_attention_num_buckets
+    layer_relpos, stack_relpos = (table, 0) if c.relative_attention_per_layer else (0, table)
     decoder_layer = attention * (1 if c.is_decoder_only else 2) + mlp + c.emb_dim * (
-        2 if c.is_decoder_only else 3)
+        2 if c.is_decoder_only else 3) + layer_relpos
     total = c.vocab_size * c.emb_dim * (1 if c.logits_via_embedding else 2)
-    total += c.num_decoder_layers * decoder_layer + relpos + c.emb_dim
+    total += c.num_decoder_layers * decoder_layer + stack_relpos + c.emb_dim
     if not c.is_decoder_only:
-        total += c.num_encoder_layers * (attention + mlp + 2 * c.emb_dim) + relpos + c.emb_dim
+        encoder_layer = attention + mlp + 2 * c.emb_dim + layer_relpos
+        total += c.num_encoder_layers * encoder_layer + stack_relpos + c.emb_dim
     return total
 
 
@@ -57,6 +59,13 @@ def test_published_parameter_counts(name):
     # Scanned layers hold the same params and trace much faster, so big presets stay quick.
     config = get_config(name, scan_layers=True)
     assert eval_shape_count(config) == formula_count(config) == PUBLISHED[name]
+
+
+def test_umt5_counts_one_relative_table_per_layer():
+    config = get_config("umt5/small")
+    tables = (config.num_encoder_layers + config.num_decoder_layers) * config.num_heads * 32
+    assert eval_shape_count(config) == formula_count(config) == (
+        PUBLISHED["mt5/small"] + (256384 - 250112) * 512 * 2 + tables - 2 * config.num_heads * 32)
 
 
 def test_scanned_and_unscanned_layouts_count_the_same():
@@ -75,7 +84,8 @@ def test_every_family_has_its_sizes():
     for family in ("t5_1_1", "mt5", "byt5", "decoder_only"):
         assert families[family] == t5_sizes
     assert families["umt5"] == t5_sizes - {"tiny"}
-    assert all(PRESETS[f"umt5/{s}"].scan_layers for s in families["umt5"])
+    assert all(PRESETS[f"umt5/{s}"].scan_layers and PRESETS[f"umt5/{s}"].relative_attention_per_layer
+               for s in families["umt5"])
     assert all(PRESETS[f"decoder_only/{s}"].num_encoder_layers == 0 for s in t5_sizes)
 
 

@@ -95,9 +95,11 @@ def test_cached_decode_equals_full_forward(tiny):
     _check_cached_decode(*tiny)
 
 
-def test_cached_decode_equals_full_forward_scanned():
+def test_cached_decode_equals_full_forward_scanned_with_per_layer_relpos():
     model = build_model(get_config("t5_1_1/tiny", dtype="float32", vocab_size=64,
-                                   scan_layers=True))
+                                   scan_layers=True, relative_attention_per_layer=True))
+    assert model.abstract_params()["decoder"]["layers"]["relpos_bias"]["rel_embedding"].shape == (
+        4, 2, 32)
     _check_cached_decode(model, model.init_params(jax.random.PRNGKey(1)))
 
 
@@ -167,7 +169,9 @@ def test_bfloat16_activations_run_close_to_float32(tiny):
     batch = _encdec_batch(np.random.RandomState(6))
     logits16 = np.asarray(model16.logits(params, batch))
     assert logits16.dtype == np.float32 and np.isfinite(logits16).all()
-    np.testing.assert_allclose(logits16, np.asarray(model32.logits(params, batch)), atol=0.1)
+    logits32 = np.asarray(model32.logits(params, batch))
+    # bfloat16 keeps ~3 significant digits; errors stay a small fraction of the logit scale.
+    np.testing.assert_allclose(logits16, logits32, atol=0.1 * np.abs(logits32).max())
 
 
 def test_scanned_layout_and_remat_compute_the_same_function(tiny):
