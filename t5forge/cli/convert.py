@@ -63,6 +63,8 @@ def _read(args):
 
         model = t5forge.load(source, config=args.config or (args.gin_file[0] if args.gin_file else None))
         vocab = getattr(model.vocabulary, "path", None)
+        if vocab:
+            args.extra_ids = model.vocabulary.extra_ids
         return model.config, model.params, vocab
     if args.source == "t5x":
         from t5forge.interop.t5x import load_t5x_checkpoint
@@ -91,21 +93,40 @@ def _write_t5forge(config, params, output: Path, vocab, extra_ids: int) -> None:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    from tqdm import tqdm
+
+    with tqdm(total=3, desc="convert", unit="stage", disable=None) as bar:
+        bar.set_postfix_str(f"reading {args.source}")
+        config, params, vocab = _read(args)
+        bar.update()
+        output = _check_and_write(args, config, params, vocab, bar)
+    _print_summary(args, params, output)
+    return 0
+
+
+def _check_and_write(args, config, params, vocab, bar) -> Path:
     from t5forge.models.model import build_model
 
-    config, params, vocab = _read(args)
     if config is None:
         raise ConfigError("this checkpoint records no model config; pass --gin_file or --config")
+    bar.set_postfix_str("checking shapes")
     build_model(config).check_params_match(params)
+    bar.update()
     vocab = args.vocab or vocab
     output = Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
+    bar.set_postfix_str(f"writing {args.target}")
     if args.target == "hf":
         from t5forge.interop.huggingface import save_hf_dir
 
-        save_hf_dir(params, config, output, vocab_path=vocab)
+        save_hf_dir(params, config, output, vocab_path=vocab, extra_ids=args.extra_ids if vocab else 0)
     else:
         _write_t5forge(config, params, output, vocab, args.extra_ids)
+    bar.update()
+    return output
+
+
+def _print_summary(args, params, output: Path) -> None:
     flat = jax.tree_util.tree_flatten_with_path(params)[0]
     total = 0
     for path, leaf in flat:
@@ -114,4 +135,3 @@ def main(argv: list[str]) -> int:
         print(f"  {name:<70} {tuple(np.shape(leaf))}")
     print(f"converted {len(flat)} tensors ({total:,} parameters) from {args.source} "
           f"{args.input} to {args.target} {output}")
-    return 0

@@ -18,6 +18,8 @@ import numpy as np
 
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "training_curves.png"
+# What the curve plot shows besides each task's inference metrics (BLEU, ROUGE, accuracy...).
+_CURVE_METRICS = ["loss", "loss_per_nonpadding_target_token", "accuracy", "learning_rate"]
 
 
 def _key_name(key) -> str:
@@ -156,13 +158,14 @@ def plot_training_curves(model_dir: str | os.PathLike, output: str | os.PathLike
         for key, value in record.items():
             if key in ("step", "split") or not isinstance(value, (int, float)):
                 continue
-            if key.startswith("timing/") or key.startswith("non_padding_fraction"):
+            is_task_metric = record["split"].startswith("inference_eval")
+            if key not in _CURVE_METRICS and not is_task_metric:
                 continue
             series.setdefault((record["split"], key), []).append((record["step"], value))
     if not series:
         return None
-    panels = sorted({name for _, name in series}, key=lambda n: (n != "loss", n))
-    panels = [p for p in panels if p in ("loss", "learning_rate", "accuracy") or "/" not in p]
+    panels = sorted({name for _, name in series},
+                    key=lambda n: (n not in _CURVE_METRICS, _CURVE_METRICS.index(n) if n in _CURVE_METRICS else 0, n))
     cols = min(3, len(panels))
     rows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.5 * rows), squeeze=False)
