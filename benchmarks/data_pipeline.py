@@ -11,14 +11,18 @@ The vocabulary is a SentencePiece unigram model of --vocab_size pieces (default 
 T5's 32000: training 32000 pieces here takes too long) trained by this script on the first
 --vocab_documents documents, plus 100 sentinels; it is cached under --work_dir.
 
-The peer is SeqIO on TensorFlow with the same vocabulary, data, steps and lengths. SeqIO is
-never a dependency: set up a side environment as REFERENCE.md describes
-    python3 -m venv /tmp/seqio-env && /tmp/seqio-env/bin/pip install seqio tensorflow-cpu
-    /tmp/seqio-env/bin/pip install --no-deps t5==0.9.4
-    /tmp/seqio-env/bin/pip install babel gin-config sacrebleu rouge-score scikit-learn pandas nltk
-and pass --seqio_python /tmp/seqio-env/bin/python (or run this script inside that
+The peer is SeqIO on TensorFlow with the same vocabulary, data, steps and lengths, run in
+its own interpreter. SeqIO is never a dependency: set up a side environment (~3.2 GB) as
+REFERENCE.md describes
+    python3 -m venv /tmp/seqio_env && /tmp/seqio_env/bin/pip install seqio tensorflow-cpu
+    /tmp/seqio_env/bin/pip install --no-deps t5==0.9.4
+    /tmp/seqio_env/bin/pip install babel gin-config sacrebleu rouge-score scikit-learn pandas nltk
+and pass --seqio_python /tmp/seqio_env/bin/python (or run this script inside that
 environment). Without it the script prints the SeqIO number recorded in REFERENCE.md for
 this machine, clearly labelled as a reference value and not a same-run measurement.
+
+Each of --runs rounds measures t5forge and then SeqIO, so both see the same neighbours;
+the ratio is of the medians.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import gzip
 import itertools
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -72,12 +77,13 @@ lengths = {"inputs": 512, "targets": 114}
 ds = task.get_dataset(lengths, split="train", shuffle=True, seed=0, num_epochs=None)
 ds = seqio.EncDecFeatureConverter(pack=False)(ds, lengths).batch(batch_size).as_numpy_iterator()
 next(ds)
-start, tokens = time.perf_counter(), 0
+start, cpu_start, tokens = time.perf_counter(), time.process_time(), 0
 for batch in (next(ds) for _ in range(num_batches)):
     tokens += int((batch["encoder_input_tokens"] != 0).sum() + (batch["decoder_target_tokens"] != 0).sum())
-seconds = time.perf_counter() - start
+seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
 print(json.dumps({"examples_per_second": batch_size * num_batches / seconds,
-                  "tokens_per_second": tokens / seconds}))
+                  "tokens_per_second": tokens / seconds,
+                  "examples_per_cpu_second": batch_size * num_batches / cpu_seconds}))
 """
 
 
@@ -127,13 +133,15 @@ def measure_t5forge(
     }
 
 
+def seqio_is_importable(python: str) -> bool:
+    probe = subprocess.run([python, "-c", "import seqio, t5.data"], capture_output=True)
+    return probe.returncode == 0
+
+
 def measure_seqio(
     python: str, corpus: Path, vocab_path: Path, batch_size: int, num_batches: int
-) -> dict[str, float] | None:
-    """Runs the SeqIO pipeline with `python`; None when that interpreter has no seqio."""
-    probe = subprocess.run([python, "-c", "import seqio, t5.data"], capture_output=True)
-    if probe.returncode != 0:
-        return None
+) -> dict[str, float]:
+    """Runs the SeqIO pipeline in `python` (an interpreter with seqio + t5 installed)."""
     result = subprocess.run(
         [
             python,
@@ -151,6 +159,18 @@ def measure_seqio(
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def describe(name: str, rates: dict[str, float]) -> str:
+    return (
+        f"{name}: {rates['examples_per_second']:,.0f} examples/s, "
+        f"{rates['tokens_per_second']:,.0f} tokens/s, "
+        f"{rates['examples_per_cpu_second']:,.0f} examples per CPU-second"
+    )
+
+
+def median(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data_dir", type=Path, default=REPO.parent / "shared" / "data")
@@ -162,6 +182,7 @@ def main() -> None:
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--num_batches", type=int, default=100)
     parser.add_argument("--worker_count", type=int, default=0)
+    parser.add_argument("--runs", type=int, default=3, help="rounds; medians are compared")
     parser.add_argument(
         "--seqio_python",
         default=sys.executable,
@@ -172,28 +193,40 @@ def main() -> None:
     corpus = args.data_dir / "english_corpus" / "train.jsonl.gz"
     args.work_dir.mkdir(parents=True, exist_ok=True)
     vocab_path = build_vocabulary(corpus, args.work_dir, args.vocab_size, args.vocab_documents)
-    setting = (
-        f"span corruption 512/114, no packing, batch {args.batch_size} x "
-        f"{args.num_batches} batches, {args.vocab_size}-piece vocabulary"
-    )
-    ours = measure_t5forge(
-        args.data_dir, vocab_path, args.batch_size, args.num_batches, args.worker_count
-    )
     print(
-        f"t5forge ({setting}, {args.worker_count} workers): "
-        f"{ours['examples_per_second']:,.0f} examples/s, "
-        f"{ours['tokens_per_second']:,.0f} tokens/s; "
-        f"{ours['examples_per_cpu_second']:,.0f} examples per CPU-second of this process "
-        f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)"
+        f"span corruption 512/114, no packing, batch {args.batch_size} x {args.num_batches} "
+        f"batches, {args.vocab_size}-piece vocabulary, {args.worker_count} t5forge workers, "
+        f"{os.cpu_count()} cores"
     )
-
-    peer = measure_seqio(args.seqio_python, corpus, vocab_path, args.batch_size, args.num_batches)
-    if peer is not None:
-        print(
-            f"seqio, same run ({setting}): {peer['examples_per_second']:,.0f} examples/s, "
-            f"{peer['tokens_per_second']:,.0f} tokens/s"
+    with_seqio = seqio_is_importable(args.seqio_python)
+    ours_runs, peer_runs = [], []
+    for run in range(1, args.runs + 1):
+        print(f"run {run} (load average {os.getloadavg()[0]:.1f})")
+        ours_runs.append(
+            measure_t5forge(
+                args.data_dir, vocab_path, args.batch_size, args.num_batches, args.worker_count
+            )
         )
-        peer_rate, label = peer["examples_per_second"], "seqio measured in this run"
+        print("  " + describe("t5forge", ours_runs[-1]))
+        if with_seqio:
+            peer_runs.append(
+                measure_seqio(
+                    args.seqio_python, corpus, vocab_path, args.batch_size, args.num_batches
+                )
+            )
+            print("  " + describe("seqio", peer_runs[-1]))
+
+    ours = median(ours_runs)
+    print(f"median of {args.runs}: " + describe("t5forge", ours))
+    if with_seqio:
+        peer = median(peer_runs)
+        print(f"median of {args.runs}: " + describe("seqio, same runs", peer))
+        wall = ours["examples_per_second"] / peer["examples_per_second"]
+        cpu = ours["examples_per_cpu_second"] / peer["examples_per_cpu_second"]
+        print(
+            f"ratio t5forge / seqio: {wall:.2f}x examples/s, {cpu:.2f}x examples per "
+            "CPU-second (seqio measured in the same runs)"
+        )
     else:
         peer_rate = SEQIO_REFERENCE_EXAMPLES_PER_SECOND
         label = "REFERENCE value from REFERENCE.md, not measured in this run"
@@ -201,7 +234,7 @@ def main() -> None:
             f"seqio: not importable with {args.seqio_python} (see --seqio_python); "
             f"{label}: ~{peer_rate:,} examples/s"
         )
-    print(f"ratio t5forge / seqio: {ours['examples_per_second'] / peer_rate:.2f}x ({label})")
+        print(f"ratio t5forge / seqio: {ours['examples_per_second'] / peer_rate:.2f}x ({label})")
 
 
 if __name__ == "__main__":

@@ -46,6 +46,10 @@ def _run_task(model, params, task, cfg: DatasetConfig, mode: str, output: Path,
         converter_for(model, pack=False), seed=0, shuffle=False, num_epochs=1,
         use_cached=cfg.use_cached,
     )
+    # A task with single_token_labels is predicted by its best label token, not decoded.
+    label_ids = task.label_token_ids() if mode == "predict" else ()
+    options = ({"method": "labels", "label_token_ids": label_ids} if label_ids
+               else {"max_decode_length": max_decode_length})
     pending: list[str] = []
     batches = 0
     written = 0
@@ -55,8 +59,7 @@ def _run_task(model, params, task, cfg: DatasetConfig, mode: str, output: Path,
             continue
         rows = np.asarray(batch["decoder_target_tokens"]).any(axis=1)
         if mode == "predict":
-            outputs = np.asarray(jax.device_get(model.predict_batch(
-                params, batch, max_decode_length=max_decode_length)))
+            outputs = np.asarray(jax.device_get(model.predict_batch(params, batch, **options)))
         else:
             outputs = np.asarray(jax.device_get(model.score_batch(params, batch)))
         inputs = batch.get("encoder_input_tokens", batch["decoder_input_tokens"])

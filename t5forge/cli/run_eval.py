@@ -7,10 +7,12 @@ metrics, e.g. BLEU, with predictions written as JSONL.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 from t5forge.cli.run_config import DatasetConfig
 from t5forge.training.summaries import MetricsWriter
@@ -47,7 +49,7 @@ def training_eval(trainer, params, cfg: DatasetConfig, eval_steps: int, writer: 
         )
         totals: dict[str, float] = {}
         batches = 0
-        for batch in iterator:
+        for batch in _while_every_process_has_one(iterator):
             metrics = jax.device_get(trainer.eval_step(params, batch))
             for key, value in metrics.items():
                 totals[key] = totals.get(key, 0.0) + float(value)
@@ -62,6 +64,29 @@ def training_eval(trainer, params, cfg: DatasetConfig, eval_steps: int, writer: 
     return results
 
 
+def _label_predict_fn(model, params, label_token_ids):
+    def predict(batch):
+        labels = model.predict_batch(params, batch, method="labels",
+                                     label_token_ids=label_token_ids)
+        return np.asarray(jax.device_get(labels))
+
+    return predict
+
+
+def _while_every_process_has_one(iterator):
+    """The batches of a finite iterator, stopping when any process has run out of its shard.
+
+    Shards may differ by a row, so one process can have a batch more than another; the eval
+    step is one program over all processes, and a process calling it alone would wait forever.
+    """
+    for batch in iterator:
+        if jax.process_count() > 1 and not multihost_utils.process_allgather(np.bool_(True)).all():
+            return
+        yield batch
+    if jax.process_count() > 1:
+        multihost_utils.process_allgather(np.bool_(False))
+
+
 class InferenceEvaluation:
     """Runs the task's metrics on decoded predictions (and scores, for score metrics)."""
 
@@ -74,9 +99,14 @@ class InferenceEvaluation:
         self.method = method
         lengths = cfg.task_feature_lengths or {}
         self.max_decode_length = max_decode_length or lengths.get("targets", 256)
+        output_dir = Path(output_dir or Path(model_dir) / "inference_eval")
+        if jax.process_index() != 0:
+            # Every process decodes (the parameters are sharded over all of them) but only
+            # process 0 may write the JSONL files; the others write to a scratch directory.
+            self._scratch = tempfile.TemporaryDirectory(prefix="t5forge-eval-")
+            output_dir = Path(self._scratch.name)
         self.evaluator = Evaluator(
-            cfg.mixture_or_task_name, lengths or None, cfg.batch_size,
-            Path(output_dir or Path(model_dir) / "inference_eval"),
+            cfg.mixture_or_task_name, lengths or None, cfg.batch_size, output_dir,
             split=cfg.split, converter=converter_for(model, pack=False), use_cached=cfg.use_cached,
         )
 
@@ -88,12 +118,18 @@ class InferenceEvaluation:
 
         return predict
 
+    def label_predict_fns(self, params) -> dict:
+        """{task: predict_fn} for tasks with single_token_labels: argmax over label tokens."""
+        return {task.name: _label_predict_fn(self.model, params, task.label_token_ids())
+                for task in self.evaluator.tasks if task.single_token_labels}
+
     def score_fn(self, params):
         return lambda batch: np.asarray(jax.device_get(self.model.score_batch(params, batch)))
 
     def run(self, step: int, params) -> dict:
         results = self.evaluator.evaluate(
-            predict_fn=self.predict_fn(params), score_fn=self.score_fn(params), step=step)
+            predict_fn=self.predict_fn(params), score_fn=self.score_fn(params), step=step,
+            task_predict_fns=self.label_predict_fns(params))
         flat = {}
         for task_name, metrics in results.items():
             self.writer.write_scalars(step, metrics, split=f"inference_eval/{task_name}")

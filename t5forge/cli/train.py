@@ -11,6 +11,7 @@ where the last checkpoint left off; raising TRAIN_STEPS extends a finished run.
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import signal
 import sys
@@ -20,6 +21,7 @@ from pathlib import Path
 import gin
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 from t5forge.cli import gin_flags, run_setup
 from t5forge.cli.run_config import (
@@ -124,8 +126,7 @@ def train(
     restored = ckpt.restore_latest(abstract_state, trainer.state_shardings)
     if restored is not None:
         state = restored.state
-        if restored.dataset_state:
-            train_iter.set_state(restored.dataset_state)
+        _restore_data_position(train_iter, restored)
         logger.info("resumed from %s at step %d", restored.path, restored.step)
         print(f"resumed from {restored.path} (step {restored.step})", file=sys.stderr)
     else:
@@ -162,7 +163,9 @@ def train(
     metadata = run_setup.model_metadata(model, train_dataset_cfg.mixture_or_task_name, model_dir)
 
     def save(at_step, metrics=None, force=False):
-        return ckpt.save(at_step, state, train_iter.get_state(), metadata=metadata,
+        if not force and at_step % checkpoint_cfg.period:
+            return False  # skip gathering the data positions for a step that is not saved
+        return ckpt.save(at_step, state, _data_positions(train_iter), metadata=metadata,
                          metrics=metrics, force=force)
 
     step = int(jax.device_get(state.step))
@@ -241,6 +244,40 @@ def _flat(results: dict) -> dict:
         else:
             flat[key] = value
     return flat
+
+
+def _data_positions(train_iter) -> dict:
+    """Every process's iterator state, for the checkpoint (each process reads its own shard).
+
+    Orbax writes JSON items from process 0 only, so the states are all-gathered first (as
+    padded UTF-8 bytes: collectives need equal shapes on every process).
+    """
+    local = json.dumps(train_iter.get_state()).encode()
+    if jax.process_count() == 1:
+        encoded = [local]
+    else:
+        lengths = multihost_utils.process_allgather(np.int32(len(local)))
+        padded = np.zeros(int(lengths.max()), np.uint8)
+        padded[:len(local)] = np.frombuffer(local, np.uint8)
+        rows = multihost_utils.process_allgather(padded)
+        encoded = [row[:length].tobytes() for row, length in zip(rows, lengths)]
+    return {"process_count": len(encoded), "process_states": [json.loads(e) for e in encoded]}
+
+
+def _restore_data_position(train_iter, restored) -> None:
+    """Continues this process's shard where the checkpoint left it, if the shards still match.
+
+    With a different process count the data is split differently, so no saved position
+    applies: the parameters and optimizer state are restored and the new shards start over.
+    """
+    positions = restored.dataset_state or {}
+    saved_count = positions.get("process_count")
+    if saved_count == jax.process_count():
+        train_iter.set_state(positions["process_states"][jax.process_index()])
+    elif saved_count is not None and jax.process_index() == 0:
+        print(f"{restored.path} was written by {saved_count} process(es) and this run has "
+              f"{jax.process_count()}; the data is sharded differently, so each process reads "
+              "its new shard from the start", file=sys.stderr)
 
 
 def _batch_iterator(model, cfg: DatasetConfig, random_seed: int, shuffle: bool):

@@ -37,6 +37,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="spell unknown characters as UTF-8 byte pieces (lossless)")
     train.add_argument("--input_sentence_size", type=int, default=0,
                        help="sample this many sentences for training (0: use all)")
+    train.add_argument("--whole_words", default="",
+                       help="comma-separated words kept as one piece each, e.g. a classifier's "
+                       "labels (fresh,rotten), so each label is one token")
     train.add_argument("--output", required=True, help="where to write the .model file")
     train.add_argument("--no_progress", action="store_true", help="hide the progress bar")
     return parser
@@ -59,6 +62,7 @@ def main(argv: list[str]) -> int:
         byte_fallback=args.byte_fallback,
         input_sentence_size=args.input_sentence_size,
         progress=not args.no_progress,
+        whole_words=[word.strip() for word in args.whole_words.split(",") if word.strip()],
     )
     print(summary.format())
     return 0

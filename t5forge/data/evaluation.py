@@ -146,18 +146,24 @@ class Evaluator:
         predict_fn: PredictFn | None = None,
         score_fn: ScoreFn | None = None,
         step: int | None = None,
+        *,
+        task_predict_fns: Mapping[str, PredictFn] | None = None,
     ) -> dict[str, dict[str, float]]:
         """Runs the model functions, computes every task's metrics, writes the JSONL files.
 
         predict_fn(batch) -> target token ids [batch, length] feeds the tasks' metric_fns;
         score_fn(batch) -> log-likelihoods [batch] feeds their score_metric_fns.
+        task_predict_fns {task name: predict_fn} replaces predict_fn for those tasks (e.g.
+        label prediction for tasks with single_token_labels).
         Returns {task name: {metric name: value}}.
         """
-        if predict_fn is None and score_fn is None:
+        task_predict_fns = dict(task_predict_fns or {})
+        if predict_fn is None and score_fn is None and not task_predict_fns:
             raise ConfigError("Evaluator.evaluate needs a predict_fn, a score_fn, or both")
         self.output_dir.mkdir(parents=True, exist_ok=True)
         return {
-            data.task.name: self._evaluate_task(data, predict_fn, score_fn, step)
+            data.task.name: self._evaluate_task(
+                data, task_predict_fns.get(data.task.name, predict_fn), score_fn, step)
             for data in self._data
         }
 

@@ -8,18 +8,19 @@ of losing them silently. Steps that change the number of examples (span corrupti
 several documents into fixed-length segments; rank classification emits one example per
 choice) are dataset preprocessors: `fn(ds, ...) -> ds` over grain datasets. Either kind may
 ask for `sequence_length`, `output_features` (and dataset ones for `context`) by naming
-them as keyword parameters. Span corruption lives in `t5forge.data.span_corruption`.
+them as keyword parameters. A per-example step with a high per-call cost can be written
+over lists instead (`batched_example_preprocessor`, as `tokenize` is): a regroup reads its
+whole group in one batched read, so such a step runs once per group.
 """
 
 from __future__ import annotations
 
 import collections
-import copy
+import contextlib
 import dataclasses
 import functools
 import importlib
 import inspect
-import itertools
 import logging
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -28,12 +29,11 @@ from typing import Any
 import grain
 import numpy as np
 
+from t5forge.data.regroup import READ_OPTIONS as READ_OPTIONS  # tasks import it from here
+from t5forge.data.regroup import BatchMapDataset, RegroupIterDataset
 from t5forge.errors import DataError
 
 Example = dict[str, Any]
-# Threads that run lazy per-example steps ahead of the consumer. Small on purpose: grain
-# scans the whole buffer on every element, and the work is mostly GIL-bound Python.
-READ_OPTIONS = grain.ReadOptions(num_threads=2, prefetch_buffer_size=16)
 _CONTEXT_ARGS = ("sequence_length", "output_features")
 
 
@@ -53,6 +53,15 @@ def _accepted(fn: Callable, names: Sequence[str]) -> tuple[str, ...]:
     return tuple(n for n in names if n in params)
 
 
+@contextlib.contextmanager
+def _errors_named(task_name: str, step_name: str):
+    """Re-raises a step's DataError with the task and step named in front."""
+    try:
+        yield
+    except DataError as e:
+        raise DataError(f"task {task_name!r}, preprocessor {step_name}: {e}") from None
+
+
 class _ExampleCall:
     """Picklable per-example call: binds kwargs, counts drops, names the task in errors."""
 
@@ -61,10 +70,8 @@ class _ExampleCall:
         self.task_name, self.dropped, self.with_rng = task_name, dropped, with_rng
 
     def _run(self, example, *rng):
-        try:
+        with _errors_named(self.task_name, self.name):
             result = self.preprocessor.fn(example, *rng, **self.kwargs)
-        except DataError as e:
-            raise DataError(f"task {self.task_name!r}, preprocessor {self.name}: {e}") from None
         if result is None:
             if not self.dropped[self.name]:
                 logging.getLogger(__name__).warning(
@@ -146,9 +153,48 @@ class DatasetPreprocessor(Preprocessor):
         return self.fn(ds, **kwargs)
 
 
+class _BatchCall:
+    """Picklable list call: binds kwargs, names the task in errors; `one` for single examples."""
+
+    def __init__(self, preprocessor, kwargs, task_name):
+        self.preprocessor, self.kwargs, self.task_name = preprocessor, kwargs, task_name
+
+    def __call__(self, examples: list) -> list:
+        with _errors_named(self.task_name, self.preprocessor.name):
+            return self.preprocessor.fn(examples, **self.kwargs)
+
+    def one(self, example):
+        return self([example])[0]
+
+
+class BatchedExamplePreprocessor(Preprocessor):
+    """A per-example step written over lists: `fn(examples, **kw)` -> one output per input.
+
+    For work with a high per-call cost (tokenizing): reads of many examples at once get one
+    call. Called directly, a list of examples gives a list and one example gives its result.
+    """
+
+    def __call__(self, examples, **kwargs):
+        kwargs = {**self.kwargs, **kwargs}
+        if isinstance(examples, list):
+            return self.fn(examples, **kwargs)
+        return self.fn([examples], **kwargs)[0]
+
+    def apply(self, ds, ctx: PipelineContext, seed: int):
+        call = _BatchCall(self, {**self.kwargs, **self._context_kwargs(ctx)}, ctx.task_name)
+        if isinstance(ds, grain.MapDataset):
+            return BatchMapDataset(ds, call, self.name)
+        return ds.map(call.one)
+
+
 def example_preprocessor(fn: Callable) -> ExamplePreprocessor:
     """Decorator: makes `fn(example[, rng], **kw) -> example | None` a pipeline step."""
     return ExamplePreprocessor(fn)
+
+
+def batched_example_preprocessor(fn: Callable) -> BatchedExamplePreprocessor:
+    """Decorator: makes `fn(examples, **kw) -> examples` (same length) a per-example step."""
+    return BatchedExamplePreprocessor(fn)
 
 
 def dataset_preprocessor(fn: Callable) -> DatasetPreprocessor:
@@ -178,77 +224,6 @@ def as_preprocessor(item) -> Preprocessor | CacheDatasetPlaceholder:
     raise DataError(f"{item!r} is not a preprocessor; pass a function or a Preprocessor")
 
 
-# ---------------------------------------------------------------- regrouping (n -> m examples)
-
-
-class _RegroupIterator(grain.DatasetIterator):
-    """Reads `group_size` examples, emits `fn(group, rng)`; resumes exactly mid-group.
-
-    The state is the parent's state at the start of the current group plus how many outputs
-    of that group were already returned, so a restore re-reads and regenerates the group
-    (with the same RNG) and skips what was emitted.
-    """
-
-    def __init__(self, parent, fn, group_size, seed):
-        super().__init__(parent)
-        self._fn, self._group_size, self._seed = fn, group_size, seed
-        self._group_index = 0
-        self._group_start = copy.deepcopy(parent.get_state())
-        self._outputs: list | None = None
-        self._emitted = 0
-
-    def __next__(self):
-        while True:
-            if self._outputs is None:
-                self._group_start = copy.deepcopy(self._parent.get_state())
-                group = list(itertools.islice(self._parent, self._group_size))
-                if not group:
-                    raise StopIteration
-                rng = np.random.default_rng([self._seed, self._group_index])
-                self._outputs = list(self._fn(group, rng))
-            if self._emitted < len(self._outputs):
-                self._emitted += 1
-                return self._outputs[self._emitted - 1]
-            self._outputs, self._emitted = None, 0
-            self._group_index += 1
-
-    def get_state(self):
-        if self._outputs is None:
-            parent = copy.deepcopy(self._parent.get_state())
-            return {"parent": parent, "group_index": self._group_index, "emitted": 0}
-        return {"parent": copy.deepcopy(self._group_start), "group_index": self._group_index,
-                "emitted": self._emitted}
-
-    def set_state(self, state):
-        self._parent.set_state(state["parent"])
-        self._group_index = state["group_index"]
-        self._outputs = None
-        self._emitted = 0
-        if state["emitted"]:
-            self._group_start = copy.deepcopy(state["parent"])
-            group = list(itertools.islice(self._parent, self._group_size))
-            rng = np.random.default_rng([self._seed, self._group_index])
-            self._outputs = list(self._fn(group, rng))
-            self._emitted = state["emitted"]
-
-
-class RegroupIterDataset(grain.IterDataset):
-    """Turns each run of `group_size` examples into any number of examples, checkpointably."""
-
-    def __init__(self, parent, fn: Callable[[list, np.random.Generator], list], group_size: int,
-                 seed: int):
-        if isinstance(parent, grain.MapDataset):
-            parent = parent.to_iter_dataset(READ_OPTIONS)
-        super().__init__(parent)
-        self._fn, self._group_size, self._seed = fn, group_size, seed
-
-    def __iter__(self):
-        return _RegroupIterator(self._parent.__iter__(), self._fn, self._group_size, self._seed)
-
-    def __str__(self):
-        return f"RegroupIterDataset(group_size={self._group_size})"
-
-
 # ---------------------------------------------------------------- text preprocessors
 
 
@@ -264,21 +239,32 @@ def rekey(example: Example, key_map: Mapping[str, str | None]) -> Example:
     return {new: ("" if old is None else _field(example, old)) for new, old in key_map.items()}
 
 
-@example_preprocessor
-def tokenize(example: Example, output_features, copy_pretokenized: bool = True,
-             with_eos: bool = False) -> Example:
-    """Encodes each string output feature with its vocabulary; keeps `<name>_pretokenized`."""
-    out = dict(example)
+def _with_eos(tokens, eos_id: int) -> np.ndarray:
+    """tokens + [eos_id] as int32 (runs once per example and feature, so no np.append)."""
+    tokens = np.asarray(tokens)
+    out = np.empty(len(tokens) + 1, np.int32)
+    out[:-1] = tokens
+    out[-1] = eos_id
+    return out
+
+
+@batched_example_preprocessor
+def tokenize(examples: list[Example], output_features, copy_pretokenized: bool = True,
+             with_eos: bool = False) -> list[Example]:
+    """Encodes each string output feature with its vocabulary; keeps `<name>_pretokenized`.
+
+    Each feature of a batch is encoded in one vocabulary call (sentencepiece's threads).
+    """
+    out = [dict(example) for example in examples]
     for name, feature in output_features.items():
-        value = example.get(name)
-        if not isinstance(value, str):
-            continue
-        ids = feature.vocabulary.encode(value)
-        if with_eos and feature.add_eos:
-            ids = ids + [feature.vocabulary.eos_id]
-        if copy_pretokenized:
-            out[f"{name}_pretokenized"] = value
-        out[name] = np.asarray(ids, dtype=np.int32)
+        rows = [row for row, example in enumerate(examples) if isinstance(example.get(name), str)]
+        texts = [examples[row][name] for row in rows]
+        for row, text, ids in zip(rows, texts, feature.vocabulary.encode_arrays(texts)):
+            if copy_pretokenized:
+                out[row][f"{name}_pretokenized"] = text
+            if with_eos and feature.add_eos:
+                ids = _with_eos(ids, feature.vocabulary.eos_id)
+            out[row][name] = ids
     return out
 
 
@@ -288,7 +274,7 @@ def append_eos(example: Example, output_features) -> Example:
     out = dict(example)
     for name, feature in output_features.items():
         if name in out and feature.add_eos:
-            out[name] = np.append(np.asarray(out[name], np.int32), np.int32(feature.vocabulary.eos_id))
+            out[name] = _with_eos(out[name], feature.vocabulary.eos_id)
     return out
 
 
@@ -299,10 +285,10 @@ def append_eos_after_trim(example: Example, output_features, sequence_length=Non
     for name, feature in output_features.items():
         if name not in out or not feature.add_eos:
             continue
-        tokens = np.asarray(out[name], np.int32)
+        tokens = out[name]
         if sequence_length is not None and sequence_length.get(name) is not None:
             tokens = tokens[: sequence_length[name] - 1]
-        out[name] = np.append(tokens, np.int32(feature.vocabulary.eos_id))
+        out[name] = _with_eos(tokens, feature.vocabulary.eos_id)
     return out
 
 
@@ -425,39 +411,59 @@ def random_spans_helper(inputs_length: int, noise_density: float = 0.15,
     return raw_length, targets_length
 
 
-def _random_partition(total: int, parts: int, rng: np.random.Generator) -> np.ndarray:
-    """Splits `total` items into `parts` non-empty runs, uniformly over all such splits."""
-    cuts = np.sort(rng.choice(np.arange(1, total), size=parts - 1, replace=False))
-    return np.diff(np.concatenate([[0], cuts, [total]]))
+def _random_segment_lengths(num_items: int, num_segments: int, num_rows: int,
+                            rng: np.random.Generator) -> np.ndarray:
+    """[num_rows, num_segments] run lengths: each row splits `num_items` into non-empty runs.
+
+    Every split is equally likely (as T5's random segmentation): a fixed row of gap markers,
+    num_segments - 1 of them set, is shuffled per row; a set marker ends a run.
+    """
+    gaps = np.zeros((num_rows, num_items - 1), bool)
+    gaps[:, :num_segments - 1] = True
+    _, cut_after = np.nonzero(rng.permuted(gaps, axis=1))
+    bounds = np.empty((num_rows, num_segments + 1), np.int64)
+    bounds[:, 0], bounds[:, -1] = 0, num_items
+    bounds[:, 1:-1] = cut_after.reshape(num_rows, num_segments - 1) + 1
+    return np.diff(bounds, axis=1)
 
 
 def random_spans_noise_mask(length: int, noise_density: float, rng: np.random.Generator,
-                            mean_noise_span_length: float = 3.0) -> np.ndarray:
+                            mean_noise_span_length: float = 3.0,
+                            num_rows: int | None = None) -> np.ndarray:
     """Boolean mask with round(length*density) noise tokens in spans of the given mean length.
 
     Spans alternate non-noise, noise, ... starting with non-noise, so the first token is
-    never noise and every noise span has text before it.
+    never noise and every noise span has text before it. With `num_rows` it draws that many
+    independent masks at once ([num_rows, length]); a whole merge group costs one call.
     """
+    rows = 1 if num_rows is None else num_rows
     padded = max(length, 2)
     num_noise = int(np.clip(np.round(padded * noise_density), 1, padded - 1))
     num_spans = max(1, int(np.round(num_noise / mean_noise_span_length)))
     num_spans = min(num_spans, num_noise, padded - num_noise)
-    noise_lengths = _random_partition(num_noise, num_spans, rng)
-    keep_lengths = _random_partition(padded - num_noise, num_spans, rng)
-    run_lengths = np.stack([keep_lengths, noise_lengths], axis=1).reshape(-1)
-    run_is_noise = np.tile([False, True], num_spans)
-    return np.repeat(run_is_noise, run_lengths)[:length]
+    noise_lengths = _random_segment_lengths(num_noise, num_spans, rows, rng)
+    keep_lengths = _random_segment_lengths(padded - num_noise, num_spans, rows, rng)
+    run_lengths = np.stack([keep_lengths, noise_lengths], axis=2).reshape(-1)
+    run_is_noise = np.tile([False, True], rows * num_spans)
+    masks = np.repeat(run_is_noise, run_lengths).reshape(rows, padded)[:, :length]
+    return masks[0] if num_rows is None else masks
 
 
 def noise_span_to_unique_sentinel(tokens, noise_mask, vocab_size: int) -> np.ndarray:
-    """Replaces each run of noise tokens by one sentinel, counting down from vocab_size-1."""
+    """Replaces each run of noise tokens by one sentinel, counting down from vocab_size-1.
+
+    Works along the last axis; 2-D rows must have equal numbers of noise tokens and spans
+    (as the masks of one random_spans_noise_mask call do).
+    """
     tokens = np.asarray(tokens, np.int32)
     noise_mask = np.asarray(noise_mask, bool)
-    previous_is_noise = np.concatenate([[False], noise_mask[:-1]])
+    previous_is_noise = np.zeros_like(noise_mask)
+    previous_is_noise[..., 1:] = noise_mask[..., :-1]
     span_start = noise_mask & ~previous_is_noise
-    sentinels = vocab_size - np.cumsum(span_start)
-    replaced = np.where(span_start, sentinels, tokens).astype(np.int32)
-    return replaced[~(noise_mask & previous_is_noise)]
+    sentinels = vocab_size - np.cumsum(span_start, axis=-1, dtype=np.int32)
+    replaced = np.where(span_start, sentinels, tokens)
+    kept = replaced[~(noise_mask & previous_is_noise)]
+    return kept.reshape(*tokens.shape[:-1], -1)
 
 
 def nonnoise_span_to_unique_sentinel(tokens, noise_mask, vocab_size: int) -> np.ndarray:
@@ -465,34 +471,53 @@ def nonnoise_span_to_unique_sentinel(tokens, noise_mask, vocab_size: int) -> np.
     return noise_span_to_unique_sentinel(tokens, ~np.asarray(noise_mask, bool), vocab_size)
 
 
-def _select_random_chunk(example: Example, rng, feature_key: str, max_length: int):
-    """One random max_length-aligned window of a long document; empty documents dropped."""
-    tokens = np.asarray(example[feature_key], np.int32)
-    if tokens.size == 0:
-        return None
-    num_windows = -(-tokens.size // max_length)
-    start = max_length * int(rng.integers(num_windows))
-    return {feature_key: tokens[start:start + max_length]}
+def _concatenated_chunks(group: list[Example], rng: np.random.Generator,
+                         max_chunk_length: int) -> np.ndarray:
+    """The group's 'targets' documents end to end, each cut to one random aligned window.
+
+    A document longer than max_chunk_length keeps one of its max_chunk_length windows,
+    chosen uniformly (T5's select_random_chunk); empty documents add nothing.
+    """
+    chunks = []
+    for example in group:
+        tokens = example["targets"]
+        if len(tokens) > max_chunk_length:
+            num_windows = -(-len(tokens) // max_chunk_length)
+            start = max_chunk_length * int(rng.integers(num_windows))
+            tokens = tokens[start:start + max_chunk_length]
+        chunks.append(tokens)
+    return np.concatenate(chunks).astype(np.int32, copy=False) if chunks else np.zeros(0, np.int32)
 
 
-def _segments(group: list[Example], segment_length: int) -> list[np.ndarray]:
-    tokens = np.concatenate([ex["targets"] for ex in group])
-    return [tokens[i:i + segment_length] for i in range(0, tokens.size, segment_length)]
+def _segment_blocks(tokens: np.ndarray, segment_length: int) -> list[np.ndarray]:
+    """Consecutive segment_length pieces as 2-D blocks: the full rows, then the short tail."""
+    full_rows = tokens.size // segment_length
+    blocks = [tokens[:full_rows * segment_length].reshape(full_rows, segment_length)]
+    if tokens.size % segment_length:
+        blocks.append(tokens[full_rows * segment_length:][None])
+    return [block for block in blocks if len(block)]
 
 
 def _corrupt_spans(group, rng, segment_length, vocab_size, noise_density,
-                   mean_noise_span_length, input_key):
+                   mean_noise_span_length, input_key, max_chunk_length):
     out = []
-    for segment in _segments(group, segment_length):
-        mask = random_spans_noise_mask(segment.size, noise_density, rng, mean_noise_span_length)
-        out.append({input_key: noise_span_to_unique_sentinel(segment, mask, vocab_size),
-                    "targets": nonnoise_span_to_unique_sentinel(segment, mask, vocab_size)})
+    tokens = _concatenated_chunks(group, rng, max_chunk_length)
+    for block in _segment_blocks(tokens, segment_length):
+        masks = random_spans_noise_mask(block.shape[1], noise_density, rng,
+                                        mean_noise_span_length, num_rows=len(block))
+        inputs = noise_span_to_unique_sentinel(block, masks, vocab_size)
+        targets = nonnoise_span_to_unique_sentinel(block, masks, vocab_size)
+        out.extend({input_key: i, "targets": t} for i, t in zip(inputs, targets))
     return out
 
 
-def _split_prefix(group, rng, segment_length, input_key):
+def _segments(tokens: np.ndarray, segment_length: int) -> list[np.ndarray]:
+    return [tokens[i:i + segment_length] for i in range(0, tokens.size, segment_length)]
+
+
+def _split_prefix(group, rng, segment_length, input_key, max_chunk_length):
     out = []
-    for segment in _segments(group, segment_length):
+    for segment in _segments(_concatenated_chunks(group, rng, max_chunk_length), segment_length):
         if segment.size < 2:
             continue
         split = int(rng.integers(1, segment.size))
@@ -500,9 +525,10 @@ def _split_prefix(group, rng, segment_length, input_key):
     return out
 
 
-def _corrupt_iid(group, rng, segment_length, vocab_size, noise_density, input_key):
+def _corrupt_iid(group, rng, segment_length, vocab_size, noise_density, input_key,
+                 max_chunk_length):
     out = []
-    for segment in _segments(group, segment_length):
+    for segment in _segments(_concatenated_chunks(group, rng, max_chunk_length), segment_length):
         mask = rng.random(segment.size) < noise_density
         out.append({input_key: noise_span_to_unique_sentinel(segment, mask, vocab_size),
                     "targets": nonnoise_span_to_unique_sentinel(segment, mask, vocab_size)})
@@ -515,14 +541,8 @@ def _needs_lengths(name: str, sequence_length, *keys) -> None:
                         f"sequence_length={{{', '.join(repr(k) + ': N' for k in keys)}}}")
 
 
-def _chunked_documents(ds, context: PipelineContext, seed: int, max_chunk_length: int):
-    chunker = ExamplePreprocessor(_select_random_chunk).bind(
-        feature_key="targets", max_length=max_chunk_length)
-    return chunker.apply(ds, context, seed)
-
-
 @dataset_preprocessor
-def span_corruption(ds, sequence_length, output_features, context, seed,
+def span_corruption(ds, sequence_length, output_features, seed,
                     noise_density: float = 0.15, mean_noise_span_length: float = 3.0,
                     input_feature_key: str = "inputs", merge_examples_to_reduce_padding=True,
                     max_chunk_length: int = 65536, documents_per_merge: int = 128):
@@ -540,9 +560,8 @@ def span_corruption(ds, sequence_length, output_features, context, seed,
         raise DataError(f"span_corruption at {sequence_length[input_feature_key]} input tokens "
                         f"makes {targets_length} target tokens; set sequence_length['targets'] "
                         f">= {targets_length}")
-    ds = _chunked_documents(ds, context, seed, max_chunk_length)
     corrupt = functools.partial(
-        _corrupt_spans, segment_length=raw_length,
+        _corrupt_spans, segment_length=raw_length, max_chunk_length=max_chunk_length,
         vocab_size=output_features["targets"].vocabulary.vocab_size,
         noise_density=noise_density, mean_noise_span_length=mean_noise_span_length,
         input_key=input_feature_key)
@@ -555,26 +574,25 @@ def _segment_length(sequence_length, output_features, key):
 
 
 @dataset_preprocessor
-def prefix_lm(ds, sequence_length, output_features, context, seed,
+def prefix_lm(ds, sequence_length, output_features, seed,
               input_feature_key: str = "inputs", max_chunk_length: int = 65536):
     """Cuts each document into inputs-length segments, each split at a uniform random point."""
     _needs_lengths("prefix_lm", sequence_length, input_feature_key)
-    ds = _chunked_documents(ds, context, seed, max_chunk_length)
     split = functools.partial(
-        _split_prefix, input_key=input_feature_key,
+        _split_prefix, input_key=input_feature_key, max_chunk_length=max_chunk_length,
         segment_length=_segment_length(sequence_length, output_features, input_feature_key))
     return RegroupIterDataset(ds, split, 1, seed)
 
 
 @dataset_preprocessor
-def iid_denoising(ds, sequence_length, output_features, context, seed,
+def iid_denoising(ds, sequence_length, output_features, seed,
                   noise_density: float = 0.15, input_feature_key: str = "inputs",
                   max_chunk_length: int = 65536):
     """Like span corruption, but each token is noise independently (spans of mean ~1.2)."""
     _needs_lengths("iid_denoising", sequence_length, input_feature_key)
-    ds = _chunked_documents(ds, context, seed, max_chunk_length)
     corrupt = functools.partial(
         _corrupt_iid, vocab_size=output_features["targets"].vocabulary.vocab_size,
         noise_density=noise_density, input_key=input_feature_key,
+        max_chunk_length=max_chunk_length,
         segment_length=_segment_length(sequence_length, output_features, input_feature_key))
     return RegroupIterDataset(ds, corrupt, 1, seed)

@@ -171,6 +171,10 @@ _NAME_PATTERN = re.compile(r"^[\w.:/-]+$")
 class Task:
     """A named recipe: source -> preprocessors -> output features (+ metrics for eval).
 
+    `single_token_labels` names a classification task's complete label set when each label
+    is one target token; evaluation and `t5forge infer` then pick the best label on device
+    (the model's method 'labels') instead of decoding.
+
     `dropped_example_counts` counts, per preprocessor, the examples it dropped (returned
     None) in this process; grain worker processes keep their own counts.
     """
@@ -184,6 +188,7 @@ class Task:
         postprocess_fn: Callable | None = None,
         metric_fns: Sequence[Callable] = (),
         score_metric_fns: Sequence[Callable] = (),
+        single_token_labels: Sequence[str] = (),
     ):
         if not isinstance(name, str) or not _NAME_PATTERN.match(name):
             raise DataError(f"task name {name!r} must be letters, digits and _ . : / - only")
@@ -208,6 +213,7 @@ class Task:
         self.postprocess_fn = postprocess_fn
         self.metric_fns = tuple(metric_fns)
         self.score_metric_fns = tuple(score_metric_fns)
+        self.single_token_labels = tuple(single_token_labels)
         self.dropped_example_counts: collections.Counter = collections.Counter()
 
     def __repr__(self):
@@ -231,6 +237,25 @@ class Task:
         if self.postprocess_fn is None:
             return text
         return self.postprocess_fn(text, example=example, is_target=is_target)
+
+    def label_token_ids(self) -> tuple[int, ...]:
+        """The target token id of each of `single_token_labels` (empty when it has none).
+
+        A task that declares its complete label set this way is predicted by scoring just
+        these tokens (one decoder step) instead of decoding; every label must therefore be
+        exactly one token of the targets vocabulary.
+        """
+        vocabulary = self.output_features["targets"].vocabulary
+        ids = []
+        for label in self.single_token_labels:
+            tokens = vocabulary.encode(label)
+            if len(tokens) != 1:
+                raise DataError(
+                    f"task {self.name!r}: label {label!r} is {len(tokens)} tokens {tokens} in "
+                    "the targets vocabulary, not one; train the vocabulary with the label as a "
+                    "piece, or drop single_token_labels and decode (or rank-classify) instead")
+            ids.append(int(tokens[0]))
+        return tuple(ids)
 
     @property
     def cached_preprocessors(self) -> tuple[Preprocessor, ...]:

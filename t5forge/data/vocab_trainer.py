@@ -122,11 +122,13 @@ def train_vocabulary(
     input_sentence_size: int = 0,
     heldout_every: int = 100,
     progress: bool = True,
+    whole_words: Sequence[str] = (),
 ) -> VocabSummary:
     """Trains a T5-layout SentencePiece model from `texts` and writes it to `output`.
 
     Each text is split into paragraphs at newlines; `input_sentence_size` > 0 makes
-    SentencePiece sample that many of them (shuffled) instead of using all.
+    SentencePiece sample that many of them (shuffled) instead of using all. Each of
+    `whole_words` (e.g. a classifier's labels) becomes one piece, so it encodes to one id.
     """
     _check_arguments(vocab_size, extra_ids, model_type, input_sentence_size, heldout_every)
     heldout: list[str] = []
@@ -162,6 +164,8 @@ def train_vocabulary(
             max_sentence_length=1 << 14,
             num_threads=os.cpu_count() or 1,
             minloglevel=2,
+            # A word at the start of a text or after a space is '▁word' to SentencePiece.
+            user_defined_symbols=[f"\u2581{word}" for word in whole_words],
         )
     except RuntimeError as e:
         raise _training_error(e, vocab_size, counts["training"]) from None

@@ -4,7 +4,9 @@
 seqio feature-converter batch names. Params are plain nested dicts of float32 arrays with
 T5X's names (no flax boxes); `param_logical_axes` gives their sharding names separately.
 Prediction is jitted end to end: encoding (or prompt prefill), the decoding cache and the
-decoding loop of `t5forge.models.decoding` compile into one XLA program per shape.
+decoding loop of `t5forge.models.decoding` compile into one XLA program per shape. For
+classification with one-token labels, method 'labels' skips decoding: one decoder step
+scores just the label tokens and the argmax is taken on device, so only ids come back.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from t5forge.models.configs import T5Config
 from t5forge.models.losses import loss_and_metrics, token_cross_entropy
 from t5forge.models.network import build_network
 
-PREDICT_METHODS = ("greedy", "beam", "sample")
+PREDICT_METHODS = ("greedy", "beam", "sample", "labels")
 _TOKEN_FEATURES = ("encoder_input_tokens", "decoder_input_tokens", "decoder_target_tokens")
 
 
@@ -191,19 +193,50 @@ class _Model(abc.ABC):
                 temperature=temperature, topk=topk, topp=topp)
         return self._postprocess(sequences, prompt), scores
 
+    @abc.abstractmethod
+    def _first_target_logits(self, params, batch):
+        """Logits [B, vocab] of each row's first target token (traceable)."""
+
+    @functools.partial(jax.jit, static_argnums=(0,))
+    def _predict_labels(self, params, batch, label_token_ids):
+        log_probs = jax.nn.log_softmax(self._first_target_logits(params, batch), axis=-1)
+        label_log_probs = log_probs[:, label_token_ids]
+        best = jnp.argmax(label_log_probs, axis=-1)
+        return label_token_ids[best][:, None], jnp.max(label_log_probs, axis=-1)
+
+    def predict_labels(self, params, batch, label_token_ids):
+        """(label ids int32 [B, 1], their log-probabilities [B]): the most likely of the
+        given one-token labels as each row's first target token, chosen on device."""
+        ids = np.asarray(label_token_ids, np.int32).reshape(-1)
+        if ids.size == 0:
+            raise ConfigError("method 'labels' needs label_token_ids, the token id of each label")
+        if ids.min() < 0 or ids.max() >= self.config.vocab_size:
+            raise ConfigError(f"label_token_ids {ids.tolist()} must lie in [0, "
+                              f"{self.config.vocab_size}), the model's vocabulary")
+        self.check_token_ids(batch)
+        inputs = {k: jnp.asarray(v) for k, v in batch.items() if k in self.label_inputs}
+        return self._predict_labels(params, inputs, jnp.asarray(ids))
+
     def predict_batch_with_aux(self, params, batch, rng=None, method: str = "greedy",
                                num_decodes: int | None = None, alpha: float = 0.6,
                                temperature: float = 1.0, topk: int = 1, topp: float = 0.0,
                                max_decode_length: int | None = None,
-                               return_all_decodes: bool = False):
+                               return_all_decodes: bool = False, label_token_ids=None):
         """(tokens [B, L], {'scores': [B]}) for the best decode of each row, or with
         return_all_decodes all of them, [B, num_decodes, L] and [B, num_decodes], best last.
 
         num_decodes defaults to 4 beams for 'beam' and 1 otherwise; L is max_decode_length,
-        or the length of the batch's decoder_input_tokens.
+        or the length of the batch's decoder_input_tokens. method 'labels' returns the best
+        of `label_token_ids` per row ([B, 1], see predict_labels) instead of decoding.
         """
         if method not in PREDICT_METHODS:
             raise ConfigError(f"unknown decoding method {method!r}; use one of {PREDICT_METHODS}")
+        if method == "labels":
+            if label_token_ids is None:
+                raise ConfigError("method 'labels' needs label_token_ids, the token id of each "
+                                  "label")
+            labels, scores = self.predict_labels(params, batch, label_token_ids)
+            return labels, {"scores": scores}
         if num_decodes is None:
             num_decodes = 4 if method == "beam" else 1
         self.check_token_ids(batch)
@@ -232,6 +265,14 @@ class EncoderDecoderModel(_Model):
                       "encoder_segment_ids", "decoder_segment_ids")
     decoding_inputs = ("encoder_input_tokens",)
     _init_inputs = ("encoder_input_tokens", "decoder_input_tokens", "decoder_target_tokens")
+    label_inputs = ("encoder_input_tokens",)
+
+    def _first_target_logits(self, params, batch):
+        encoder_tokens = jnp.asarray(batch["encoder_input_tokens"], jnp.int32)
+        start = jnp.zeros((encoder_tokens.shape[0], 1), jnp.int32)
+        # The target only marks the position as valid (masks); its value is not read.
+        logits = self.network.apply({"params": params}, encoder_tokens, start, start + 1)
+        return logits[:, 0]
 
     def decoding_state(self, params, batch, max_decode_length: int):
         encoder_tokens = jnp.asarray(batch["encoder_input_tokens"], jnp.int32)
@@ -262,6 +303,16 @@ class DecoderOnlyModel(_Model):
                       "decoder_causal_attention")
     decoding_inputs = ("decoder_input_tokens", "decoder_causal_attention")
     _init_inputs = ("decoder_input_tokens", "decoder_target_tokens")
+    label_inputs = ("decoder_input_tokens", "decoder_target_tokens", "decoder_causal_attention")
+
+    def _first_target_logits(self, params, batch):
+        # The prefix-LM converter marks inputs + 1 positions as causal; the last of them
+        # is where the first target token is predicted.
+        causal = jnp.asarray(batch["decoder_causal_attention"], jnp.int32)
+        logits = self.network.apply({"params": params}, **{
+            k: jnp.asarray(batch[k]) for k in self.label_inputs})
+        last_prefix = jnp.maximum(jnp.sum(causal, axis=1) - 1, 0)
+        return jnp.take_along_axis(logits, last_prefix[:, None, None], axis=1)[:, 0]
 
     def decoding_state(self, params, batch, max_decode_length: int):
         tokens = jnp.asarray(batch["decoder_input_tokens"], jnp.int32)

@@ -88,7 +88,9 @@ class Checkpointer:
     keep: how many of the latest checkpoints to keep (None keeps all). period: save at steps
     divisible by `period`, as T5X does (`save(..., force=True)` saves anyway, e.g. at the end).
     keep_best_metric: also keep the checkpoint with the best value of this metric (as passed
-    to `save(metrics=...)`, e.g. 'training_eval/acc'); best_mode 'max' or 'min'.
+    to `save(metrics=...)`, e.g. 'inference_eval/<task>/accuracy'); best_mode 'max' or 'min'.
+    Checkpoints saved without metrics count only for `keep`, and the metrics are stored in
+    each checkpoint, so the best one is still known after a restart.
     """
 
     def __init__(
@@ -105,13 +107,20 @@ class Checkpointer:
         if keep is not None and keep < 1:
             raise CheckpointError(f"keep={keep} would delete every checkpoint; use keep >= 1")
         self.model_dir = Path(model_dir).absolute()
+        self.keep_best_metric = keep_best_metric
         policies = [preservation_policy.LatestN(n=keep)]
+        best_fn = None
         if keep_best_metric is not None:
+            def best_fn(metrics):
+                return metrics[keep_best_metric]
+
             policies.append(preservation_policy.BestN(
-                get_metric_fn=lambda metrics: metrics[keep_best_metric],
-                reverse=best_mode == "min", n=1,
+                get_metric_fn=best_fn, reverse=best_mode == "min", n=1,
+                keep_checkpoints_without_metrics=False,
             ))
         options = ocp.CheckpointManagerOptions(
+            best_fn=best_fn,  # makes orbax store each checkpoint's metrics beside it
+            best_mode=best_mode,
             should_save_fn=lambda step, _last: step % period == 0,
             step_prefix=STEP_PREFIX,
             enable_async_checkpointing=async_save,
@@ -147,6 +156,12 @@ class Checkpointer:
         Returns once the arrays are copied to host memory; the write continues in the
         background, so the caller may donate or overwrite `state` right away.
         """
+        if metrics is not None and self.keep_best_metric is not None and (
+                self.keep_best_metric not in metrics):
+            raise CheckpointError(
+                f"metric_name_to_monitor {self.keep_best_metric!r} is not among the evaluation "
+                f"metrics ({', '.join(sorted(metrics))}); set "
+                "utils.SaveCheckpointConfig.metric_name_to_monitor to one of them")
         items = {
             STATE: ocp.args.StandardSave(state),
             DATASET: ocp.args.JsonSave(dataset_state or {}),

@@ -2,13 +2,15 @@
 
 import functools
 
+import grain
 import numpy as np
 import pytest
 
 from t5forge.data import preprocessors as pp
+from t5forge.data.regroup import RegroupIterDataset
 from t5forge.data.sources import FunctionSource
 from t5forge.data.tasks import Feature, Task
-from t5forge.data.vocabularies import SentencePieceVocabulary
+from t5forge.data.vocabularies import ByteVocabulary, SentencePieceVocabulary
 from t5forge.errors import DataError
 
 
@@ -48,6 +50,53 @@ def test_tokenize_keeps_pretokenized_text(features):
     assert out["inputs_pretokenized"] == "this is a test" and out["id"] == 3
     with_eos = pp.tokenize({"targets": "a test"}, output_features=features, with_eos=True)
     assert with_eos["targets"].tolist() == [3, 5, 10, 1]
+
+
+@pytest.mark.parametrize("vocabulary", ["sentencepiece", "byte"])
+def test_batched_tokenize_equals_per_example_tokenize(vocabulary, vocab):
+    chosen = vocab if vocabulary == "sentencepiece" else ByteVocabulary(extra_ids=10)
+    features = {"inputs": Feature(chosen), "targets": Feature(chosen)}
+    examples = [
+        {"inputs": "this is a test", "targets": "a test", "id": 0},
+        {"inputs": "", "targets": "<extra_id_0> <extra_id_1> v <extra_id_9>", "id": 1},
+        {"inputs": "the cat sat", "id": 2},  # no targets: left alone
+        {"inputs": "é is a test " * 50, "targets": "", "id": 3},
+    ]
+    batched = pp.tokenize(examples, output_features=features, with_eos=True)
+    one_by_one = [pp.tokenize(e, output_features=features, with_eos=True) for e in examples]
+    assert [sorted(b) for b in batched] == [sorted(o) for o in one_by_one]
+    for example, out in zip(examples, batched):
+        for name in ("inputs", "targets"):
+            if name not in example:
+                assert name not in out
+                continue
+            assert out[name].dtype == np.int32 and out[name].flags.writeable
+            assert out[name].tolist() == chosen.encode(example[name]) + [1]
+            assert out[f"{name}_pretokenized"] == example[name]
+    if vocabulary == "sentencepiece":
+        assert batched[1]["targets"].tolist() == [35, 34, 3, 25, 26, 1]
+
+
+def test_grouped_reads_tokenize_like_single_reads(features, vocab):
+    # A regroup over a random-access pipeline reads each group in one batched tokenize call;
+    # it must see the tokens that one-at-a-time reads give.
+    def keep_group(group, rng):
+        return [{"targets": np.concatenate([e["targets"] for e in group])}]
+
+    steps = [pp.rekey.bind(key_map={"inputs": "question", "targets": "answer"}), pp.tokenize]
+    task = _make_task("test_grouped_tokenize", steps, features)
+    ds = task.get_dataset("train", shuffle=False)
+    texts = [row["answer"] for row in _rows("train")]
+    assert [e["targets"].tolist() for e in ds] == [vocab.encode(t) for t in texts]
+    context = pp.PipelineContext("test_grouped", features, None, 0, task.dropped_example_counts)
+    tokenized = grain.MapDataset.source(_rows("train")).map(
+        lambda row: {"inputs": row["question"], "targets": row["answer"]})
+    tokenized = pp.tokenize.apply(tokenized, context, seed=0)
+    grouped = list(RegroupIterDataset(tokenized, keep_group, group_size=3, seed=0))
+    assert [g["targets"].tolist() for g in grouped] == [
+        sum((vocab.encode(t) for t in texts[:3]), []),
+        sum((vocab.encode(t) for t in texts[3:]), []),
+    ]
 
 
 def test_append_eos_and_append_eos_after_trim(features, vocab):

@@ -50,6 +50,34 @@ def test_noise_mask_shape_and_counts(length):
     assert starts == min(max(1, round(num_noise / 3.0)), num_noise, length - num_noise)
 
 
+def test_many_masks_at_once_match_the_single_mask_rules():
+    rng = np.random.default_rng(0)
+    masks = pp.random_spans_noise_mask(568, 0.15, rng, 3.0, num_rows=50)
+    assert masks.shape == (50, 568)
+    assert (masks.sum(axis=1) == 85).all() and not masks[:, 0].any()
+    starts = masks & ~np.concatenate([np.zeros((50, 1), bool), masks[:, :-1]], axis=1)
+    assert (starts.sum(axis=1) == 28).all()
+    assert len({row.tobytes() for row in masks}) == 50
+
+
+def test_span_lengths_are_uniform_over_all_segmentations():
+    # length 10 at density 0.5: 5 noise tokens in 2 spans and 5 kept tokens in 2 runs; each
+    # side splits 4 ways, so there are 16 masks and T5's segmentation makes them equally likely.
+    masks = pp.random_spans_noise_mask(10, 0.5, np.random.default_rng(1), 3.0, num_rows=16000)
+    _, counts = np.unique(masks, axis=0, return_counts=True)
+    assert len(counts) == 16
+    assert np.abs(counts - 1000).max() < 5 * np.sqrt(1000 * 15 / 16)
+
+
+def test_sentinels_of_many_rows_match_row_by_row():
+    rng = np.random.default_rng(2)
+    tokens = rng.integers(3, 900, size=(6, 40))
+    masks = pp.random_spans_noise_mask(40, 0.15, rng, 3.0, num_rows=6)
+    for fn in (pp.noise_span_to_unique_sentinel, pp.nonnoise_span_to_unique_sentinel):
+        rows = fn(tokens, masks, 1000)
+        assert rows.tolist() == [fn(t, m, 1000).tolist() for t, m in zip(tokens, masks)]
+
+
 @pytest.fixture(scope="module")
 def english_documents(shared_data):
     with gzip.open(shared_data / "english_corpus" / "train.jsonl.gz", "rt") as f:
@@ -136,40 +164,52 @@ def test_statistics_on_real_documents(span_task, english_vocab):
     assert max(len(e["targets"]) for e in examples) == 114
 
 
-def test_corrupted_text_reassembles_the_original(span_task, english_vocab):
-    example = next(
-        iter(span_task.get_dataset("train", sequence_length={"inputs": 128, "targets": 64}))
-    )
+def _restored_tokens(example, first_sentinel):
+    """The raw segment: the inputs with each sentinel replaced by the targets' span after it."""
     inputs, targets = example["inputs"][:-1].tolist(), example["targets"][:-1].tolist()
-    first_sentinel = english_vocab.vocab_size - EXTRA_IDS
-
-    def runs(ids):
-        out, current = {}, None
-        for i in ids:
-            if i >= first_sentinel:
-                current = i
-                out[current] = []
-            elif current is not None:
-                out[current].append(i)
-        return out
-
-    fill = runs(targets)
+    fill, current = {}, None
+    for i in targets:
+        if i >= first_sentinel:
+            current = fill[i] = []
+        elif current is not None:
+            current.append(i)
     restored = []
     for i in inputs:
         restored.extend(fill[i] if i >= first_sentinel else [i])
-    assert len(restored) == pp.random_spans_helper(128)[0]
-    assert all(i < first_sentinel for i in restored)
+    return restored
 
 
-def test_resume_mid_merge_group_is_exact(span_task):
+def test_corrupted_text_reassembles_the_documents_in_order(
+    span_task, english_vocab, english_documents
+):
     lengths = {"inputs": 128, "targets": 64}
-    iterator = iter(span_task.get_dataset("train", sequence_length=lengths, seed=3))
-    for _ in range(7):
-        next(iterator)
-    state = iterator.get_state()
-    expected = [next(iterator) for _ in range(5)]
-    resumed = iter(span_task.get_dataset("train", sequence_length=lengths, seed=3))
-    resumed.set_state(state)
-    for want, got in zip(expected, (next(resumed) for _ in range(5))):
-        assert np.array_equal(want["inputs"], got["inputs"])
-        assert np.array_equal(want["targets"], got["targets"])
+    raw_length = pp.random_spans_helper(128)[0]
+    examples = itertools.islice(
+        span_task.get_dataset("train", sequence_length=lengths, shuffle=False), 40
+    )
+    first_sentinel = english_vocab.vocab_size - EXTRA_IDS
+    restored = [_restored_tokens(e, first_sentinel) for e in examples]
+    assert all(len(r) == raw_length for r in restored)
+    stream = [i for text in english_documents[:40] for i in english_vocab.encode(text)]
+    assert sum(restored, []) == stream[: 40 * raw_length]
+
+
+@pytest.mark.parametrize("documents_per_merge", [128, 2])
+def test_resume_is_exact_anywhere(span_task, documents_per_merge):
+    lengths = {"inputs": 128, "targets": 64}
+    steps = list(span_task.preprocessors)
+    steps[3] = pp.span_corruption.bind(documents_per_merge=documents_per_merge)
+    task = Task(f"{span_task.name}_{documents_per_merge}", span_task.source, steps,
+                span_task.output_features)
+    iterator = iter(task.get_dataset("train", sequence_length=lengths, seed=3))
+    expected, states = [], []
+    for _ in range(30):
+        states.append(iterator.get_state())
+        expected.append(next(iterator))
+    for start in (0, 1, 7, 13, 25):
+        resumed = iter(task.get_dataset("train", sequence_length=lengths, seed=3))
+        resumed.set_state(states[start])
+        for want in expected[start:start + 5]:
+            got = next(resumed)
+            assert np.array_equal(want["inputs"], got["inputs"])
+            assert np.array_equal(want["targets"], got["targets"])

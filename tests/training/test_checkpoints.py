@@ -227,3 +227,24 @@ def test_restore_latest_rejects_a_different_model_instead_of_skipping(tmp_path):
     wider = jax.eval_shape(lambda: TrainState.create(make_params(width=10), TX))
     with pytest.raises(CheckpointError, match="does not match the model"):
         ckpt.restore_latest(wider)
+
+
+def test_keep_best_survives_saves_without_metrics_and_a_restart(tmp_path):
+    """As in training: metrics only at eval steps; keep=1 leaves the best and the latest."""
+    ckpt = Checkpointer(tmp_path, keep=1, period=1, keep_best_metric="inference_eval/t/accuracy")
+    for step in range(1, 7):
+        metrics = {2: 90.0, 4: 30.0}.get(step)
+        ckpt.save(step, make_state(step),
+                  metrics=None if metrics is None else {"inference_eval/t/accuracy": metrics})
+    ckpt.wait_until_finished()
+    assert ckpt.all_steps() == [2, 6]
+    ckpt.close()
+    resumed = Checkpointer(tmp_path, keep=1, period=1,
+                           keep_best_metric="inference_eval/t/accuracy")
+    resumed.save(7, make_state(7), metrics={"inference_eval/t/accuracy": 50.0})
+    resumed.save(8, make_state(8))
+    resumed.wait_until_finished()
+    assert resumed.all_steps() == [2, 8]
+    with pytest.raises(CheckpointError, match="metric_name_to_monitor 'inference_eval/t/accuracy'"
+                                              " is not among the evaluation metrics"):
+        resumed.save(9, make_state(9), metrics={"inference_eval/t/f1": 1.0})

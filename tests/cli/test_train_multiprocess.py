@@ -1,0 +1,97 @@
+"""`t5forge train` as two `jax.distributed` processes on this machine, then a 1-process restart.
+
+Each process has 4 virtual CPU devices and joins through a loopback coordinator, as hosts of
+a cluster do; the two together train a tiny T5 on the bundled data and write one checkpoint.
+A single process then resumes from that checkpoint and trains on.
+"""
+
+import json
+import socket
+import subprocess
+
+import jax
+import numpy as np
+import pytest
+import test_train_e2e
+from test_train_e2e import REPO, _env, _losses, _train_command
+
+import t5forge
+from t5forge.models.model import build_model
+
+# the e2e test's module fixture: tiny.gin and a vocabulary trained on the bundled data
+workdir = test_train_e2e.workdir
+
+# -O0 halves XLA's CPU compile time, which dominates these few-step runs.
+XLA_FLAGS = "--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0"
+FLAGS = ["--gin.DROPOUT_RATE=0.0", "--gin.EVAL_PERIOD=0", "--gin.CHECKPOINT_PERIOD=2",
+         "--gin.train.stats_period=1", "--gin.train.infer_eval_dataset_cfg=None",
+         "--gin.train.train_eval_dataset_cfg=None", "--gin.train.progress=False"]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _run_env(workdir):
+    return dict(_env(workdir), XLA_FLAGS=XLA_FLAGS)
+
+
+@pytest.fixture(scope="module")
+def two_process_run(workdir):
+    """Four steps on 2 processes x 4 devices (global batch 8), checkpoints at steps 2 and 4."""
+    model_dir = workdir / "two_processes"
+    port = _free_port()
+    processes = [
+        subprocess.Popen(
+            _train_command(workdir, model_dir, 4, [
+                *FLAGS, f"--coordinator_address=127.0.0.1:{port}", "--process_count=2",
+                f"--process_index={index}"]),
+            cwd=REPO, env=_run_env(workdir), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True)
+        for index in range(2)
+    ]
+    outputs = [process.communicate(timeout=600) for process in processes]
+    for process, (_, stderr) in zip(processes, outputs):
+        assert process.returncode == 0, stderr[-3000:]
+    return model_dir
+
+
+@pytest.mark.slow
+def test_two_processes_train_and_checkpoint_together(two_process_run):
+    model_dir = two_process_run
+    for name in ("config.gin", "model-info.txt", "spiece.model", "checkpoint_2", "checkpoint_4"):
+        assert (model_dir / name).exists(), name
+    assert {p.name for p in (model_dir / "checkpoint_4" / "state").glob("ocdbt.process_*")} == {
+        "ocdbt.process_0", "ocdbt.process_1"}
+    # only process 0 writes metrics: each step is logged once
+    steps = [json.loads(line)["step"] for line in
+             (model_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4]
+    assert all(np.isfinite(loss) for loss in _losses(model_dir).values())
+    # each process read its own shard, so each one's data position is recorded
+    positions = json.loads((model_dir / "checkpoint_4" / "dataset" / "metadata").read_text())
+    assert positions["process_count"] == 2 and len(positions["process_states"]) == 2
+
+
+@pytest.mark.slow
+def test_one_process_restart_continues_from_the_two_process_checkpoint(workdir, two_process_run):
+    model_dir = two_process_run
+    restart = subprocess.run(_train_command(workdir, model_dir, 6, FLAGS), cwd=REPO,
+                             env=_run_env(workdir), capture_output=True, text=True, timeout=600)
+    assert restart.returncode == 0, restart.stderr[-3000:]
+    assert f"resumed from {model_dir / 'checkpoint_4'} (step 4)" in restart.stderr
+    assert "was written by 2 process(es) and this run has 1" in restart.stderr
+    assert sorted(_losses(model_dir)) == [1, 2, 3, 4, 5, 6]  # steps 1-4 were not redone
+    assert (model_dir / "checkpoint_6").is_dir()
+
+    # Restored, not re-initialised: step 6 is two updates away from step 4 and six from the
+    # init (a re-initialised run would be two from the init and about as far from step 4).
+    def flat(params):
+        return np.concatenate([np.ravel(x) for x in jax.tree.leaves(params)])
+
+    at_4 = t5forge.load(model_dir / "checkpoint_4")
+    at_6 = flat(t5forge.load(model_dir / "checkpoint_6").params)
+    init = flat(build_model(at_4.config).init_params(jax.random.PRNGKey(0)))
+    assert np.linalg.norm(at_6 - flat(at_4.params)) < 0.75 * np.linalg.norm(at_6 - init)

@@ -1,0 +1,67 @@
+"""examples/classify_sentiment, run as its README says, at tiny size.
+
+Vocabulary with the labels as whole pieces -> training with label prediction in
+inference_eval and best-by-accuracy checkpoint retention (keep=1) -> `t5forge infer` on the
+kept checkpoint, which must predict exactly what inference_eval predicted.
+"""
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.slow
+TASK = "classify_sentiment"
+METRIC = f"inference_eval/{TASK}/accuracy"
+
+
+def _records(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, shared_data, tiny_model_gin, run_t5forge):
+    root = tmp_path_factory.mktemp("classify_sentiment")
+    vocab = root / "spiece.model"
+    run_t5forge("vocab", "train", "--input", shared_data / "rotten_tomatoes" / "train.jsonl.gz",
+                "--field", "text", "--vocab_size", "1000", "--extra_ids", "0",
+                "--whole_words", "fresh,rotten", "--output", vocab, "--no_progress")
+    model_dir = root / "run"
+    run_t5forge("train", "--gin_file=examples/classify_sentiment/classify_sentiment.gin",
+                f"--gin_file={tiny_model_gin}", f"--gin.MODEL_DIR={model_dir}",
+                "--gin.TRAIN_STEPS=30", "--gin.EVAL_PERIOD=10", "--gin.CHECKPOINT_PERIOD=10",
+                "--gin.BATCH_SIZE=16", "--gin.train.eval_steps=2",
+                "--gin.utils.SaveCheckpointConfig.async_save=False",
+                "--gin.utils.create_learning_rate_scheduler.base_learning_rate=0.01",
+                env={"T5FORGE_VOCAB": str(vocab)})
+    return root, model_dir, {"T5FORGE_VOCAB": str(vocab)}
+
+
+def test_label_predictions_and_best_checkpoint_kept(trained):
+    _, model_dir, _ = trained
+    predictions = _records(model_dir / "inference_eval" / f"{TASK}-predictions.jsonl")
+    assert len(predictions) == 1000
+    assert {row["prediction"] for row in predictions} <= {"fresh", "rotten"}
+    assert predictions[0]["inputs"].startswith("sentiment: ")
+    accuracy = {}
+    for record in _records(model_dir / "metrics.jsonl"):
+        if record["split"] == f"inference_eval/{TASK}" and record["step"]:
+            accuracy[record["step"]] = record["accuracy"]
+    assert sorted(accuracy) == [10, 20, 30]
+    kept = sorted(int(p.name.split("_")[1]) for p in model_dir.glob("checkpoint_*"))
+    assert 30 in kept and len(kept) <= 2, kept
+    assert max(accuracy[step] for step in kept) == max(accuracy.values()), (kept, accuracy)
+
+
+def test_infer_predicts_the_labels_inference_eval_did(trained, tiny_model_gin, run_t5forge):
+    root, model_dir, env = trained
+    infer_dir = root / "infer"
+    run_t5forge("infer", "--gin_file=runs/infer.gin",
+                "--gin_file=examples/classify_sentiment/model.gin", f"--gin_file={tiny_model_gin}",
+                "--module_import=examples.classify_sentiment.tasks",
+                f"--gin.CHECKPOINT_PATH={model_dir / 'checkpoint_30'}",
+                f"--gin.INFER_OUTPUT_DIR={infer_dir}", f"--gin.MIXTURE_OR_TASK_NAME={TASK}",
+                "--gin.TASK_FEATURE_LENGTHS={'inputs': 64, 'targets': 2}", env=env)
+    inferred = [row["prediction"] for row in _records(infer_dir / f"{TASK}-predict.jsonl")]
+    evaluated = [row["prediction"] for row in
+                 _records(model_dir / "inference_eval" / f"{TASK}-predictions.jsonl")]
+    assert inferred == evaluated
