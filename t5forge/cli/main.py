@@ -41,7 +41,8 @@ def run_command(module_name: str, argv: list[str]) -> int:
     try:
         return int(module.main(argv) or 0)
     except T5ForgeError as e:
-        print(f"error: {e}", file=sys.stderr)
+        # gin appends "In call to configurable ..." lines; the first line is the message.
+        print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -129,6 +129,8 @@ def parse_common_flags(rest: list[str], help_text: str) -> list[str] | None:
         epilog="gin: --gin_file=FILE (repeatable), --gin.NAME=VALUE, --gin_search_paths=DIR,...",
     )
     parser.add_argument("--module_import", action="append", default=[])
+    parser.add_argument("--seqio_additional_cache_dirs", default="",
+                        help="comma-separated dirs written by `t5forge cache-tasks` (T5X's flag)")
     parser.add_argument("--coordinator_address")
     parser.add_argument("--process_count", type=int)
     parser.add_argument("--process_index", type=int)
@@ -141,4 +143,7 @@ def parse_common_flags(rest: list[str], help_text: str) -> list[str] | None:
     if args.coordinator_address or args.process_count is not None:
         partitioning.initialize_distributed(args.coordinator_address, args.process_count, args.process_index)
     import_task_modules(args.module_import)
+    from t5forge.data.tasks import add_global_cache_dirs
+
+    add_global_cache_dirs([d for d in args.seqio_additional_cache_dirs.split(",") if d])
     return []

@@ -173,6 +173,7 @@ def train(
     stop = _StopSignal()
     last_metrics: dict = {}
     eval_results: dict = {}
+    evaluated_at = None
     if run_eval_before_training or (step == 0 and eval_period and inference is not None):
         eval_results = evaluate(step, state.params)
 
@@ -189,14 +190,15 @@ def train(
             window_steps += 1
             if step % stats_period == 0 or step == total_steps or stop.received:
                 host = metrics_to_host(metrics)
-                if not np.isfinite(host["loss"]):
-                    good = int(jax.device_get(state.step))
+                good = int(jax.device_get(state.step))
+                if good != step or not np.isfinite(host["loss"]):
                     save(good, force=True)
                     ckpt.wait_until_finished()
                     raise T5ForgeError(
-                        f"loss became {host['loss']} at step {step}; the last good state "
-                        f"(step {good}) is saved in {ckpt.step_dir(good)}. Lower the learning "
-                        "rate or use float32 activations, then rerun to resume from it")
+                        f"loss became non-finite ({step - good} of the steps up to {step} were "
+                        f"skipped); the last good state (step {good}) is saved in "
+                        f"{ckpt.step_dir(good)}. Lower the learning rate or use float32 "
+                        "activations, then rerun to resume from it")
                 elapsed = time.perf_counter() - window_start
                 host.update({
                     "timing/steps_per_second": window_steps / elapsed,
@@ -214,7 +216,7 @@ def train(
             if bar is not None:
                 bar.update(1)
             if eval_period and step % eval_period == 0 and step != start_step:
-                eval_results = evaluate(step, state.params)
+                eval_results, evaluated_at = evaluate(step, state.params), step
                 save(step, metrics=_flat(eval_results))
             else:
                 save(step)
@@ -222,9 +224,11 @@ def train(
                 print(f"SIGTERM: saving step {step} and exiting", file=sys.stderr)
                 break
         if not stop.received and eval_period and step % eval_period and step != start_step:
-            eval_results = evaluate(step, state.params)
+            eval_results, evaluated_at = evaluate(step, state.params), step
         if ckpt.latest_step() != step:
-            save(step, metrics=_flat(eval_results) or None, force=True)
+            # Eval metrics belong to the checkpoint only if they were computed at this step.
+            metrics = _flat(eval_results) if evaluated_at == step else None
+            save(step, metrics=metrics or None, force=True)
     finally:
         ckpt.wait_until_finished()
         ckpt.close()

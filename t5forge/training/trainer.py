@@ -130,6 +130,10 @@ class Trainer:
         loss, metrics, grads = self._loss_and_grads(state.params, batch, rng)
         grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, state.params)
         new_state = state.apply_gradients(grads, self.optimizer)
+        # A non-finite loss leaves the state as it was (step counter included), so the last
+        # good state survives for the loop to save; the loop notices the lagging step.
+        finite = jnp.isfinite(loss)
+        new_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), new_state, state)
         metrics = dict(metrics)
         metrics["loss"] = loss
         if self.learning_rate_fn is not None:

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from t5forge.data.vocab_trainer import file_texts, train_vocabulary
@@ -180,3 +181,23 @@ def test_convert_to_hf_gives_the_same_logits_in_transformers(workdir, trained):
         expected = hf(input_ids=torch.tensor(inputs), attention_mask=torch.tensor(inputs > 0),
                       decoder_input_ids=torch.tensor(decoder)).logits.numpy()
     np.testing.assert_allclose(ours.logits(inputs, decoder), expected, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_non_finite_loss_stops_with_the_last_good_state_saved(workdir):
+    model_dir = workdir / "diverged"
+    flags = ["--gin.EVAL_PERIOD=0", "--gin.CHECKPOINT_PERIOD=1000", "--gin.train.stats_period=5",
+             "--gin.train.infer_eval_dataset_cfg=None", "--gin.train.train_eval_dataset_cfg=None",
+             "--gin.train.optimizer=@optimizers.adamw",
+             "--gin.utils.create_learning_rate_scheduler.base_learning_rate=1e30"]
+    result = subprocess.run(_train_command(workdir, model_dir, 30, flags), cwd=REPO,
+                            env=_env(workdir), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 2, result.stderr[-2000:]
+    message = result.stderr.strip().splitlines()[-1]
+    assert message.startswith("error: loss became non-finite") and "last good state" in message
+    saved = sorted(model_dir.glob("checkpoint_*"))
+    assert len(saved) == 1
+    import t5forge
+
+    logits = t5forge.load(saved[0]).logits([[5, 6, 1]], [[0, 7]])
+    assert np.isfinite(logits).all()

@@ -46,31 +46,34 @@ def checkpoint(tmp_path_factory, tiny_model_gin, tiny_vocab, run_t5forge):
     return model_dir
 
 
-def _run_on_checkpoint(run_t5forge, tiny_model_gin, tiny_vocab, checkpoint, *command_and_flags):
-    command, *flags = command_and_flags
-    return run_t5forge(command, f"--gin_file=runs/{command}.gin",
-                       "--gin_file=examples/evaluate_infer_convert/en_de.gin",
-                       f"--gin_file={tiny_model_gin}", f"--gin.CHECKPOINT_PATH={checkpoint}",
-                       "--gin.TASK_FEATURE_LENGTHS={'inputs': 24, 'targets': 12}", *flags,
-                       env={"T5FORGE_VOCAB": str(tiny_vocab)})
+@pytest.fixture(scope="module")
+def run_on_checkpoint(tiny_model_gin, tiny_vocab, run_t5forge):
+    """`t5forge eval|infer --gin_file=runs/<command>.gin en_de.gin tiny.gin CHECKPOINT FLAGS`."""
+
+    def run(command, checkpoint_path, *flags):
+        return run_t5forge(command, f"--gin_file=runs/{command}.gin",
+                           "--gin_file=examples/evaluate_infer_convert/en_de.gin",
+                           f"--gin_file={tiny_model_gin}",
+                           f"--gin.CHECKPOINT_PATH={checkpoint_path}",
+                           "--gin.TASK_FEATURE_LENGTHS={'inputs': 24, 'targets': 12}", *flags,
+                           env={"T5FORGE_VOCAB": str(tiny_vocab)})
+
+    return run
 
 
-def test_eval_and_infer_predict_and_score(tmp_path, checkpoint, tiny_model_gin, tiny_vocab,
-                                          run_t5forge):
+def test_eval_and_infer_predict_and_score(tmp_path, checkpoint, run_on_checkpoint):
     step_6 = checkpoint / "checkpoint_6"
-    _run_on_checkpoint(run_t5forge, tiny_model_gin, tiny_vocab, step_6, "eval",
-                  f"--gin.EVAL_OUTPUT_DIR={tmp_path / 'eval'}")
+    run_on_checkpoint("eval", step_6, f"--gin.EVAL_OUTPUT_DIR={tmp_path / 'eval'}")
     metrics = _jsonl(tmp_path / "eval" / f"{TASK}-metrics.jsonl")[-1]
     assert metrics["step"] == 6 and 0.0 <= metrics["metrics"]["bleu"] <= 100.0
 
-    _run_on_checkpoint(run_t5forge, tiny_model_gin, tiny_vocab, step_6, "infer",
-                  f"--gin.INFER_OUTPUT_DIR={tmp_path / 'predict'}")
+    run_on_checkpoint("infer", step_6, f"--gin.INFER_OUTPUT_DIR={tmp_path / 'predict'}")
     predictions = _jsonl(tmp_path / "predict" / f"{TASK}-predict.jsonl")
     assert len(predictions) == 1000
     assert predictions[0]["inputs"].startswith("translate English to German:")
 
-    _run_on_checkpoint(run_t5forge, tiny_model_gin, tiny_vocab, step_6, "infer",
-                  f"--gin.INFER_OUTPUT_DIR={tmp_path / 'score'}", "--gin.infer.mode=score")
+    run_on_checkpoint("infer", step_6, f"--gin.INFER_OUTPUT_DIR={tmp_path / 'score'}",
+                      "--gin.infer.mode=score")
     scores = _jsonl(tmp_path / "score" / f"{TASK}-score.jsonl")
     assert len(scores) == 1000
     assert all(row["score"] < 0.0 for row in scores[:50])
