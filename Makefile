@@ -26,7 +26,7 @@ install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
 
 test: install-test
-	$(PY) -m ruff check t5forge tests benchmarks
+	$(PY) -m ruff check t5forge tests benchmarks examples
 	$(PY) -m pytest -q tests
 
 demo: install
@@ -36,7 +36,7 @@ bench: install-test
 	$(PY) benchmarks/run_all.py
 
 lint: install-test
-	$(PY) -m ruff check t5forge tests benchmarks
+	$(PY) -m ruff check t5forge tests benchmarks examples
 	$(PY) -m ruff format --check t5forge tests benchmarks
 
 clean:
