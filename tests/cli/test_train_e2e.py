@@ -201,3 +201,23 @@ def test_non_finite_loss_stops_with_the_last_good_state_saved(workdir):
 
     logits = t5forge.load(saved[0]).logits([[5, 6, 1]], [[0, 7]])
     assert np.isfinite(logits).all()
+
+
+@pytest.mark.slow
+def test_sigterm_saves_a_checkpoint_and_exits_cleanly(workdir):
+    model_dir = workdir / "preempted"
+    flags = ["--gin.EVAL_PERIOD=0", "--gin.CHECKPOINT_PERIOD=100000", "--gin.train.stats_period=1",
+             "--gin.train.infer_eval_dataset_cfg=None", "--gin.train.train_eval_dataset_cfg=None"]
+    process = subprocess.Popen(_train_command(workdir, model_dir, 100000, flags), cwd=REPO,
+                               env=_env(workdir), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)
+    deadline = time.time() + 600
+    metrics = model_dir / "metrics.jsonl"
+    while time.time() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+        time.sleep(0.1)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stderr[-2000:]
+    assert "SIGTERM: saving step" in stderr
+    saved = [int(p.name.split("_")[1]) for p in model_dir.glob("checkpoint_*")]
+    assert len(saved) == 1 and saved[0] == max(_losses(model_dir)) >= 3

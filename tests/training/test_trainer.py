@@ -1,0 +1,51 @@
+"""Trainer on one device: gradient accumulation over microbatches equals one big batch."""
+
+import jax
+import numpy as np
+import optax
+
+from t5forge.models.configs import get_config
+from t5forge.models.model import build_model
+from t5forge.training import partitioning
+from t5forge.training.trainer import Trainer
+
+
+def _batch(rng, batch=8, length=6, vocab=64):
+    targets = rng.integers(2, vocab, size=(batch, length)).astype(np.int32)
+    targets[:, -1] = 1
+    return {
+        "encoder_input_tokens": rng.integers(2, vocab, size=(batch, length)).astype(np.int32),
+        "decoder_target_tokens": targets,
+        "decoder_input_tokens": np.pad(targets[:, :-1], ((0, 0), (1, 0))),
+        "decoder_loss_weights": np.ones_like(targets, dtype=np.int32),
+    }
+
+
+def _trainer(num_microbatches):
+    config = get_config("t5_1_1/tiny", vocab_size=64, dtype="float32", dropout_rate=0.0)
+    mesh = partitioning.create_mesh(1, devices=jax.devices()[:1])
+    return Trainer(build_model(config), optax.sgd(0.5), mesh,
+                   partitioning.standard_logical_axis_rules(), num_microbatches=num_microbatches)
+
+
+def test_microbatches_sum_to_the_full_batch_step():
+    batch = _batch(np.random.default_rng(0))
+    results = []
+    for k in (1, 4):
+        trainer = _trainer(k)
+        state, metrics = trainer.train_step(trainer.init_state(), batch)
+        results.append((float(metrics["loss"]), jax.device_get(state.params)))
+    (loss_1, params_1), (loss_4, params_4) = results
+    np.testing.assert_allclose(loss_4, loss_1, rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(params_1), jax.tree.leaves(params_4)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_batch_not_divisible_by_microbatches_is_one_line():
+    import pytest
+
+    from t5forge.errors import ConfigError
+
+    trainer = _trainer(3)
+    with pytest.raises(ConfigError, match="batch size 8 is not divisible by num_microbatches=3"):
+        trainer.train_step(trainer.init_state(), _batch(np.random.default_rng(1)))
