@@ -22,6 +22,23 @@ from t5forge.errors import ConfigError
 PACKAGE_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
+def _tolerant(existence_check):
+    """gin also looks `include 'runs/x.gin'` up as a Python package resource and crashes with a
+    TypeError when a plain `runs/` folder (a namespace package, e.g. a model dir) is in the
+    working directory; such a lookup should just mean "not here"."""
+
+    def check(path):
+        try:
+            return existence_check(path)
+        except (TypeError, ValueError, ImportError):
+            return False
+
+    return check
+
+
+gin.config._FILE_READERS[:] = [(reader, _tolerant(check)) for reader, check in gin.config._FILE_READERS]
+
+
 @dataclass
 class GinFlags:
     """The gin-related part of a command line, plus everything else left unparsed."""

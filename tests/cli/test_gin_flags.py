@@ -71,3 +71,13 @@ def test_unset_macro_names_the_flag_to_pass(tmp_path):
     gin_file.write_text("_toy_train.train_steps = %TRAIN_STEPS\n")
     with pytest.raises(ConfigError, match=r"macro TRAIN_STEPS is not set; pass --gin.TRAIN_STEPS="):
         parse_gin(split_gin_flags([f"--gin_file={gin_file}"]))
+
+
+def test_include_works_with_a_runs_folder_in_the_working_directory(tmp_path, monkeypatch):
+    import t5forge.cli.run_setup  # noqa: F401  (registers models.Model, which common.gin binds)
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "demo").mkdir(parents=True)
+    (tmp_path / "run.gin").write_text("include 'runs/common.gin'\n")
+    parse_gin(split_gin_flags([f"--gin_file={tmp_path / 'run.gin'}"]), finalize=False)
+    assert macro_value("Z_LOSS") == 1e-4
