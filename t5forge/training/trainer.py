@@ -85,10 +85,7 @@ class Trainer:
     # ---- steps ---------------------------------------------------------------------------
 
     def _loss_and_grads(self, params, batch, rng):
-        def loss_fn(p, b, key):
-            loss, metrics = self.model.loss_fn(p, b, key)
-            return loss, metrics
-
+        loss_fn = self.model.loss_fn
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
         if self.num_microbatches == 1:
             (loss, metrics), grads = grad_fn(params, batch, jax.random.fold_in(rng, 0))

@@ -6,27 +6,14 @@ tokens t5forge's greedy decoding gives.
 """
 
 import json
-import struct
 
 import numpy as np
 import pytest
 
+from t5forge.training.summaries import read_event_scalars
+
 TASK = "en_de_lohelp_translate"
 pytestmark = pytest.mark.slow
-
-
-def _event_scalars(path) -> dict[str, list[tuple[int, float]]]:
-    """{tag: [(step, value)]} from a TensorBoard event file, read without TensorFlow."""
-    from tensorboardX.proto import event_pb2
-
-    scalars, data, offset = {}, path.read_bytes(), 0
-    while offset < len(data):
-        (length,) = struct.unpack("<Q", data[offset: offset + 8])
-        event = event_pb2.Event.FromString(data[offset + 12: offset + 12 + length])
-        offset += 12 + length + 4
-        for value in event.summary.value:
-            scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
-    return scalars
 
 
 def _jsonl(path) -> list[dict]:
@@ -80,10 +67,10 @@ def test_eval_and_infer_predict_and_score(tmp_path, checkpoint, run_on_checkpoin
 
 
 def test_run_leaves_tensorboard_scalars(checkpoint):
-    train_events = _event_scalars(next((checkpoint / "train").glob("events.out.tfevents.*")))
+    train_events = read_event_scalars(next((checkpoint / "train").glob("events.out.tfevents.*")))
     assert [step for step, _ in train_events["loss"]] == [3, 6]
     assert "learning_rate" in train_events
-    eval_events = _event_scalars(next((checkpoint / "training_eval" / TASK)
+    eval_events = read_event_scalars(next((checkpoint / "training_eval" / TASK)
                                       .glob("events.out.tfevents.*")))
     assert [step for step, _ in eval_events["loss"]] == [3, 6]
 

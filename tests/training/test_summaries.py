@@ -5,6 +5,7 @@ import numpy as np
 from t5forge.training.summaries import (
     MetricsWriter,
     plot_training_curves,
+    read_event_scalars,
     read_metrics,
     write_model_info,
 )
@@ -44,26 +45,9 @@ def test_metrics_go_to_tensorboard_jsonl_and_plot(tmp_path):
     for split in ("train", "training_eval/toy_task", "inference_eval"):
         events = list((tmp_path / split).glob("events.out.tfevents.*"))
         assert events and events[0].stat().st_size > 0
-    scalars = _read_event_scalars(next((tmp_path / "train").glob("events.out.tfevents.*")))
+    scalars = read_event_scalars(next((tmp_path / "train").glob("events.out.tfevents.*")))
     assert scalars["loss"][:2] == [(1, 10.0), (2, 5.0)]
     assert scalars["learning_rate"][0] == (1, np.float32(0.01))
     png = plot_training_curves(tmp_path)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
-
-def _read_event_scalars(path):
-    """Reads a TensorBoard event file (TFRecord framing + Event protos) without TensorFlow."""
-    import struct
-
-    from tensorboardX.proto import event_pb2
-
-    scalars = {}
-    data = path.read_bytes()
-    offset = 0
-    while offset < len(data):
-        (length,) = struct.unpack("<Q", data[offset : offset + 8])
-        event = event_pb2.Event.FromString(data[offset + 12 : offset + 12 + length])
-        offset += 12 + length + 4
-        for value in event.summary.value:
-            scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
-    return scalars
