@@ -44,7 +44,7 @@ def main(argv: list[str]) -> int:
         bindings.append(f"--gin.TRAIN_STEPS={args.train_steps}")
     import_task_modules([])
     gin_flags.parse_gin(gin_flags.split_gin_flags(["--gin_file=examples/demo_en_de.gin", *bindings]))
-    results = train()
+    train()
 
     import t5forge
 
@@ -52,10 +52,10 @@ def main(argv: list[str]) -> int:
     inputs = [f"translate English to German: {text}" for text in EXAMPLES]
     for text, output in zip(EXAMPLES, model.generate(inputs, max_length=48)):
         print(f"  {text}  ->  {output}")
-    bleu = {k: v for k, v in results.items() if k.endswith("/bleu")}
     history = [json.loads(line) for line in (model_dir / "metrics.jsonl").read_text().splitlines()]
-    first = next((r.get("bleu") for r in history if r["split"].startswith("inference_eval")), None)
-    print(f"\nvalidation BLEU: step 0 {first}, final {bleu}")
+    bleu_by_step = [(r["step"], r["bleu"]) for r in history
+                    if r["split"].startswith("inference_eval") and "bleu" in r]
+    print("\nvalidation BLEU: " + ", ".join(f"{b:.2f} at step {s}" for s, b in bleu_by_step))
     print(f"checkpoints and config.gin: {model_dir}")
     print(f"predictions: {model_dir / 'inference_eval'}")
     print(f"training curves: {model_dir / 'training_curves.png'}")
