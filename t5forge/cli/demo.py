@@ -18,10 +18,14 @@ EXAMPLES = ["Click the Save button.", "Choose Format - Cells.", "Deletes the sel
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="t5forge demo", description=HELP)
+    parser = argparse.ArgumentParser(
+        prog="t5forge demo", description=HELP,
+        epilog="Gin flags (--gin_file=F, --gin.NAME=VALUE) are applied after the demo's config.")
     parser.add_argument("--model_dir", default="runs/demo")
     parser.add_argument("--train_steps", type=int, default=None)
-    args = parser.parse_args(argv)
+    from t5forge.cli import gin_flags
+
+    args = parser.parse_args(gin_flags.split_gin_flags(argv).rest)
     model_dir = Path(args.model_dir).absolute()
     model_dir.mkdir(parents=True, exist_ok=True)
 
@@ -35,7 +39,6 @@ def main(argv: list[str]) -> int:
     os.environ["T5FORGE_VOCAB"] = str(vocab)
     os.environ["T5FORGE_DATA_DIR"] = str(DATA)
 
-    from t5forge.cli import gin_flags
     from t5forge.cli.task_modules import import_task_modules
     from t5forge.cli.train import train
 
@@ -43,7 +46,8 @@ def main(argv: list[str]) -> int:
     if args.train_steps:
         bindings.append(f"--gin.TRAIN_STEPS={args.train_steps}")
     import_task_modules([])
-    gin_flags.parse_gin(gin_flags.split_gin_flags(["--gin_file=examples/demo_en_de.gin", *bindings]))
+    gin_flags.parse_gin(gin_flags.split_gin_flags(["--gin_file=examples/demo_en_de.gin",
+                                                   *bindings, *argv]))
     train()
 
     import t5forge
