@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from t5forge.cli.task_modules import import_task_modules
 from t5forge.data import vocab_trainer
 from t5forge.errors import ConfigError
 
@@ -21,13 +22,22 @@ def _parser() -> argparse.ArgumentParser:
         "train",
         help="train a vocabulary",
         description="Train a SentencePiece model; extra ids are appended at load time "
-        "(SentencePieceVocabulary(path, extra_ids)), not stored in the file.",
+        "(SentencePieceVocabulary(path, extra_ids)), not stored in the file. Each --input may "
+        "name the JSON field its files hold, e.g. --input en.jsonl.gz:text --input "
+        "'pairs/*.jsonl.gz':de for one vocabulary over two languages.",
     )
     source = train.add_mutually_exclusive_group(required=True)
-    source.add_argument("--input", nargs="+", metavar="FILE|GLOB",
-                        help="text files (one sentence per line) or JSONL(.gz) files")
-    source.add_argument("--task", metavar="NAME", help="a registered task: read its raw source")
-    train.add_argument("--field", default="text", help="JSON/task field to read (default: text)")
+    source.add_argument("--input", nargs="+", action="extend", metavar="PATH[:FIELD]",
+                        help="text files (one sentence per line) or JSONL(.gz) files; PATH may "
+                        "be a glob, FIELD the JSON field to read from it (default: --field); "
+                        "repeatable")
+    source.add_argument("--task", metavar="NAME",
+                        help="a registered task (built-in or from --module_import): read its "
+                        "raw source")
+    train.add_argument("--field", default="text",
+                       help="JSON/task field to read where an --input names none (default: text)")
+    train.add_argument("--module_import", action="append", default=[], metavar="MODULE",
+                       help="module that registers the --task (repeatable)")
     train.add_argument("--split", default="train", help="task split to read (default: train)")
     train.add_argument("--vocab_size", type=int, required=True, help="pieces in the model")
     train.add_argument("--extra_ids", type=int, default=100,
@@ -50,9 +60,10 @@ def main(argv: list[str]) -> int:
     if args.output.endswith("/"):
         raise ConfigError(f"--output {args.output!r} is a directory; name the .model file")
     if args.task:
+        import_task_modules(args.module_import)
         texts = vocab_trainer.task_texts(args.task, args.field, args.split)
     else:
-        texts = vocab_trainer.file_texts(vocab_trainer.expand_inputs(args.input), args.field)
+        texts = vocab_trainer.input_texts(vocab_trainer.expand_inputs(args.input, args.field))
     summary = vocab_trainer.train_vocabulary(
         texts,
         args.output,

@@ -326,18 +326,29 @@ def classify(example: Example, text_key: str, label_key: str, prefix: str) -> Ex
 
 @example_preprocessor
 def truncate_head_and_tail(example: Example, sequence_length, output_features,
-                           key: str = "inputs", tail_tokens: int = 128) -> Example:
+                           key: str = "inputs", head_tokens: int | None = None,
+                           tail_tokens: int | None = None) -> Example:
     """Keeps the first and last tokens of a long text (classification reads both ends).
 
-    The budget is sequence_length[key], less one for EOS when the feature adds it.
+    The budget is sequence_length[key], less one for EOS when the feature adds it. Naming one
+    end's share (head_tokens or tail_tokens, capped at the budget) gives the rest to the other
+    end; naming neither splits the budget in half, the head taking the odd token.
     """
+    if head_tokens is not None and tail_tokens is not None:
+        raise DataError("truncate_head_and_tail takes head_tokens or tail_tokens, not both: "
+                        "the other end gets the rest of the budget")
     if sequence_length is None or sequence_length.get(key) is None:
         return example
     budget = sequence_length[key] - (1 if output_features[key].add_eos else 0)
     tokens = np.asarray(_field(example, key), np.int32)
     if len(tokens) <= budget:
         return example
-    tail = min(tail_tokens, budget)
+    if tail_tokens is not None:
+        tail = min(tail_tokens, budget)
+    elif head_tokens is not None:
+        tail = budget - min(head_tokens, budget)
+    else:
+        tail = budget // 2
     head = budget - tail
     return {**example, key: np.concatenate([tokens[:head], tokens[len(tokens) - tail:]])}
 

@@ -55,19 +55,38 @@ class VocabSummary:
         ])
 
 
-def expand_inputs(patterns: Sequence[str]) -> list[str]:
-    """Files named by paths or globs, sorted per pattern; a pattern matching nothing fails."""
-    if not patterns:
+def expand_inputs(specs: Sequence[str], default_field: str = "text") -> list[tuple[str, str]]:
+    """(file, JSON field) per file the specs name, sorted per spec; a spec matching none fails.
+
+    A spec is PATH or PATH:FIELD, where PATH is a file or glob and FIELD the JSON field its
+    JSONL files hold the text in (`default_field` when not given), so one vocabulary can read
+    `en.jsonl:text` beside `de.jsonl:de`. A PATH that itself exists is never split at ':'.
+    """
+    if not specs:
         raise DataError("no input given; pass --input FILES|GLOB or --task NAME")
-    files = []
-    for pattern in patterns:
+    inputs = []
+    for spec in specs:
+        pattern, field = _pattern_and_field(spec, default_field)
         matches = sorted(glob.glob(os.path.expanduser(pattern)))
         if not matches:
             raise DataError(f"no input file matches {pattern!r}; check the path or glob")
-        files.extend(m for m in matches if os.path.isfile(m))
-    if not files:
-        raise DataError(f"no input files among {', '.join(patterns)} (only directories matched)")
-    return files
+        inputs.extend((m, field) for m in matches if os.path.isfile(m))
+    if not inputs:
+        raise DataError(f"no input files among {', '.join(specs)} (only directories matched)")
+    return inputs
+
+
+def _pattern_and_field(spec: str, default_field: str) -> tuple[str, str]:
+    pattern, colon, field = spec.rpartition(":")
+    if not (colon and pattern and field) or "/" in field or glob.glob(os.path.expanduser(spec)):
+        return spec, default_field
+    return pattern, field
+
+
+def input_texts(inputs: Iterable[tuple[str, str]]) -> Iterator[str]:
+    """Streams the texts of `expand_inputs`' (file, field) pairs, in order."""
+    for path, field in inputs:
+        yield from file_texts([path], field)
 
 
 def file_texts(files: Iterable[str], field: str = "text") -> Iterator[str]:
@@ -90,7 +109,8 @@ def _json_field(line: str, field: str, path: str, line_number: int) -> str:
     if not isinstance(row, dict) or field not in row:
         fields = ", ".join(row) if isinstance(row, dict) else type(row).__name__
         raise DataError(
-            f"{path}:{line_number}: no field {field!r} (has: {fields}); pass --field NAME"
+            f"{path}:{line_number}: no field {field!r} (has: {fields}); pass --field NAME "
+            "or --input PATH:NAME"
         )
     return str(row[field] or "")
 

@@ -117,6 +117,10 @@ def config_to_hf(config: T5Config) -> dict:
         "initializer_factor": 1.0,
         "feed_forward_proj": _ACTIVATIONS_TO_HF[activations],
         "is_encoder_decoder": True,
+        # transformers < 5 reads this as "tie lm_head to shared". transformers >= 5 forces T5's
+        # tie_word_embeddings to true and reads false as scale_decoder_outputs=False; it then
+        # keeps a separate lm_head untied but logs "will NOT tie them", as it does for Google's
+        # own T5 1.1 checkpoints. No config.json field silences that.
         "tie_word_embeddings": config.logits_via_embedding,
         "scale_decoder_outputs": config.logits_via_embedding,
         "pad_token_id": 0,

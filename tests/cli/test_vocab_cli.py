@@ -1,5 +1,6 @@
 """`t5forge vocab train`: in process and through `python -m t5forge.cli.main`."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -8,6 +9,7 @@ from sentencepiece import SentencePieceProcessor
 
 from t5forge.cli import main as cli_main
 from t5forge.cli import vocab
+from t5forge.data.tasks import TaskRegistry
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,3 +52,47 @@ def test_python_module_entry_point(shared_data, tmp_path):
     assert result.returncode == 0, result.stderr
     assert "200 pieces + 100 extra ids = 300" in result.stdout
     assert output.stat().st_size > 0
+
+
+def _write_jsonl(path: Path, field: str, sentences) -> None:
+    path.write_text("".join(json.dumps({field: s}) + "\n" for s in sentences))
+
+
+def test_each_input_names_its_own_field(tmp_path, capsys):
+    english = [f"the cat number {i} sat on the mat" for i in range(300)]
+    german = [f"die Katze Nummer {i} fuhr los" for i in range(300)]
+    _write_jsonl(tmp_path / "english.jsonl", "text", english)
+    for half in (0, 1):
+        _write_jsonl(tmp_path / f"pairs_{half}.jsonl", "de", german[half::2])
+    output = tmp_path / "spiece.model"
+    status = vocab.main([
+        "train", "--input", str(tmp_path / "english.jsonl"),
+        "--input", f"{tmp_path / 'pairs_*.jsonl'}:de", "--vocab_size", "40",
+        "--output", str(output), "--no_progress",
+    ])
+    assert status == 0
+    # Every sentence of both inputs was read: 600 less the 6 held out for the summary.
+    assert "training sentences:  594" in capsys.readouterr().out
+
+
+def test_task_from_a_module_import(tmp_path, monkeypatch, capsys):
+    rows = tmp_path / "reviews.jsonl"
+    _write_jsonl(rows, "body", [f"review {i}: a fine film with a plot" for i in range(200)])
+    (tmp_path / "user_vocab_tasks.py").write_text(
+        "from t5forge.data.sources import JsonLinesSource\n"
+        "from t5forge.data.tasks import Feature, TaskRegistry\n"
+        "from t5forge.data.vocabularies import ByteVocabulary\n"
+        f"TaskRegistry.add('user_vocab_reviews', JsonLinesSource({{'train': [{str(rows)!r}]}}),\n"
+        "                 output_features={'targets': Feature(ByteVocabulary())})\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        status = vocab.main([
+            "train", "--task", "user_vocab_reviews", "--module_import", "user_vocab_tasks",
+            "--field", "body", "--vocab_size", "40", "--output", str(tmp_path / "spiece.model"),
+            "--no_progress",
+        ])
+    finally:
+        TaskRegistry.remove("user_vocab_reviews")
+        sys.modules.pop("user_vocab_tasks", None)
+    assert status == 0
+    assert "training sentences:  198" in capsys.readouterr().out

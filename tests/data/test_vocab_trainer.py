@@ -23,9 +23,9 @@ def english(shared_data):
 def trained(english, tmp_path_factory):
     """8000 pieces from ~16k sampled paragraphs (~2.5 MB) of the train split, byte fallback."""
     output = tmp_path_factory.mktemp("vocab") / "spiece.model"
-    files = vocab_trainer.expand_inputs([str(english / "train.jsonl.gz")])
+    inputs = vocab_trainer.expand_inputs([str(english / "train.jsonl.gz")])
     summary = vocab_trainer.train_vocabulary(
-        vocab_trainer.file_texts(files, "text"), output, vocab_size=8000, extra_ids=100,
+        vocab_trainer.input_texts(inputs), output, vocab_size=8000, extra_ids=100,
         byte_fallback=True, input_sentence_size=16_000, progress=False,
     )
     return output, summary
@@ -92,6 +92,16 @@ def test_bpe_from_text_lines_and_a_task(tmp_path, shared_data):
         TaskRegistry.remove(name)
     assert from_lines.vocab_size == from_task.vocab_size == 1000
     assert from_task.training_sentences > from_lines.training_sentences
+
+
+def test_inputs_name_their_field_after_the_last_colon(tmp_path):
+    for name in ("a.jsonl", "b.jsonl", "time:12.txt"):
+        (tmp_path / name).write_text("")
+    assert vocab_trainer.expand_inputs(
+        [f"{tmp_path}/*.jsonl:de", str(tmp_path / "time:12.txt"), str(tmp_path / "a.jsonl")],
+        default_field="en",
+    ) == [(str(tmp_path / "a.jsonl"), "de"), (str(tmp_path / "b.jsonl"), "de"),
+          (str(tmp_path / "time:12.txt"), "en"), (str(tmp_path / "a.jsonl"), "en")]
 
 
 def test_bad_input_gives_one_line_errors(tmp_path):

@@ -231,6 +231,18 @@ def test_export_loads_in_transformers_with_same_logits(converted, tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=path)
 
 
+def test_export_keeps_a_separate_head_untied_in_transformers(converted, tmp_path):
+    layout, _, forge = converted
+    forge.save_hf(tmp_path)
+    tied = layout == "t5_1_0"
+    hf_config = json.loads((tmp_path / "config.json").read_text())
+    assert hf_config["tie_word_embeddings"] is hf_config["scale_decoder_outputs"] is tied
+    exported = transformers.T5ForConditionalGeneration.from_pretrained(tmp_path)
+    assert exported.config.scale_decoder_outputs is tied
+    shares_storage = exported.lm_head.weight.data_ptr() == exported.shared.weight.data_ptr()
+    assert shares_storage is tied
+
+
 def test_reads_sharded_safetensors_and_pytorch_bin(tmp_path):
     model = _random_hf_model("t5_1_1")
     model.save_pretrained(tmp_path / "sharded", max_shard_size="20KB")
