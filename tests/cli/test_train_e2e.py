@@ -7,6 +7,7 @@ bit for bit.
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,33 +17,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from t5forge.data.vocab_trainer import file_texts, train_vocabulary
-
 REPO = Path(__file__).resolve().parents[2]
-DEMO_DATA = REPO / "t5forge" / "tasks" / "data" / "en_de_lohelp" / "train.jsonl.gz"
 
-TINY_GIN = """
-T5Config.vocab_size = 1152
-T5Config.emb_dim = 32
-T5Config.num_heads = 4
-T5Config.num_encoder_layers = 2
-T5Config.num_decoder_layers = 2
-T5Config.head_dim = 8
-T5Config.mlp_dim = 64
+# Added to the shared tiny model: the T5 1.1 layout (gated GELU, untied logits) and dropout
+# from the DROPOUT_RATE macro the commands set.
+E2E_GIN = """
 T5Config.mlp_activations = ('gelu', 'linear')
 T5Config.dropout_rate = %DROPOUT_RATE
 T5Config.logits_via_embedding = False
-T5Config.dtype = 'float32'
 """
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
+def workdir(tmp_path_factory, tiny_model_gin, tiny_vocab):
     root = tmp_path_factory.mktemp("train_e2e")
-    texts = [t for i, t in enumerate(file_texts([str(DEMO_DATA)], "en")) if i < 4000]
-    texts += [t for i, t in enumerate(file_texts([str(DEMO_DATA)], "de")) if i < 4000]
-    train_vocabulary(texts, root / "spm.model", vocab_size=1000, extra_ids=100, progress=False)
-    (root / "tiny.gin").write_text(TINY_GIN)
+    shutil.copy(tiny_vocab, root / "spm.model")
+    (root / "tiny.gin").write_text(tiny_model_gin.read_text() + E2E_GIN)
     return root
 
 

@@ -10,25 +10,14 @@ import pytest
 from t5forge.cli import cache_tasks
 from t5forge.data import tasks as task_registry
 from t5forge.data.cache import CachedSource, write_task_cache
-from t5forge.data.vocabularies import SentencePieceVocabulary
 from t5forge.errors import DataError
-from t5forge.tasks.builtin import classification_task
 
 LENGTHS = {"inputs": 256, "targets": 16}
 
 
 @pytest.fixture(scope="module")
-def sentiment(shared_data, test_spm_path):
-    vocabulary = SentencePieceVocabulary(test_spm_path, extra_ids=10)
-    return classification_task(
-        "cache_sentiment",
-        shared_data,
-        "rotten_tomatoes",
-        "text",
-        "label",
-        "sentiment",
-        vocabulary,
-    )
+def sentiment(make_sentiment_task, spm_vocabulary):
+    return make_sentiment_task("cache_sentiment", spm_vocabulary)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from t5forge.data.sources import FunctionSource
 from t5forge.data.tasks import Feature, Mixture, Task
 from t5forge.data.vocabularies import ByteVocabulary
 from t5forge.errors import ConfigError
-from t5forge.tasks.builtin import classification_task, translation_task
+from t5forge.tasks.builtin import translation_task
 
 
 @pytest.fixture(scope="module")
@@ -26,16 +26,8 @@ def vocabulary():
 
 
 @pytest.fixture(scope="module")
-def sentiment(shared_data, vocabulary):
-    return classification_task(
-        "eval_sentiment",
-        shared_data,
-        "rotten_tomatoes",
-        "text",
-        "label",
-        "sentiment",
-        vocabulary,
-    )
+def sentiment(make_sentiment_task, vocabulary):
+    return make_sentiment_task("eval_sentiment", vocabulary)
 
 
 def echo_targets(batch):

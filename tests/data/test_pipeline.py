@@ -8,35 +8,21 @@ import pytest
 from t5forge.data.feature_converters import EncDecFeatureConverter
 from t5forge.data.pipeline import make_batch_iterator
 from t5forge.data.tasks import Mixture
-from t5forge.data.vocabularies import SentencePieceVocabulary
 from t5forge.errors import ConfigError
-from t5forge.tasks.builtin import classification_task, translation_task
+from t5forge.tasks.builtin import translation_task
 
 LENGTHS = {"inputs": 256, "targets": 16}
 
 
 @pytest.fixture(scope="module")
-def vocabulary(test_spm_path):
-    return SentencePieceVocabulary(test_spm_path, extra_ids=10)
+def sentiment(make_sentiment_task, spm_vocabulary):
+    return make_sentiment_task("pipeline_sentiment", spm_vocabulary)
 
 
 @pytest.fixture(scope="module")
-def sentiment(shared_data, vocabulary):
-    return classification_task(
-        "pipeline_sentiment",
-        shared_data,
-        "rotten_tomatoes",
-        "text",
-        "label",
-        "sentiment",
-        vocabulary,
-    )
-
-
-@pytest.fixture(scope="module")
-def mixture(shared_data, vocabulary, sentiment):
+def mixture(shared_data, spm_vocabulary, sentiment):
     translation = translation_task(
-        "pipeline_en_de", shared_data, "en_de_lohelp", "en", "de", vocabulary
+        "pipeline_en_de", shared_data, "en_de_lohelp", "en", "de", spm_vocabulary
     )
     return Mixture("pipeline_mixture", [(sentiment, 1.0), (translation, 3.0)])
 

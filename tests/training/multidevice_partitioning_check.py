@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
+from multidevice_layouts import eight_device_layouts, partition_specs
 
 from t5forge.training import partitioning
 from t5forge.training.optimizers import adafactor
@@ -66,27 +67,18 @@ def run(mesh, rules, tx, batches):
         state, loss = step(state, partitioning.shard_batch(batch, mesh))
         losses.append(float(loss))
     flat = jax.tree_util.tree_flatten_with_path(state)[0]
-    specs = {jax.tree_util.keystr(path): str(leaf.sharding.spec) for path, leaf in flat}
     shard_shapes = {jax.tree_util.keystr(path): list(leaf.addressable_shards[0].data.shape)
                     for path, leaf in flat}
-    return {"losses": losses, "specs": specs, "shard_shapes": shard_shapes,
+    return {"losses": losses, "specs": partition_specs(state), "shard_shapes": shard_shapes,
             "compilations": step._cache_size()}
 
 
 def main():
-    assert jax.device_count() == 8, "set XLA_FLAGS=--xla_force_host_platform_device_count=8"
+    layouts = eight_device_layouts()
     rng = np.random.default_rng(0)
     batches = [{"inputs": rng.integers(0, VOCAB, (BATCH, LENGTH), dtype=np.int32),
                 "targets": rng.integers(0, VOCAB, (BATCH, LENGTH), dtype=np.int32)}
                for _ in range(3)]
-    layouts = {
-        "single": (partitioning.create_mesh(devices=jax.devices()[:1]),
-                   partitioning.standard_logical_axis_rules()),
-        "data4_model2": (partitioning.create_mesh(num_partitions=2),
-                         partitioning.standard_logical_axis_rules()),
-        "fsdp": (partitioning.create_mesh(mesh_shape=(4, 2)),
-                 partitioning.standard_logical_axis_rules(fsdp=True)),
-    }
     optimizers = {
         "sgd": optax.sgd(0.5),
         "adafactor": adafactor(0.1, min_dim_size_to_factor=8, param_logical_axes=PARAM_AXES),

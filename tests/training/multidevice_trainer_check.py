@@ -10,12 +10,11 @@ mask bits come from XLA's RngBitGenerator, whose stream depends on how an array 
 
 import json
 
-import jax
 import numpy as np
+from multidevice_layouts import eight_device_layouts, partition_specs
 
 from t5forge.models.configs import get_config
 from t5forge.models.model import build_model
-from t5forge.training import partitioning
 from t5forge.training.optimizers import adafactor
 from t5forge.training.trainer import Trainer, metrics_to_host
 
@@ -50,23 +49,13 @@ def run(mesh, rules, batches) -> dict:
     for batch in batches:
         state, metrics = trainer.train_step(state, batch)
         losses.append(metrics_to_host(metrics)["loss"])
-    flat = jax.tree_util.tree_flatten_with_path(state)[0]
-    specs = {jax.tree_util.keystr(path): str(leaf.sharding.spec) for path, leaf in flat}
-    return {"losses": losses, "specs": specs, "devices": mesh.devices.size,
+    return {"losses": losses, "specs": partition_specs(state), "devices": mesh.devices.size,
             "compilations": trainer._train_step._cache_size()}
 
 
 def main():
-    assert jax.device_count() == 8, "set XLA_FLAGS=--xla_force_host_platform_device_count=8"
+    layouts = eight_device_layouts()
     batches = make_batches()
-    layouts = {
-        "single": (partitioning.create_mesh(devices=jax.devices()[:1]),
-                   partitioning.standard_logical_axis_rules()),
-        "data4_model2": (partitioning.create_mesh(num_partitions=2),
-                         partitioning.standard_logical_axis_rules()),
-        "fsdp": (partitioning.create_mesh(mesh_shape=(4, 2)),
-                 partitioning.standard_logical_axis_rules(fsdp=True)),
-    }
     report = {name: run(mesh, rules, batches) for name, (mesh, rules) in layouts.items()}
     print(json.dumps(report))
 
