@@ -1,6 +1,6 @@
 """examples/finetune_en_de, run as its README says, at tiny size.
 
-English+German vocabulary -> span-corruption pretraining on english_corpus -> en->de
+English+German vocabulary (`t5forge vocab train`, two inputs) -> span-corruption pretraining on english_corpus -> en->de
 fine-tuning from that checkpoint and from scratch -> the BLEU table of both runs.
 """
 
@@ -14,14 +14,13 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-def test_vocab_pretrain_then_finetune_vs_scratch_bleu_table(tmp_path, tiny_model_gin,
-                                                              example_env, run_t5forge):
+def test_vocab_pretrain_then_finetune_vs_scratch_bleu_table(tmp_path, tiny_model_gin, shared_data,
+                                                              run_t5forge):
     vocab = tmp_path / "spiece.model"
-    made = subprocess.run(
-        [sys.executable, "examples/finetune_en_de/train_vocab.py", f"--output={vocab}",
-         "--vocab_size=1000", "--input_sentence_size=20000"],
-        cwd=REPO, env=example_env, capture_output=True, text=True, timeout=300)
-    assert made.returncode == 0, made.stderr[-3000:]
+    made = run_t5forge(
+        "vocab", "train", "--input", f"{shared_data}/english_corpus/train.jsonl.gz:text",
+        "--input", f"{shared_data}/en_de_lohelp/train.jsonl.gz:de", "--byte_fallback",
+        "--vocab_size=1000", "--input_sentence_size=20000", f"--output={vocab}", "--no_progress")
     assert "1000 pieces + 100 extra ids" in made.stdout
     env = {"T5FORGE_VOCAB": str(vocab)}
     tiny = [f"--gin_file={tiny_model_gin}", "--gin.BATCH_SIZE=8", "--gin.TRAIN_STEPS=6",
