@@ -15,7 +15,7 @@ from pathlib import Path
 
 import gin
 
-from t5forge.cli import gin_flags, run_setup
+from t5forge.cli import run_setup
 from t5forge.cli.run_config import DatasetConfig, RestoreCheckpointConfig
 from t5forge.cli.run_eval import InferenceEvaluation
 from t5forge.errors import CheckpointError, ConfigError
@@ -60,9 +60,6 @@ def evaluate(*, model, dataset_cfg: DatasetConfig, restore_checkpoint_cfg: Resto
 
 
 def main(argv: list[str]) -> int:
-    flags = gin_flags.split_gin_flags(argv)
-    if run_setup.parse_common_flags(flags.rest, HELP) is None:
-        return 0
-    gin_flags.parse_gin(flags)
-    evaluate()
+    if run_setup.configure_run(argv, HELP):
+        evaluate()
     return 0

@@ -18,7 +18,7 @@ import gin
 import jax
 import numpy as np
 
-from t5forge.cli import gin_flags, run_setup
+from t5forge.cli import run_setup
 from t5forge.cli.run_config import DatasetConfig, RestoreCheckpointConfig
 from t5forge.cli.run_eval import converter_for
 from t5forge.errors import ConfigError
@@ -114,9 +114,6 @@ def infer(*, model, dataset_cfg: DatasetConfig, restore_checkpoint_cfg: RestoreC
 
 
 def main(argv: list[str]) -> int:
-    flags = gin_flags.split_gin_flags(argv)
-    if run_setup.parse_common_flags(flags.rest, HELP) is None:
-        return 0
-    gin_flags.parse_gin(flags)
-    infer()
+    if run_setup.configure_run(argv, HELP):
+        infer()
     return 0

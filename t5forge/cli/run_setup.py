@@ -13,6 +13,7 @@ import gin
 import jax
 import numpy as np
 
+from t5forge.cli import gin_flags
 from t5forge.cli.run_config import PjitPartitioner, RestoreCheckpointConfig
 from t5forge.cli.task_modules import import_task_modules
 from t5forge.errors import CheckpointError, ConfigError
@@ -147,3 +148,12 @@ def parse_common_flags(rest: list[str], help_text: str) -> list[str] | None:
 
     add_global_cache_dirs([d for d in args.seqio_additional_cache_dirs.split(",") if d])
     return []
+
+
+def configure_run(argv: list[str], help_text: str) -> bool:
+    """Parses a run command's flags and gin files; False means `--help` was printed instead."""
+    flags = gin_flags.split_gin_flags(argv)
+    if parse_common_flags(flags.rest, help_text) is None:
+        return False
+    gin_flags.parse_gin(flags)
+    return True

@@ -15,6 +15,7 @@ over a list (what golden tests check) and `apply(dataset, lengths)` as a grain
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -74,6 +75,19 @@ def _assemble_slot(
             row["positions"][offset:end] = np.arange(size, dtype=MODEL_DTYPE)
         offset = end
     return row
+
+
+def _decoder_features(decoder: dict[str, np.ndarray], packed: bool) -> dict[str, np.ndarray]:
+    """The decoder slot's model features, named alike by every converter."""
+    features = {
+        "decoder_target_tokens": decoder["tokens"],
+        "decoder_input_tokens": decoder["shifted"],
+        "decoder_loss_weights": decoder["loss_weights"],
+    }
+    if packed:
+        features["decoder_segment_ids"] = decoder["segment_ids"]
+        features["decoder_positions"] = decoder["positions"]
+    return features
 
 
 class FeatureConverter(abc.ABC):
@@ -169,7 +183,7 @@ class FeatureConverter(abc.ABC):
             return dataset.map(
                 lambda example: self._render([self._segment(example, lengths)], slot_lengths)
             )
-        return _GreedyPackIterDataset(dataset, self, lengths, slot_lengths)
+        return _GreedyPackIterDataset(dataset, _PackPlan(self, lengths, slot_lengths))
 
 
 class EncDecFeatureConverter(FeatureConverter):
@@ -193,19 +207,12 @@ class EncDecFeatureConverter(FeatureConverter):
         }
 
     def _model_features(self, rows):
-        encoder, decoder = rows["encoder"], rows["decoder"]
-        features = {
-            "encoder_input_tokens": encoder["tokens"],
-            "decoder_target_tokens": decoder["tokens"],
-            "decoder_input_tokens": decoder["shifted"],
-            "decoder_loss_weights": decoder["loss_weights"],
-        }
+        encoder = rows["encoder"]
+        features = {"encoder_input_tokens": encoder["tokens"]}
         if self.pack:
             features["encoder_segment_ids"] = encoder["segment_ids"]
             features["encoder_positions"] = encoder["positions"]
-            features["decoder_segment_ids"] = decoder["segment_ids"]
-            features["decoder_positions"] = decoder["positions"]
-        return features
+        return {**features, **_decoder_features(rows["decoder"], self.pack)}
 
 
 class DecoderFeatureConverter(FeatureConverter):
@@ -221,16 +228,7 @@ class DecoderFeatureConverter(FeatureConverter):
         return {"decoder": {"tokens": targets, "loss_weights": np.ones_like(targets)}}
 
     def _model_features(self, rows):
-        decoder = rows["decoder"]
-        features = {
-            "decoder_target_tokens": decoder["tokens"],
-            "decoder_input_tokens": decoder["shifted"],
-            "decoder_loss_weights": decoder["loss_weights"],
-        }
-        if self.pack:
-            features["decoder_segment_ids"] = decoder["segment_ids"]
-            features["decoder_positions"] = decoder["positions"]
-        return features
+        return _decoder_features(rows["decoder"], self.pack)
 
 
 class PrefixLMFeatureConverter(DecoderFeatureConverter):
@@ -289,14 +287,30 @@ def _segment_from_state(state: Mapping) -> Segment:
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class _PackPlan:
+    """One converter with its checked lengths: what the grain node and its iterators share."""
+
+    converter: FeatureConverter
+    lengths: dict[str, int]
+    slot_lengths: dict[str, int]
+
+    def segment(self, example: Mapping[str, Any]) -> Segment:
+        return self.converter._segment(example, self.lengths)
+
+    def fits(self, pending: list[Segment], segment: Segment) -> bool:
+        return self.converter._fits(pending, segment, self.slot_lengths)
+
+    def render(self, row: list[Segment]) -> dict:
+        return self.converter._render(row, self.slot_lengths)
+
+
 class _GreedyPackIterator(grain.DatasetIterator):
     """Packs parent examples greedily in order; the state carries the row being built."""
 
-    def __init__(self, parent, converter, lengths, slot_lengths):
+    def __init__(self, parent, plan: _PackPlan):
         super().__init__(parent)
-        self._converter = converter
-        self._lengths = lengths
-        self._slot_lengths = slot_lengths
+        self._plan = plan
         self._pending: list[Segment] = []
 
     def __next__(self):
@@ -307,13 +321,11 @@ class _GreedyPackIterator(grain.DatasetIterator):
                 if not self._pending:
                     raise
                 row, self._pending = self._pending, []
-                return self._converter._render(row, self._slot_lengths)
-            segment = self._converter._segment(example, self._lengths)
-            if self._pending and not self._converter._fits(
-                self._pending, segment, self._slot_lengths
-            ):
+                return self._plan.render(row)
+            segment = self._plan.segment(example)
+            if self._pending and not self._plan.fits(self._pending, segment):
                 row, self._pending = self._pending, [segment]
-                return self._converter._render(row, self._slot_lengths)
+                return self._plan.render(row)
             self._pending.append(segment)
 
     def get_state(self):
@@ -330,16 +342,12 @@ class _GreedyPackIterator(grain.DatasetIterator):
 class _GreedyPackIterDataset(grain.IterDataset):
     """grain node for greedy in-order packing (see `FeatureConverter.apply`)."""
 
-    def __init__(self, parent, converter, lengths, slot_lengths):
+    def __init__(self, parent, plan: _PackPlan):
         super().__init__(parent)
-        self._converter = converter
-        self._lengths = lengths
-        self._slot_lengths = slot_lengths
+        self._plan = plan
 
     def __iter__(self):
-        return _GreedyPackIterator(
-            self._parent.__iter__(), self._converter, self._lengths, self._slot_lengths
-        )
+        return _GreedyPackIterator(self._parent.__iter__(), self._plan)
 
     def __str__(self):
-        return f"GreedyPackIterDataset({self._converter!r}, {self._slot_lengths})"
+        return f"GreedyPackIterDataset({self._plan.converter!r}, {self._plan.slot_lengths})"

@@ -271,14 +271,8 @@ class Decoder(nn.Module):
         return self._logits(y)
 
 
-def _checked_mode(mode: str) -> str:
-    if mode not in DECODE_MODES:
-        raise ValueError(f"decode_mode must be one of {DECODE_MODES}, got {mode!r}")
-    return mode
-
-
-class EncoderDecoder(nn.Module):
-    """T5: a shared token embedding, an encoder, and a decoder that attends to it."""
+class _Network(nn.Module):
+    """What both network kinds share: their mode fields, the token embedding and the decoder."""
 
     config: T5Config
     deterministic: bool = True
@@ -286,12 +280,20 @@ class EncoderDecoder(nn.Module):
     cache_length: int = 0
 
     def setup(self):
+        if self.decode_mode not in DECODE_MODES:
+            raise ValueError(f"decode_mode must be one of {DECODE_MODES}, got {self.decode_mode!r}")
         cfg = self.config
-        _checked_mode(self.decode_mode)
         self.token_embedder = Embed(cfg.vocab_size, cfg.emb_dim, _dtype(cfg))
-        self.encoder = Encoder(cfg, self.token_embedder, self.deterministic)
         self.decoder = Decoder(cfg, self.token_embedder, self.deterministic, self.decode_mode,
                                self.cache_length)
+
+
+class EncoderDecoder(_Network):
+    """T5: a shared token embedding, an encoder, and a decoder that attends to it."""
+
+    def setup(self):
+        super().setup()
+        self.encoder = Encoder(self.config, self.token_embedder, self.deterministic)
 
     def encode(self, encoder_input_tokens, encoder_segment_ids=None):
         """Encoder output [B, S, emb_dim]."""
@@ -325,20 +327,8 @@ class EncoderDecoder(nn.Module):
         return self.decoder.step(tokens, index, encoder_valid=encoder_valid)
 
 
-class DecoderOnly(nn.Module):
+class DecoderOnly(_Network):
     """A causal language model (prefix-LM when `decoder_causal_attention` marks a prefix)."""
-
-    config: T5Config
-    deterministic: bool = True
-    decode_mode: str = "none"
-    cache_length: int = 0
-
-    def setup(self):
-        cfg = self.config
-        _checked_mode(self.decode_mode)
-        self.token_embedder = Embed(cfg.vocab_size, cfg.emb_dim, _dtype(cfg))
-        self.decoder = Decoder(cfg, self.token_embedder, self.deterministic, self.decode_mode,
-                               self.cache_length)
 
     def __call__(self, decoder_input_tokens, decoder_target_tokens, decoder_segment_ids=None,
                  decoder_causal_attention=None):
