@@ -23,7 +23,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from t5forge.cli import gin_flags, run_setup
+from t5forge.cli import run_setup
 from t5forge.cli.run_config import (
     DatasetConfig,
     PjitPartitioner,
@@ -307,11 +307,8 @@ def _progress(step: int, total: int, enabled: bool):
 
 
 def main(argv: list[str]) -> int:
-    flags = gin_flags.split_gin_flags(argv)
-    extra = run_setup.parse_common_flags(flags.rest, HELP)
-    if extra is None:
+    if not run_setup.configure_run(argv, HELP):
         return 0
-    gin_flags.parse_gin(flags)
     try:
         train()
     except TypeError as e:

@@ -1,6 +1,7 @@
 """examples/classify_sentiment, run as its README says, at tiny size.
 
-Vocabulary with the labels as whole pieces -> training with label prediction in
+English vocabulary with the labels as whole pieces -> span-corruption pretraining on
+english_corpus -> fine-tuning from that checkpoint with label prediction in
 inference_eval and best-by-accuracy checkpoint retention (keep=1) -> `t5forge infer` on the
 kept checkpoint, which must predict exactly what inference_eval predicted.
 """
@@ -22,18 +23,28 @@ def _records(path):
 def trained(tmp_path_factory, shared_data, tiny_model_gin, run_t5forge):
     root = tmp_path_factory.mktemp("classify_sentiment")
     vocab = root / "spiece.model"
-    run_t5forge("vocab", "train", "--input", shared_data / "rotten_tomatoes" / "train.jsonl.gz",
-                "--field", "text", "--vocab_size", "1000", "--extra_ids", "0",
+    run_t5forge("vocab", "train", "--input", f"{shared_data}/english_corpus/train.jsonl.gz:text",
+                "--input", f"{shared_data}/rotten_tomatoes/train.jsonl.gz:text",
+                "--vocab_size", "1000", "--input_sentence_size", "20000", "--byte_fallback",
                 "--whole_words", "fresh,rotten", "--output", vocab, "--no_progress")
+    env = {"T5FORGE_VOCAB": str(vocab)}
+    pretrain = root / "pretrain"
+    run_t5forge("train", "--gin_file=examples/classify_sentiment/pretrain.gin",
+                f"--gin_file={tiny_model_gin}", f"--gin.MODEL_DIR={pretrain}",
+                "--gin.TRAIN_STEPS=4", "--gin.EVAL_PERIOD=0", "--gin.CHECKPOINT_PERIOD=4",
+                "--gin.BATCH_SIZE=8", "--gin.TASK_FEATURE_LENGTHS={'inputs': 64, 'targets': 16}",
+                env=env)
     model_dir = root / "run"
-    run_t5forge("train", "--gin_file=examples/classify_sentiment/classify_sentiment.gin",
-                f"--gin_file={tiny_model_gin}", f"--gin.MODEL_DIR={model_dir}",
-                "--gin.TRAIN_STEPS=30", "--gin.EVAL_PERIOD=10", "--gin.CHECKPOINT_PERIOD=10",
-                "--gin.BATCH_SIZE=16", "--gin.train.eval_steps=2",
-                "--gin.utils.SaveCheckpointConfig.async_save=False",
-                "--gin.utils.create_learning_rate_scheduler.base_learning_rate=0.01",
-                env={"T5FORGE_VOCAB": str(vocab)})
-    return root, model_dir, {"T5FORGE_VOCAB": str(vocab)}
+    finetuned = run_t5forge(
+        "train", "--gin_file=examples/classify_sentiment/classify_sentiment.gin",
+        f"--gin_file={tiny_model_gin}", f"--gin.MODEL_DIR={model_dir}",
+        f"--gin.INITIAL_CHECKPOINT_PATH={pretrain / 'checkpoint_4'}",
+        "--gin.TRAIN_STEPS=30", "--gin.EVAL_PERIOD=10", "--gin.CHECKPOINT_PERIOD=10",
+        "--gin.BATCH_SIZE=16", "--gin.train.eval_steps=2",
+        "--gin.utils.SaveCheckpointConfig.async_save=False",
+        "--gin.utils.create_learning_rate_scheduler.base_learning_rate=0.01", env=env)
+    assert "parameters from the checkpoint, kept 0 freshly initialised" in finetuned.stderr
+    return root, model_dir, env
 
 
 def test_label_predictions_and_best_checkpoint_kept(trained):
