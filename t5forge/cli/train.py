@@ -44,14 +44,27 @@ gin.external_configurable(optimizers.adamw, name="adamw", module="optimizers")
 
 
 class _StopSignal:
-    """Turns SIGTERM (preemption) into a flag the loop checks between steps."""
+    """Turns SIGTERM (preemption) into a stop after the current step.
+
+    With several processes, each must stop (and save) at the same step, or the collectives of
+    the next step hang; JAX's preemption service (it installs its own SIGTERM handler at
+    `jax.distributed.initialize`) propagates one host's notice and names that common step.
+    """
 
     def __init__(self):
         self.received = False
-        signal.signal(signal.SIGTERM, self._handle)
+        self._distributed = jax.process_count() > 1
+        if not self._distributed:
+            signal.signal(signal.SIGTERM, self._handle)
 
     def _handle(self, signum, frame):
         self.received = True
+
+    def after_step(self, step: int) -> bool:
+        """Whether to save `step` and stop; every process must call it after every step."""
+        if self._distributed and multihost_utils.reached_preemption_sync_point(step):
+            self.received = True
+        return self.received
 
 
 def _make_optimizer(optimizer, learning_rate_fn, param_axes):
@@ -188,7 +201,8 @@ def train(
             state, metrics = trainer.train_step(state, batch)
             step += 1
             window_steps += 1
-            if step % stats_period == 0 or step == total_steps or stop.received:
+            stopping = stop.after_step(step)
+            if step % stats_period == 0 or step == total_steps or stopping:
                 host = metrics_to_host(metrics)
                 good = int(jax.device_get(state.step))
                 if good != step or not np.isfinite(host["loss"]):
@@ -220,7 +234,7 @@ def train(
                 save(step, metrics=_flat(eval_results))
             else:
                 save(step)
-            if stop.received:
+            if stopping:
                 print(f"SIGTERM: saving step {step} and exiting", file=sys.stderr)
                 break
         if not stop.received and eval_period and step % eval_period and step != start_step:

@@ -2,12 +2,16 @@
 
 Each process has 4 virtual CPU devices and joins through a loopback coordinator, as hosts of
 a cluster do; the two together train a tiny T5 on the bundled data and write one checkpoint.
-A single process then resumes from that checkpoint and trains on.
+A single process then resumes from that checkpoint and trains on. A SIGTERM sent to one of
+two processes stops both at the same step, with that step saved.
 """
 
 import json
+import re
+import signal
 import socket
 import subprocess
+import time
 
 import jax
 import numpy as np
@@ -95,3 +99,39 @@ def test_one_process_restart_continues_from_the_two_process_checkpoint(workdir, 
     at_6 = flat(t5forge.load(model_dir / "checkpoint_6").params)
     init = flat(build_model(at_4.config).init_params(jax.random.PRNGKey(0)))
     assert np.linalg.norm(at_6 - flat(at_4.params)) < 0.75 * np.linalg.norm(at_6 - init)
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_process_stops_both_at_the_same_step(workdir, tmp_path):
+    """A preemption notice reaches one host; both save the same step and exit cleanly."""
+    model_dir = workdir / "two_processes_sigterm"
+    port = _free_port()
+    logs = [open(tmp_path / f"process_{index}.log", "w+") for index in range(2)]
+    processes = [
+        subprocess.Popen(
+            _train_command(workdir, model_dir, 1000, [
+                *FLAGS, "--gin.CHECKPOINT_PERIOD=1000", f"--coordinator_address=127.0.0.1:{port}",
+                "--process_count=2", f"--process_index={index}"]),
+            cwd=REPO, env=_run_env(workdir), stdout=log, stderr=subprocess.STDOUT, text=True)
+        for index, log in enumerate(logs)
+    ]
+    metrics = model_dir / "metrics.jsonl"
+    deadline = time.monotonic() + 480
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+        assert all(p.poll() is None for p in processes), "a process ended before step 3"
+        assert time.monotonic() < deadline, "no step 3 within 8 minutes"
+        time.sleep(0.2)
+    processes[1].send_signal(signal.SIGTERM)
+    for process in processes:
+        process.wait(timeout=300)
+    outputs = [log.seek(0) or log.read() for log in logs]
+    for process, output in zip(processes, outputs):
+        assert process.returncode == 0, output[-3000:]
+    stopped = [re.search(r"SIGTERM: saving step (\d+) and exiting", output) for output in outputs]
+    assert all(stopped), [output[-1000:] for output in outputs]
+    steps = {int(match.group(1)) for match in stopped}
+    assert len(steps) == 1, steps  # the same step on both processes
+    step = steps.pop()
+    assert 3 <= step < 1000
+    assert {p.name for p in (model_dir / f"checkpoint_{step}" / "state").glob("ocdbt.process_*")} == {
+        "ocdbt.process_0", "ocdbt.process_1"}
