@@ -4,7 +4,8 @@
 (train it with `t5forge vocab train --whole_words fresh,rotten`), so the task declares them
 as `single_token_labels`: evaluation and `t5forge infer` score just those two tokens in one
 decoder step and take the argmax on device instead of decoding. Long reviews keep their first
-and last tokens. Import with `--module_import=examples.classify_sentiment.tasks`; the
+and last tokens. `english_and_reviews_span_corruption` is the pretraining mixture of
+pretrain.gin. Import with `--module_import=examples.classify_sentiment.tasks`; the
 vocabulary is $T5FORGE_VOCAB and the data $T5FORGE_DATA_DIR/rotten_tomatoes.
 """
 
@@ -12,11 +13,12 @@ import functools
 
 from t5forge.data import metrics
 from t5forge.data import preprocessors as pp
-from t5forge.data.tasks import Feature, Task, TaskRegistry
+from t5forge.data.tasks import Feature, Mixture, MixtureRegistry, Task, TaskRegistry
 from t5forge.data.vocabularies import EnvironmentSentencePieceVocabulary
-from t5forge.tasks.builtin import default_data_dir, jsonl_splits
+from t5forge.tasks.builtin import EXTRA_IDS, default_data_dir, jsonl_splits, span_corruption_task
 
 TASK_NAME = "classify_sentiment"
+PRETRAIN_MIXTURE = "english_and_reviews_span_corruption"
 LABELS = ("fresh", "rotten")
 # Reviews longer than the inputs length keep this many tokens from their end (the rest from
 # their start): a verdict often sits in the last words.
@@ -40,5 +42,20 @@ def sentiment_task(vocabulary=None, data_dir=None) -> Task:
                 single_token_labels=LABELS)
 
 
+def pretraining_mixture(vocabulary=None, data_dir=None) -> Mixture:
+    """Span corruption over english_corpus and, in equal parts, over the training reviews' text
+    (labels unused): general English plus the task's own domain, as in task-adaptive
+    pretraining. english_corpus alone (manuals and novels) left the fine-tuned classifier at
+    72.8% validation accuracy, no better than from scratch."""
+    vocabulary = vocabulary or EnvironmentSentencePieceVocabulary(extra_ids=EXTRA_IDS)
+    root = data_dir or default_data_dir()
+    return Mixture(PRETRAIN_MIXTURE, [
+        span_corruption_task("english_span_corruption", root, "english_corpus", vocabulary),
+        span_corruption_task("reviews_span_corruption", root, "rotten_tomatoes", vocabulary),
+    ], default_rate=1.0)
+
+
 TaskRegistry.remove(TASK_NAME)
 TaskRegistry.add(sentiment_task())
+MixtureRegistry.remove(PRETRAIN_MIXTURE)
+MixtureRegistry.add(pretraining_mixture())

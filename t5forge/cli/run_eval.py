@@ -28,10 +28,11 @@ def converter_for(model, pack: bool):
     return fc.EncDecFeatureConverter(pack=pack)
 
 
-def _task_names(name: str) -> list[str]:
+def _tasks(name: str) -> list:
+    """The task objects of a task or mixture (a mixture's tasks need not be registered)."""
     from t5forge.data.tasks import get_mixture_or_task
 
-    return [task.name for task in get_mixture_or_task(name).tasks]
+    return get_mixture_or_task(name).tasks
 
 
 def training_eval(trainer, params, cfg: DatasetConfig, eval_steps: int, writer: MetricsWriter,
@@ -40,9 +41,10 @@ def training_eval(trainer, params, cfg: DatasetConfig, eval_steps: int, writer: 
     from t5forge.data.pipeline import make_batch_iterator
 
     results = {}
-    for task_name in _task_names(cfg.mixture_or_task_name):
+    for task in _tasks(cfg.mixture_or_task_name):
+        task_name = task.name
         iterator = make_batch_iterator(
-            task_name, cfg.split, dict(cfg.task_feature_lengths),
+            task, cfg.split, dict(cfg.task_feature_lengths),
             cfg.batch_size // jax.process_count(), converter, seed=0,
             shard_index=jax.process_index(), num_shards=jax.process_count(),
             shuffle=False, num_epochs=1, use_cached=cfg.use_cached,

@@ -1,7 +1,7 @@
 """examples/classify_sentiment, run as its README says, at tiny size.
 
 English vocabulary with the labels as whole pieces -> span-corruption pretraining on
-english_corpus -> fine-tuning from that checkpoint with label prediction in
+english_corpus and the reviews (a mixture of a built-in and an unregistered task) -> fine-tuning from that checkpoint with label prediction in
 inference_eval and best-by-accuracy checkpoint retention (keep=1) -> `t5forge infer` on the
 kept checkpoint, which must predict exactly what inference_eval predicted.
 """
@@ -31,9 +31,13 @@ def trained(tmp_path_factory, shared_data, tiny_model_gin, run_t5forge):
     pretrain = root / "pretrain"
     run_t5forge("train", "--gin_file=examples/classify_sentiment/pretrain.gin",
                 f"--gin_file={tiny_model_gin}", f"--gin.MODEL_DIR={pretrain}",
-                "--gin.TRAIN_STEPS=4", "--gin.EVAL_PERIOD=0", "--gin.CHECKPOINT_PERIOD=4",
+                "--gin.TRAIN_STEPS=4", "--gin.EVAL_PERIOD=4", "--gin.CHECKPOINT_PERIOD=4",
+                "--gin.train.eval_steps=1",
                 "--gin.BATCH_SIZE=8", "--gin.TASK_FEATURE_LENGTHS={'inputs': 64, 'targets': 16}",
                 env=env)
+    evaluated = {r["split"] for r in _records(pretrain / "metrics.jsonl") if r["step"] == 4}
+    assert {"training_eval/english_span_corruption",
+            "training_eval/reviews_span_corruption"} <= evaluated, evaluated
     model_dir = root / "run"
     finetuned = run_t5forge(
         "train", "--gin_file=examples/classify_sentiment/classify_sentiment.gin",
