@@ -60,6 +60,6 @@ def evaluate(*, model, dataset_cfg: DatasetConfig, restore_checkpoint_cfg: Resto
 
 
 def main(argv: list[str]) -> int:
-    if run_setup.configure_run(argv, HELP):
+    if run_setup.configure_run(argv, HELP, "eval"):
         evaluate()
     return 0

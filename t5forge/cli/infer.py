@@ -114,6 +114,6 @@ def infer(*, model, dataset_cfg: DatasetConfig, restore_checkpoint_cfg: RestoreC
 
 
 def main(argv: list[str]) -> int:
-    if run_setup.configure_run(argv, HELP):
+    if run_setup.configure_run(argv, HELP, "infer"):
         infer()
     return 0

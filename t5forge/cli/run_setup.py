@@ -117,8 +117,8 @@ def model_metadata(model, mixture_or_task_name: str, model_dir: Path) -> dict:
     return metadata
 
 
-def parse_common_flags(rest: list[str], help_text: str) -> list[str] | None:
-    """Handles the non-gin flags all run commands share; None means `--help` was printed.
+def parse_common_flags(rest: list[str], help_text: str, command: str) -> bool:
+    """Handles the non-gin flags all run commands share; False means `--help` was printed.
 
     --module_import=MOD (repeatable) imports user task modules; --coordinator_address,
     --process_count and --process_index join a multi-host run, as in T5X.
@@ -126,7 +126,7 @@ def parse_common_flags(rest: list[str], help_text: str) -> list[str] | None:
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="t5forge", description=help_text,
+        prog=f"t5forge {command}", description=help_text,
         epilog="gin: --gin_file=FILE (repeatable), --gin.NAME=VALUE, --gin_search_paths=DIR,...",
     )
     parser.add_argument("--module_import", action="append", default=[])
@@ -137,7 +137,7 @@ def parse_common_flags(rest: list[str], help_text: str) -> list[str] | None:
     parser.add_argument("--process_index", type=int)
     if any(arg in ("-h", "--help") for arg in rest):
         parser.print_help()
-        return None
+        return False
     args, unknown = parser.parse_known_args(rest)
     if unknown:
         raise ConfigError(f"unknown flag {unknown[0]!r}; see --help")
@@ -147,13 +147,13 @@ def parse_common_flags(rest: list[str], help_text: str) -> list[str] | None:
     from t5forge.data.tasks import add_global_cache_dirs
 
     add_global_cache_dirs([d for d in args.seqio_additional_cache_dirs.split(",") if d])
-    return []
+    return True
 
 
-def configure_run(argv: list[str], help_text: str) -> bool:
-    """Parses a run command's flags and gin files; False means `--help` was printed instead."""
+def configure_run(argv: list[str], help_text: str, command: str) -> bool:
+    """Parses `t5forge <command>`'s flags and gin files; False means `--help` was printed instead."""
     flags = gin_flags.split_gin_flags(argv)
-    if parse_common_flags(flags.rest, help_text) is None:
+    if not parse_common_flags(flags.rest, help_text, command):
         return False
     gin_flags.parse_gin(flags)
     return True

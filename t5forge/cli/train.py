@@ -321,7 +321,7 @@ def _progress(step: int, total: int, enabled: bool):
 
 
 def main(argv: list[str]) -> int:
-    if not run_setup.configure_run(argv, HELP):
+    if not run_setup.configure_run(argv, HELP, "train"):
         return 0
     try:
         train()
