@@ -162,6 +162,26 @@ def read_metrics(model_dir: str | os.PathLike) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def curve_series(records: list[dict]) -> dict[tuple[str, str], list[tuple[int, float]]]:
+    """(split, panel) -> [(step, value)] for the curve plot.
+
+    A task metric of inference_eval (BLEU, accuracy in 0-100...) gets a panel per task, named
+    '<task>: <metric>', apart from the 0-1 token accuracy of the train and training_eval splits.
+    """
+    series: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for record in records:
+        for key, value in record.items():
+            if key in ("step", "split") or not isinstance(value, (int, float)):
+                continue
+            split = record["split"]
+            if split.startswith("inference_eval"):
+                key = f"{split.partition('/')[2] or split}: {key}"
+            elif key not in _CURVE_METRICS:
+                continue
+            series.setdefault((split, key), []).append((record["step"], value))
+    return series
+
+
 def plot_training_curves(model_dir: str | os.PathLike, output: str | os.PathLike | None = None):
     """Draws loss (train and eval) and every eval metric against step into a PNG.
 
@@ -172,16 +192,7 @@ def plot_training_curves(model_dir: str | os.PathLike, output: str | os.PathLike
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    records = read_metrics(model_dir)
-    series: dict[tuple[str, str], list[tuple[int, float]]] = {}
-    for record in records:
-        for key, value in record.items():
-            if key in ("step", "split") or not isinstance(value, (int, float)):
-                continue
-            is_task_metric = record["split"].startswith("inference_eval")
-            if key not in _CURVE_METRICS and not is_task_metric:
-                continue
-            series.setdefault((record["split"], key), []).append((record["step"], value))
+    series = curve_series(read_metrics(model_dir))
     if not series:
         return None
     panels = sorted({name for _, name in series},
@@ -195,7 +206,7 @@ def plot_training_curves(model_dir: str | os.PathLike, output: str | os.PathLike
                 continue
             steps, values = zip(*points)
             ax.plot(steps, values, marker="." if len(points) < 30 else None, label=split)
-        ax.set_title(panel)
+        ax.set_title("token accuracy" if panel == "accuracy" else panel)
         ax.set_xlabel("step")
         if panel == "loss":
             ax.set_yscale("log")

@@ -4,6 +4,7 @@ import numpy as np
 
 from t5forge.training.summaries import (
     MetricsWriter,
+    curve_series,
     plot_training_curves,
     read_event_scalars,
     read_metrics,
@@ -51,3 +52,16 @@ def test_metrics_go_to_tensorboard_jsonl_and_plot(tmp_path):
     png = plot_training_curves(tmp_path)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
+
+
+def test_task_accuracy_gets_its_own_panel_apart_from_token_accuracy():
+    records = [{"step": 100, "split": "train", "accuracy": 0.9, "loss": 1.0, "z_loss": 0.1},
+               {"step": 100, "split": "training_eval/sst", "accuracy": 0.8},
+               {"step": 100, "split": "inference_eval/sst", "accuracy": 72.5, "f1": 70.0}]
+    assert curve_series(records) == {
+        ("train", "accuracy"): [(100, 0.9)],
+        ("train", "loss"): [(100, 1.0)],
+        ("training_eval/sst", "accuracy"): [(100, 0.8)],
+        ("inference_eval/sst", "sst: accuracy"): [(100, 72.5)],
+        ("inference_eval/sst", "sst: f1"): [(100, 70.0)],
+    }
