@@ -21,13 +21,13 @@ from typing import Any
 import grain
 import numpy as np
 
-from t5forge.data.preprocessors import (
-    READ_OPTIONS,
+from t5forge.data.preprocessor_framework import (
     CacheDatasetPlaceholder,
     PipelineContext,
     Preprocessor,
     as_preprocessor,
 )
+from t5forge.data.regroup import READ_OPTIONS
 from t5forge.data.sources import DataSource, is_random_access
 from t5forge.data.vocabularies import Vocabulary
 from t5forge.errors import DataError
