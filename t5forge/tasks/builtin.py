@@ -13,7 +13,7 @@ import functools
 import os
 from pathlib import Path
 
-from t5forge.data import denoising, metrics
+from t5forge.data import metrics
 from t5forge.data import preprocessors as pp
 from t5forge.data.sources import JsonLinesSource
 from t5forge.data.tasks import Feature, Task, TaskRegistry
@@ -74,7 +74,7 @@ def summarization_task(name, data_dir, folder, article_key, summary_key, vocabul
 def span_corruption_task(name, data_dir, folder, vocabulary, text_key="text"):
     """T5 pretraining: documents -> span-corrupted (inputs, targets) at the sequence length."""
     steps = [pp.rekey.bind(key_map={"inputs": None, "targets": text_key}), pp.tokenize,
-             pp.CacheDatasetPlaceholder(), denoising.span_corruption, pp.append_eos_after_trim]
+             pp.CacheDatasetPlaceholder(), pp.span_corruption, pp.append_eos_after_trim]
     return Task(name, jsonl_splits(data_dir, folder, CORPUS_SPLITS), steps,
                 _features(vocabulary))
 
