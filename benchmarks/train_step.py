@@ -70,8 +70,7 @@ def _forge_step(config, params, batch, optimizer: str):
     model = build_model(config)
     tx = (optimizers.adamw(LEARNING_RATE) if optimizer == "adamw" else
           optimizers.adafactor(LEARNING_RATE, param_logical_axes=model.param_logical_axes()))
-    mesh = partitioning.create_mesh(devices=jax.devices()[:1])
-    trainer = Trainer(model, tx, mesh, partitioning.standard_logical_axis_rules())
+    trainer = Trainer(model, tx, partitioning.PjitPartitioner(devices=jax.devices()[:1]))
     holder = {"state": trainer.state_from_params(params)}
 
     def step():

@@ -1,6 +1,12 @@
 """t5forge: pretrain, fine-tune, evaluate, score and serve T5-family models on JAX."""
 
+import importlib
+
 __version__ = "0.1.0"
+
+# The library's run functions, imported on first use so `import t5forge` stays light.
+_RUN_FUNCTIONS = {"train": "t5forge.run.train", "evaluate": "t5forge.run.evaluate",
+                  "infer": "t5forge.run.infer"}
 
 
 def load(path, config=None):
@@ -10,4 +16,11 @@ def load(path, config=None):
     return _load(path, config=config)
 
 
-__all__ = ["load", "__version__"]
+def __getattr__(name):
+    """`t5forge.train`, `t5forge.evaluate`, `t5forge.infer`: see t5forge.run."""
+    if name in _RUN_FUNCTIONS:
+        return getattr(importlib.import_module(_RUN_FUNCTIONS[name]), name)
+    raise AttributeError(f"module 't5forge' has no attribute {name!r}")
+
+
+__all__ = ["evaluate", "infer", "load", "train", "__version__"]

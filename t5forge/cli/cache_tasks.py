@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from t5forge.cli.task_modules import import_task_modules
 from t5forge.data.cache import default_shard_count, write_task_cache
 from t5forge.errors import DataError
+from t5forge.run.task_modules import import_task_modules
 
 HELP = "preprocess tasks up to their cache point and write ArrayRecord caches"
 

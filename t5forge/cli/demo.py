@@ -39,8 +39,8 @@ def main(argv: list[str]) -> int:
     os.environ["T5FORGE_VOCAB"] = str(vocab)
     os.environ["T5FORGE_DATA_DIR"] = str(DATA)
 
-    from t5forge.cli.task_modules import import_task_modules
-    from t5forge.cli.train import train
+    from t5forge.cli import gin_registry, run_flags
+    from t5forge.run.task_modules import import_task_modules
 
     bindings = [f"--gin.MODEL_DIR={model_dir}"]
     if args.train_steps:
@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
     import_task_modules([])
     gin_flags.parse_gin(gin_flags.split_gin_flags(["--gin_file=examples/demo_en_de.gin",
                                                    *bindings, *argv]))
-    train()
+    gin_registry.train(summarize_config_fn=run_flags.write_gin_config)
 
     import t5forge
 

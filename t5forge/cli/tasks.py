@@ -13,8 +13,8 @@ import os
 
 import numpy as np
 
-from t5forge.cli.task_modules import import_task_modules
 from t5forge.errors import DataError
+from t5forge.run.task_modules import import_task_modules
 
 HELP = "list registered tasks and mixtures, show one, or preview its processed examples"
 

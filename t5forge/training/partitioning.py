@@ -8,6 +8,7 @@ State is created already sharded, so no device ever holds a whole copy of a larg
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -181,6 +182,67 @@ def shard_batch(host_batch: dict, mesh: Mesh) -> dict:
         name: jax.make_array_from_process_local_data(sharding, np.asarray(array))
         for name, array in host_batch.items()
     }
+
+
+class PjitPartitioner:
+    """Owns the device mesh and the logical-axis rules, and compiles functions over them.
+
+    T5X's `partitioning.PjitPartitioner`: `num_partitions`-way model parallelism (or an explicit
+    `mesh_shape=(data, model)`), `fsdp=True` to also split parameters over the data axis, and
+    `logical_axis_rules` that win over the standard ones. The mesh is made on first use, so a
+    partitioner can be configured (by gin or in Python) before `jax.distributed` starts.
+    """
+
+    def __init__(self, num_partitions: int = 1, mesh_shape: Sequence[int] | None = None,
+                 fsdp: bool = False, logical_axis_rules: LogicalAxisRules = (),
+                 devices: Sequence[jax.Device] | None = None):
+        self.num_partitions = num_partitions
+        self.mesh_shape = tuple(mesh_shape) if mesh_shape is not None else None
+        self.fsdp = fsdp
+        self.logical_axis_rules = standard_logical_axis_rules(
+            fsdp=fsdp, overrides=tuple(tuple(rule) for rule in logical_axis_rules))
+        self._devices = devices
+
+    def __repr__(self) -> str:
+        return (f"PjitPartitioner(num_partitions={self.num_partitions}, "
+                f"mesh_shape={self.mesh_shape}, fsdp={self.fsdp})")
+
+    @functools.cached_property
+    def mesh(self) -> Mesh:
+        return create_mesh(self.num_partitions, self.mesh_shape, self._devices)
+
+    @property
+    def data_partition_spec(self) -> PartitionSpec:
+        """How a batch is laid out: examples split over the data axis."""
+        return PartitionSpec(DATA_AXIS)
+
+    def sharding(self, logical_axes_tree, shapes=None):
+        """NamedShardings for a tree of logical axes (see `logical_to_mesh_sharding`)."""
+        return logical_to_mesh_sharding(logical_axes_tree, self.mesh, self.logical_axis_rules,
+                                        shapes)
+
+    def partition(self, fn: Callable, in_shardings, out_shardings, donate_argnums=(),
+                  static_argnums=()):
+        """`fn` jitted over the mesh with pinned in/out layouts (T5X's `partition`).
+
+        Shardings may be NamedShardings (or trees of them), None to let XLA choose, or the
+        string 'batch' for an argument laid out as a data batch.
+        """
+        return jax.jit(fn, in_shardings=self._resolve(in_shardings),
+                       out_shardings=self._resolve(out_shardings),
+                       donate_argnums=donate_argnums, static_argnums=static_argnums)
+
+    def compile(self, partitioned_fn, *args):
+        """Ahead-of-time compilation for concrete or abstract (ShapeDtypeStruct) arguments."""
+        return partitioned_fn.lower(*args).compile()
+
+    def check_batch_divisible(self, global_batch_size: int) -> None:
+        check_batch_divisible(global_batch_size, self.mesh)
+
+    def _resolve(self, shardings):
+        batch = batch_sharding(self.mesh)
+        return jax.tree.map(lambda s: batch if s == "batch" else s, shardings,
+                            is_leaf=lambda s: s is None or isinstance(s, str))
 
 
 def initialize_distributed(

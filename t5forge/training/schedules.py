@@ -2,8 +2,8 @@
 
 T5X recipes say `factors = 'constant * rsqrt_decay'`, `base_learning_rate = 1.0`,
 `warmup_steps = 10000`; accepting the same string and knobs means those recipes (and their
-tuned numbers) work unchanged. Registered with gin as `utils.create_learning_rate_scheduler`,
-the name T5X gin files bind.
+tuned numbers) work unchanged. The command line registers it with gin as
+`utils.create_learning_rate_scheduler`, the name T5X gin files bind (t5forge.cli.gin_registry).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import gin
 import jax
 import jax.numpy as jnp
 
@@ -87,7 +86,6 @@ def parse_factors(factors: str) -> list[str]:
     return names
 
 
-@gin.configurable(module="utils")
 def create_learning_rate_scheduler(
     factors: str = "constant * linear_warmup * rsqrt_decay",
     base_learning_rate: float = 0.5,

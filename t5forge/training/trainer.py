@@ -22,14 +22,17 @@ from t5forge.training.train_state import TrainState, train_state_logical_axes
 
 
 class Trainer:
-    """Owns the model, the optimizer and the mesh; builds state and runs steps on batches."""
+    """Owns the model and the optimizer; builds state and runs steps on batches.
+
+    The partitioner (a `partitioning.PjitPartitioner`) decides the mesh and the layouts; the
+    steps are compiled through its `partition`.
+    """
 
     def __init__(
         self,
         model,
         optimizer: optax.GradientTransformation,
-        mesh,
-        logical_axis_rules,
+        partitioner: partitioning.PjitPartitioner,
         learning_rate_fn=None,
         num_microbatches: int = 1,
         seed: int = 0,
@@ -38,8 +41,9 @@ class Trainer:
             raise ConfigError(f"num_microbatches must be >= 1, got {num_microbatches}")
         self.model = model
         self.optimizer = optimizer
-        self.mesh = mesh
-        self.rules = logical_axis_rules
+        self.partitioner = partitioner
+        self.mesh = partitioner.mesh
+        self.rules = partitioner.logical_axis_rules
         self.learning_rate_fn = learning_rate_fn
         self.num_microbatches = num_microbatches
         self.seed = seed
@@ -142,10 +146,9 @@ class Trainer:
         if self._train_step is None:
             if self.state_shardings is None:
                 self.state_shardings = self.shardings_for(self.abstract_state())
-            batch_sharding = partitioning.batch_sharding(self.mesh)
-            self._train_step = jax.jit(
+            self._train_step = self.partitioner.partition(
                 self._train_step_fn,
-                in_shardings=(self.state_shardings, batch_sharding),
+                in_shardings=(self.state_shardings, "batch"),
                 out_shardings=(self.state_shardings, None),
                 donate_argnums=(0,),
             )
@@ -155,11 +158,10 @@ class Trainer:
     def eval_step(self, params, batch: Mapping[str, Any]):
         """Loss and accuracy of a batch without dropout (T5X's training_eval)."""
         if self._eval_step is None:
-            batch_sharding = partitioning.batch_sharding(self.mesh)
             param_shardings = self.state_shardings.params if self.state_shardings else None
-            self._eval_step = jax.jit(
+            self._eval_step = self.partitioner.partition(
                 lambda p, b: self.model.loss_fn(p, b, None),
-                in_shardings=(param_shardings, batch_sharding),
+                in_shardings=(param_shardings, "batch"), out_shardings=None,
             )
         loss, metrics = self._eval_step(params, self._to_global(batch))
         return {"loss": loss, **metrics}

@@ -9,16 +9,13 @@ import jax
 from t5forge.training import partitioning
 
 
-def eight_device_layouts() -> dict[str, tuple]:
-    """(mesh, logical axis rules) for 1 device, 4 data x 2 model, and FSDP on that 4 x 2 mesh."""
+def eight_device_layouts() -> dict[str, partitioning.PjitPartitioner]:
+    """Partitioners for 1 device, 4 data x 2 model, and FSDP on that 4 x 2 mesh."""
     assert jax.device_count() == 8, "set XLA_FLAGS=--xla_force_host_platform_device_count=8"
     return {
-        "single": (partitioning.create_mesh(devices=jax.devices()[:1]),
-                   partitioning.standard_logical_axis_rules()),
-        "data4_model2": (partitioning.create_mesh(num_partitions=2),
-                         partitioning.standard_logical_axis_rules()),
-        "fsdp": (partitioning.create_mesh(mesh_shape=(4, 2)),
-                 partitioning.standard_logical_axis_rules(fsdp=True)),
+        "single": partitioning.PjitPartitioner(devices=jax.devices()[:1]),
+        "data4_model2": partitioning.PjitPartitioner(num_partitions=2),
+        "fsdp": partitioning.PjitPartitioner(mesh_shape=(4, 2), fsdp=True),
     }
 
 

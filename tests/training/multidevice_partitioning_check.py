@@ -83,8 +83,9 @@ def main():
         "sgd": optax.sgd(0.5),
         "adafactor": adafactor(0.1, min_dim_size_to_factor=8, param_logical_axes=PARAM_AXES),
     }
-    report = {layout: {name: run(mesh, rules, tx, batches) for name, tx in optimizers.items()}
-              for layout, (mesh, rules) in layouts.items()}
+    report = {layout: {name: run(p.mesh, p.logical_axis_rules, tx, batches)
+                       for name, tx in optimizers.items()}
+              for layout, p in layouts.items()}
     print(json.dumps(report))
 
 

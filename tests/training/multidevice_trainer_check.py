@@ -40,23 +40,23 @@ def make_batches() -> list[dict[str, np.ndarray]]:
     return batches
 
 
-def run(mesh, rules, batches) -> dict:
+def run(partitioner, batches) -> dict:
     model = build_model(get_config("t5_1_1/tiny", dtype="float32", vocab_size=VOCAB))
     tx = adafactor(0.1, param_logical_axes=model.param_logical_axes())
-    trainer = Trainer(model, tx, mesh, rules, seed=0)
+    trainer = Trainer(model, tx, partitioner, seed=0)
     state = trainer.init_state()
     losses = []
     for batch in batches:
         state, metrics = trainer.train_step(state, batch)
         losses.append(metrics_to_host(metrics)["loss"])
-    return {"losses": losses, "specs": partition_specs(state), "devices": mesh.devices.size,
+    return {"losses": losses, "specs": partition_specs(state), "devices": partitioner.mesh.devices.size,
             "compilations": trainer._train_step._cache_size()}
 
 
 def main():
     layouts = eight_device_layouts()
     batches = make_batches()
-    report = {name: run(mesh, rules, batches) for name, (mesh, rules) in layouts.items()}
+    report = {name: run(partitioner, batches) for name, partitioner in layouts.items()}
     print(json.dumps(report))
 
 

@@ -177,3 +177,24 @@ def test_two_processes_build_one_global_batch():
         assert worker.returncode == 0, stderr[-2000:]
     # 4 global devices; rows 0..3 of process 0 plus 100..103 of process 1 sum to 412
     assert [out.strip().splitlines()[-1] for out, _ in outputs] == ["4 (4, 2) 412"] * 2
+
+
+def test_pjit_partitioner_partitions_and_compiles_over_its_mesh():
+    partitioner = partitioning.PjitPartitioner(devices=jax.devices()[:1],
+                                               logical_axis_rules=[("mlp", None)])
+    assert partitioner.mesh.shape == {"data": 1, "model": 1}
+    assert partitioner.logical_axis_rules[0] == ("mlp", None)  # overrides come first
+    weights = partitioner.sharding({"w": ("embed", "mlp")})
+
+    def matmul(params, batch):
+        return batch @ params["w"]
+
+    partitioned = partitioner.partition(matmul, in_shardings=(weights, "batch"),
+                                        out_shardings="batch")
+    params = {"w": np.ones((3, 2), np.float32)}
+    batch = np.arange(12, dtype=np.float32).reshape(4, 3)
+    np.testing.assert_allclose(partitioned(params, batch), batch @ params["w"])
+    compiled = partitioner.compile(partitioned, params, jax.ShapeDtypeStruct((4, 3), np.float32))
+    np.testing.assert_allclose(compiled(params, batch), batch @ params["w"])
+    with pytest.raises(ConfigError, match="mesh_shape=\\(2, 1\\) needs 2 devices"):
+        _ = partitioning.PjitPartitioner(mesh_shape=(2, 1), devices=jax.devices()[:1]).mesh

@@ -58,12 +58,14 @@ def test_unknown_factor_suggests_the_close_name():
 
 
 def test_t5x_gin_binding_names_work():
+    from t5forge.cli import gin_registry  # the command line's gin names
+
     with gin.unlock_config():
         gin.parse_config([
             "utils.create_learning_rate_scheduler.factors = 'constant'",
             "utils.create_learning_rate_scheduler.base_learning_rate = 0.001",
         ])
     try:
-        assert float(create_learning_rate_scheduler()(123)) == pytest.approx(0.001)
+        assert float(gin_registry.create_learning_rate_scheduler()(123)) == pytest.approx(0.001)
     finally:
         gin.clear_config()

@@ -1,4 +1,4 @@
-"""The two evaluations a T5X run does while training, shared by `train` and `eval`.
+"""The two evaluations a T5X run does while training, shared by `train` and `evaluate`.
 
 training_eval: teacher-forced loss and accuracy on a task's eval split (cheap, every
 eval_period). inference_eval: decode (or score) the eval split and compute the task's
@@ -14,7 +14,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from t5forge.cli.run_config import DatasetConfig
+from t5forge.run.configs import DatasetConfig
 from t5forge.training.summaries import MetricsWriter
 
 

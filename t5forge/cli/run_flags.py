@@ -1,0 +1,58 @@
+"""The flags `train`, `eval` and `infer` share, then gin: all a run command parses."""
+
+from __future__ import annotations
+
+import argparse
+
+from t5forge.cli import gin_flags, gin_registry  # noqa: F401 (gin_registry: names gin files bind)
+from t5forge.errors import ConfigError
+from t5forge.run.task_modules import import_task_modules
+from t5forge.training import partitioning
+
+
+def parse_common_flags(rest: list[str], help_text: str, command: str) -> bool:
+    """Handles the non-gin flags all run commands share; False means `--help` was printed.
+
+    --module_import=MOD (repeatable) imports user task modules; --coordinator_address,
+    --process_count and --process_index join a multi-host run, as in T5X.
+    """
+    parser = argparse.ArgumentParser(
+        prog=f"t5forge {command}", description=help_text,
+        epilog="gin: --gin_file=FILE (repeatable), --gin.NAME=VALUE, --gin_search_paths=DIR,...",
+    )
+    parser.add_argument("--module_import", action="append", default=[])
+    parser.add_argument("--seqio_additional_cache_dirs", default="",
+                        help="comma-separated dirs written by `t5forge cache-tasks` (T5X's flag)")
+    parser.add_argument("--coordinator_address")
+    parser.add_argument("--process_count", type=int)
+    parser.add_argument("--process_index", type=int)
+    if any(arg in ("-h", "--help") for arg in rest):
+        parser.print_help()
+        return False
+    args, unknown = parser.parse_known_args(rest)
+    if unknown:
+        raise ConfigError(f"unknown flag {unknown[0]!r}; see --help")
+    if args.coordinator_address or args.process_count is not None:
+        partitioning.initialize_distributed(args.coordinator_address, args.process_count,
+                                            args.process_index)
+    import_task_modules(args.module_import)
+    from t5forge.data.tasks import add_global_cache_dirs
+
+    add_global_cache_dirs([d for d in args.seqio_additional_cache_dirs.split(",") if d])
+    return True
+
+
+def configure_run(argv: list[str], help_text: str, command: str) -> bool:
+    """Parses `t5forge <command>`'s flags and gin files; False means `--help` was printed instead."""
+    flags = gin_flags.split_gin_flags(argv)
+    if not parse_common_flags(flags.rest, help_text, command):
+        return False
+    gin_flags.parse_gin(flags)
+    return True
+
+
+def write_gin_config(model_dir) -> None:
+    """Records the run's gin configuration as `config.gin` in the model dir, as T5X does."""
+    import gin
+
+    (model_dir / "config.gin").write_text(gin.config_str())

@@ -1,0 +1,112 @@
+"""Inference (T5X's `infer`): predictions (or scores) for a task's split, written as T5X does.
+
+`t5forge infer` is the command-line face of `infer`. Writes `<task>-<mode>.jsonl` with `inputs`, `prediction` (or `score`) and `targets`, in the
+split's order. Output is flushed every `checkpoint_period` batches with a progress marker,
+so an interrupted run continues after the last finished chunk instead of starting over.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from t5forge.errors import ConfigError
+from t5forge.run import setup
+from t5forge.run.configs import DatasetConfig, RestoreCheckpointConfig
+from t5forge.run.evaluation import converter_for
+
+MODES = ("predict", "score")
+
+
+def _text(vocabulary, tokens) -> str:
+    return vocabulary.decode([int(t) for t in tokens if t > 0])
+
+
+def _run_task(model, params, task, cfg: DatasetConfig, mode: str, output: Path,
+              checkpoint_period: int, max_decode_length: int) -> int:
+    from t5forge.data.pipeline import make_batch_iterator
+
+    out_file = output / f"{task.name}-{mode}.jsonl"
+    progress_file = output / f".{task.name}-{mode}.progress.json"
+    done = json.loads(progress_file.read_text())["batches"] if progress_file.exists() else 0
+    if not done and out_file.exists():
+        out_file.unlink()
+    vocabulary = task.output_features["targets"].vocabulary
+    iterator = make_batch_iterator(
+        task.name, cfg.split, dict(cfg.task_feature_lengths), cfg.batch_size,
+        converter_for(model, pack=False), seed=0, shuffle=False, num_epochs=1,
+        use_cached=cfg.use_cached,
+    )
+    # A task with single_token_labels is predicted by its best label token, not decoded.
+    label_ids = task.label_token_ids() if mode == "predict" else ()
+    options = ({"method": "labels", "label_token_ids": label_ids} if label_ids
+               else {"max_decode_length": max_decode_length})
+    pending: list[str] = []
+    batches = 0
+    written = 0
+    for batch in iterator:
+        batches += 1
+        if batches <= done:
+            continue
+        rows = np.asarray(batch["decoder_target_tokens"]).any(axis=1)
+        if mode == "predict":
+            outputs = np.asarray(jax.device_get(model.predict_batch(params, batch, **options)))
+        else:
+            outputs = np.asarray(jax.device_get(model.score_batch(params, batch)))
+        inputs = batch.get("encoder_input_tokens", batch["decoder_input_tokens"])
+        for i in np.flatnonzero(rows):
+            record = {"inputs": _text(vocabulary, inputs[i])}
+            if mode == "predict":
+                record["prediction"] = task.postprocess(_text(vocabulary, outputs[i]))
+            else:
+                record["score"] = float(outputs[i])
+            record["targets"] = _text(vocabulary, batch["decoder_target_tokens"][i])
+            pending.append(json.dumps(record, ensure_ascii=False))
+        if batches % checkpoint_period == 0:
+            written += _flush(out_file, progress_file, pending, batches)
+            pending = []
+    iterator.close()
+    written += _flush(out_file, progress_file, pending, batches)
+    progress_file.unlink()
+    return written
+
+
+def _flush(out_file: Path, progress_file: Path, lines: list[str], batches: int) -> int:
+    with open(out_file, "a", encoding="utf-8") as f:
+        f.writelines(line + "\n" for line in lines)
+    progress_file.write_text(json.dumps({"batches": batches}))
+    return len(lines)
+
+
+def infer(*, model, dataset_cfg: DatasetConfig, restore_checkpoint_cfg: RestoreCheckpointConfig,
+          output_dir: str, mode: str = "predict", checkpoint_period: int = 100,
+          max_decode_length: int | None = None) -> dict[str, int]:
+    """Writes one JSONL file per task into `output_dir`; returns {task: rows written}.
+
+    `model` is a t5forge model, a T5Config or a preset name; `mode` is 'predict' or 'score'.
+    """
+    from t5forge.data.tasks import get_mixture_or_task
+
+    model = setup.resolve_model(model)
+    setup.register_tasks(dataset_cfg)
+    if mode not in MODES:
+        raise ConfigError(f"infer.mode must be one of {MODES}, not {mode!r}")
+    if not restore_checkpoint_cfg.path:
+        raise ConfigError("set CHECKPOINT_PATH (--gin.CHECKPOINT_PATH=...) to the checkpoint to run")
+    if not dataset_cfg.task_feature_lengths:
+        raise ConfigError("set TASK_FEATURE_LENGTHS for inference, e.g. {'inputs': 512, 'targets': 128}")
+    params, message = setup.load_params(restore_checkpoint_cfg.path, model)
+    print(message, file=sys.stderr)
+    output = Path(output_dir)
+    output.mkdir(parents=True, exist_ok=True)
+    decode_length = max_decode_length or dataset_cfg.task_feature_lengths["targets"]
+    written = {}
+    for task in get_mixture_or_task(dataset_cfg.mixture_or_task_name).tasks:
+        written[task.name] = _run_task(model, params, task, dataset_cfg, mode, output,
+                                       checkpoint_period, decode_length)
+        print(f"wrote {written[task.name]} rows to {output / f'{task.name}-{mode}.jsonl'}")
+    return written

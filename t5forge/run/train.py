@@ -1,0 +1,339 @@
+"""The training loop (T5X's `train`), a library function the CLI and Python callers share.
+
+    import t5forge
+    from t5forge.run import DatasetConfig
+    t5forge.train(model="t5_1_1/small", model_dir="/tmp/run", total_steps=1000,
+                  train_dataset_cfg=DatasetConfig("en_de_lohelp_translate",
+                                                  {"inputs": 64, "targets": 64}, "train", 32))
+
+A run restores the latest checkpoint of MODEL_DIR (parameters, optimizer state and the data
+iterator's position), so rerunning the same command after a preemption continues exactly
+where the last checkpoint left off; raising TRAIN_STEPS extends a finished run.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+
+from t5forge.errors import ConfigError, T5ForgeError
+from t5forge.run import setup
+from t5forge.run.configs import (
+    CheckpointConfig,
+    DatasetConfig,
+    RestoreCheckpointConfig,
+    SaveCheckpointConfig,
+)
+from t5forge.run.evaluation import InferenceEvaluation, converter_for, training_eval
+from t5forge.run.hooks import Hook, RunContext
+from t5forge.run.preemption import StopSignal
+from t5forge.training import checkpoints, optimizers, schedules, summaries
+from t5forge.training.partitioning import PjitPartitioner
+from t5forge.training.trainer import Trainer, metrics_to_host
+
+logger = logging.getLogger("t5forge")
+
+
+def _make_optimizer(optimizer, learning_rate_fn, param_axes):
+    accepts_axes = "param_logical_axes" in inspect.signature(optimizer).parameters
+    if accepts_axes:
+        return optimizer(learning_rate_fn, param_logical_axes=param_axes)
+    return optimizer(learning_rate_fn)
+
+
+def _schedule(learning_rate_fn):
+    """A step -> rate function from a schedule, a constant, or None (T5X's default schedule)."""
+    if learning_rate_fn is None:
+        return schedules.create_learning_rate_scheduler()
+    if isinstance(learning_rate_fn, int | float):
+        return schedules.create_learning_rate_scheduler("constant", float(learning_rate_fn))
+    return learning_rate_fn
+
+
+def _batch_counts(batch) -> dict[str, float]:
+    weights = np.asarray(batch.get("decoder_loss_weights", batch["decoder_target_tokens"] > 0))
+    tokens = np.asarray(batch["decoder_target_tokens"])
+    return {"target_tokens": float(weights.sum()), "all_tokens": float(tokens.size),
+            "seqs": float(tokens.shape[0])}
+
+
+def train(
+    *,
+    model,
+    train_dataset_cfg: DatasetConfig,
+    total_steps: int,
+    model_dir: str,
+    train_eval_dataset_cfg: DatasetConfig | None = None,
+    infer_eval_dataset_cfg: DatasetConfig | None = None,
+    checkpoint_cfg: SaveCheckpointConfig | CheckpointConfig = SaveCheckpointConfig(),
+    restore_checkpoint_cfg: RestoreCheckpointConfig | None = None,
+    partitioner: PjitPartitioner | None = None,
+    trainer_cls: type[Trainer] = Trainer,
+    optimizer=optimizers.adafactor,
+    learning_rate_fn=None,
+    eval_period: int = 1000,
+    eval_steps: int = 20,
+    stats_period: int | None = None,
+    random_seed: int = 0,
+    num_microbatches: int = 1,
+    infer_max_decode_length: int | None = None,
+    run_eval_before_training: bool = False,
+    hooks: Sequence[Hook] = (),
+    summarize_config_fn: Callable[[Path], None] | None = None,
+    progress: bool = True,
+) -> dict:
+    """Trains `model` to `total_steps`, resuming MODEL_DIR's latest checkpoint if there is one.
+
+    `model` is a t5forge model, a T5Config or a preset name ('t5_1_1/small'). `checkpoint_cfg`
+    may be T5X's CheckpointConfig(save=..., restore=...); `restore_checkpoint_cfg` names the
+    checkpoint a fresh run starts from (t5forge, T5X or Hugging Face). `optimizer` is a
+    factory taking the learning-rate schedule (`optimizers.adafactor`, `optimizers.adamw`);
+    `learning_rate_fn` is a step -> rate function, a constant, or None for T5X's default
+    (`constant * linear_warmup * rsqrt_decay`, base 0.5, 1000 warm-up steps).
+    `hooks` are called during the loop (see t5forge.run.hooks); `summarize_config_fn(model_dir)`
+    records the configuration (the CLI writes config.gin). Returns the last logged train
+    metrics and the last evaluation's results.
+    """
+    model = setup.resolve_model(model)
+    setup.register_tasks(train_dataset_cfg, train_eval_dataset_cfg, infer_eval_dataset_cfg)
+    if isinstance(checkpoint_cfg, CheckpointConfig):
+        restore_checkpoint_cfg = restore_checkpoint_cfg or checkpoint_cfg.restore
+        checkpoint_cfg = checkpoint_cfg.save or SaveCheckpointConfig()
+    if not train_dataset_cfg.task_feature_lengths:
+        raise ConfigError("set TASK_FEATURE_LENGTHS, e.g. --gin.TASK_FEATURE_LENGTHS=\"{'inputs': 512, 'targets': 114}\"")
+    if total_steps < 0:
+        raise ConfigError(f"TRAIN_STEPS must be >= 0, got {total_steps}")
+    model_dir = Path(model_dir)
+    model_dir.mkdir(parents=True, exist_ok=True)
+    is_chief = jax.process_index() == 0
+    if is_chief and summarize_config_fn is not None:
+        summarize_config_fn(model_dir)
+    stats_period = stats_period or eval_period or 100
+
+    partitioner = partitioner or PjitPartitioner()
+    partitioner.check_batch_divisible(train_dataset_cfg.batch_size)
+    param_axes = model.param_logical_axes()
+    learning_rate_fn = _schedule(learning_rate_fn)
+    tx = _make_optimizer(optimizer, learning_rate_fn, param_axes)
+    trainer = trainer_cls(model, tx, partitioner, learning_rate_fn, num_microbatches, random_seed)
+
+    ckpt = checkpoints.Checkpointer(
+        model_dir, keep=checkpoint_cfg.keep, period=checkpoint_cfg.period,
+        keep_best_metric=checkpoint_cfg.metric_name_to_monitor,
+        best_mode=checkpoint_cfg.metric_mode, async_save=checkpoint_cfg.async_save,
+    )
+    ckpt.check_matches(model.abstract_params())
+
+    process_count = jax.process_count()
+    train_iter = _batch_iterator(model, train_dataset_cfg, random_seed, shuffle=True)
+    abstract_state = trainer.abstract_state()
+    trainer.state_shardings = trainer.shardings_for(abstract_state)
+    restored = ckpt.restore_latest(abstract_state, trainer.state_shardings)
+    if restored is not None:
+        state = restored.state
+        _restore_data_position(train_iter, restored)
+        logger.info("resumed from %s at step %d", restored.path, restored.step)
+        print(f"resumed from {restored.path} (step {restored.step})", file=sys.stderr)
+    else:
+        fresh = trainer.init_state()
+        params, message = setup.restore_config_params(restore_checkpoint_cfg, model, fresh.params)
+        if params is not None:
+            state = trainer.state_from_params(params)
+            print(message, file=sys.stderr)
+        else:
+            state = fresh
+
+    if is_chief:
+        summaries.write_model_info(
+            model_dir / "model-info.txt", abstract_state.params, param_axes,
+            jax.tree.map(lambda s: str(s.spec), trainer.state_shardings.params),
+            abstract_state.opt_state,
+        )
+    writer = summaries.MetricsWriter(model_dir, enabled=is_chief)
+    inference = (InferenceEvaluation(model, infer_eval_dataset_cfg, model_dir, writer,
+                                     infer_max_decode_length)
+                 if infer_eval_dataset_cfg else None)
+
+    def evaluate(step_now, params) -> dict:
+        results = {}
+        if train_eval_dataset_cfg is not None:
+            results.update(training_eval(trainer, params, train_eval_dataset_cfg, eval_steps,
+                                         writer, step_now, converter_for(model, False)))
+        if inference is not None:
+            results.update(inference.run(step_now, params))
+        if is_chief:
+            summaries.plot_training_curves(model_dir)
+        flat = _flat(results)
+        for hook in hooks:
+            hook.on_eval(context, step_now, flat)
+        return flat
+
+    metadata = setup.model_metadata(model, train_dataset_cfg.mixture_or_task_name, model_dir)
+
+    def save(at_step, metrics=None, force=False):
+        if not force and at_step % checkpoint_cfg.period:
+            return False  # skip gathering the data positions for a step that is not saved
+        return ckpt.save(at_step, state, _data_positions(train_iter), metadata=metadata,
+                         metrics=metrics, force=force)
+
+    step = int(jax.device_get(state.step))
+    context = RunContext(
+        model=model, trainer=trainer, model_dir=model_dir, writer=writer,
+        get_state=lambda: state, save=lambda: save(step, force=True),
+        evaluate=lambda: evaluate(step, state.params))
+    start_step = step
+    stop = StopSignal()
+    last_metrics: dict = {}
+    eval_results: dict = {}
+    evaluated_at = None
+    for hook in hooks:
+        hook.on_start(context)
+    if run_eval_before_training or (step == 0 and eval_period and inference is not None):
+        eval_results = evaluate(step, state.params)
+
+    bar = _progress(step, total_steps, progress and is_chief)
+    counts = {"target_tokens": 0.0, "all_tokens": 0.0, "seqs": 0.0}
+    window_start, window_steps = time.perf_counter(), 0
+    try:
+        while step < total_steps:
+            batch = next(train_iter)
+            for key, value in _batch_counts(batch).items():
+                counts[key] += value * process_count
+            state, metrics = trainer.train_step(state, batch)
+            step += 1
+            window_steps += 1
+            preempted = stop.after_step(step)
+            if step % stats_period == 0 or step == total_steps or preempted:
+                host = metrics_to_host(metrics)
+                good = int(jax.device_get(state.step))
+                if good != step or not np.isfinite(host["loss"]):
+                    save(good, force=True)
+                    ckpt.wait_until_finished()
+                    raise T5ForgeError(
+                        f"loss became non-finite ({step - good} of the steps up to {step} were "
+                        f"skipped); the last good state (step {good}) is saved in "
+                        f"{ckpt.step_dir(good)}. Lower the learning rate or use float32 "
+                        "activations, then rerun to resume from it")
+                elapsed = time.perf_counter() - window_start
+                host.update({
+                    "timing/steps_per_second": window_steps / elapsed,
+                    "timing/seqs_per_second": counts["seqs"] / elapsed,
+                    "timing/target_tokens_per_second": counts["target_tokens"] / elapsed,
+                    "non_padding_fraction/loss_weights": counts["target_tokens"] / max(counts["all_tokens"], 1),
+                })
+                writer.write_scalars(step, host, split="train")
+                last_metrics = host
+                for hook in hooks:
+                    hook.on_metrics(context, step, host)
+                if bar is not None:
+                    bar.set_postfix(loss=f"{host['loss']:.4g}",
+                                    tok_s=f"{host['timing/target_tokens_per_second']:.0f}")
+                counts = dict.fromkeys(counts, 0.0)
+                window_start, window_steps = time.perf_counter(), 0
+            if bar is not None:
+                bar.update(1)
+            for hook in hooks:
+                if step % max(hook.every, 1) == 0:
+                    hook.on_step(context, step)
+            if eval_period and step % eval_period == 0 and step != start_step:
+                eval_results, evaluated_at = evaluate(step, state.params), step
+                save(step, metrics=eval_results)
+            else:
+                save(step)
+            if preempted:
+                print(f"SIGTERM: saving step {step} and exiting", file=sys.stderr)
+                break
+            if context.stop_reason:
+                print(f"{context.stop_reason}; saving step {step}", file=sys.stderr)
+                break
+        if not stop.received and eval_period and step % eval_period and step != start_step:
+            eval_results, evaluated_at = evaluate(step, state.params), step
+        if ckpt.latest_step() != step:
+            # Eval metrics belong to the checkpoint only if they were computed at this step.
+            save(step, metrics=(eval_results if evaluated_at == step else None) or None,
+                 force=True)
+        for hook in hooks:
+            hook.on_end(context, step)
+    finally:
+        stop.restore()
+        ckpt.wait_until_finished()
+        ckpt.close()
+        writer.close()
+        if bar is not None:
+            bar.close()
+    return {**last_metrics, **eval_results}
+
+
+def _flat(results: dict) -> dict:
+    """{'inference_eval/en_de/bleu': 12.3, ...} from nested per-task results."""
+    flat = {}
+    for key, value in results.items():
+        if isinstance(value, dict):
+            for inner, number in _flat(value).items():
+                flat[f"{key}/{inner}"] = number
+        else:
+            flat[key] = value
+    return flat
+
+
+def _data_positions(train_iter) -> dict:
+    """Every process's iterator state, for the checkpoint (each process reads its own shard).
+
+    Orbax writes JSON items from process 0 only, so the states are all-gathered first (as
+    padded UTF-8 bytes: collectives need equal shapes on every process).
+    """
+    local = json.dumps(train_iter.get_state()).encode()
+    if jax.process_count() == 1:
+        encoded = [local]
+    else:
+        lengths = multihost_utils.process_allgather(np.int32(len(local)))
+        padded = np.zeros(int(lengths.max()), np.uint8)
+        padded[:len(local)] = np.frombuffer(local, np.uint8)
+        rows = multihost_utils.process_allgather(padded)
+        encoded = [row[:length].tobytes() for row, length in zip(rows, lengths)]
+    return {"process_count": len(encoded), "process_states": [json.loads(e) for e in encoded]}
+
+
+def _restore_data_position(train_iter, restored) -> None:
+    """Continues this process's shard where the checkpoint left it, if the shards still match.
+
+    With a different process count the data is split differently, so no saved position
+    applies: the parameters and optimizer state are restored and the new shards start over.
+    """
+    positions = restored.dataset_state or {}
+    saved_count = positions.get("process_count")
+    if saved_count == jax.process_count():
+        train_iter.set_state(positions["process_states"][jax.process_index()])
+    elif saved_count is not None and jax.process_index() == 0:
+        print(f"{restored.path} was written by {saved_count} process(es) and this run has "
+              f"{jax.process_count()}; the data is sharded differently, so each process reads "
+              "its new shard from the start", file=sys.stderr)
+
+
+def _batch_iterator(model, cfg: DatasetConfig, random_seed: int, shuffle: bool):
+    from t5forge.data.pipeline import make_batch_iterator
+
+    return make_batch_iterator(
+        cfg.mixture_or_task_name, cfg.split, dict(cfg.task_feature_lengths),
+        cfg.batch_size // jax.process_count(), converter_for(model, cfg.pack),
+        seed=random_seed if cfg.seed is None else cfg.seed,
+        shard_index=jax.process_index(), num_shards=jax.process_count(),
+        shuffle=shuffle and cfg.shuffle, num_epochs=None, use_cached=cfg.use_cached,
+    )
+
+
+def _progress(step: int, total: int, enabled: bool):
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=step, unit="step", dynamic_ncols=True, desc="train")
