@@ -21,13 +21,13 @@ import zlib
 
 from t5forge.data import metrics
 from t5forge.data import preprocessors as pp
+from t5forge.data.cache_dirs import add_global_cache_dirs
 from t5forge.data.sources import FunctionSource
 from t5forge.data.tasks import (
     Feature,
     MixtureRegistry,
     Task,
     TaskRegistry,
-    add_global_cache_dirs,
     mixing_rate_num_examples,
 )
 from t5forge.data.vocabularies import EnvironmentSentencePieceVocabulary

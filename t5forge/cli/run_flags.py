@@ -36,7 +36,7 @@ def parse_common_flags(rest: list[str], help_text: str, command: str) -> bool:
         partitioning.initialize_distributed(args.coordinator_address, args.process_count,
                                             args.process_index)
     import_task_modules(args.module_import)
-    from t5forge.data.tasks import add_global_cache_dirs
+    from t5forge.data.cache_dirs import add_global_cache_dirs
 
     add_global_cache_dirs([d for d in args.seqio_additional_cache_dirs.split(",") if d])
     return True

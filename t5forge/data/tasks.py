@@ -10,17 +10,20 @@ as deterministic and checkpointable.
 
 from __future__ import annotations
 
+import abc
 import collections
 import dataclasses
 import difflib
 import hashlib
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import grain
 import numpy as np
 
+from t5forge.data.cache_dirs import get_global_cache_dirs
+from t5forge.data.grain_adapters import IterableSplitDataset, MixtureDataset
 from t5forge.data.preprocessor_framework import (
     CacheDatasetPlaceholder,
     PipelineContext,
@@ -43,26 +46,6 @@ class Feature:
     dtype: str = "int32"
 
 
-# ---------------------------------------------------------------- cache directories
-
-_GLOBAL_CACHE_DIRS: list[str] = []
-
-
-def add_global_cache_dirs(dirs: str | Iterable[str]) -> None:
-    """Adds directories searched for task caches written by `t5forge cache-tasks`."""
-    for d in [dirs] if isinstance(dirs, str) else dirs:
-        if str(d) not in _GLOBAL_CACHE_DIRS:
-            _GLOBAL_CACHE_DIRS.append(str(d))
-
-
-def set_global_cache_dirs(dirs: Iterable[str]) -> None:
-    _GLOBAL_CACHE_DIRS[:] = [str(d) for d in dirs]
-
-
-def get_global_cache_dirs() -> list[str]:
-    return list(_GLOBAL_CACHE_DIRS)
-
-
 # ---------------------------------------------------------------- seeds
 
 
@@ -74,52 +57,6 @@ def task_seed(task_name: str, seed: int | None) -> int:
 
 def _step_seed(base_seed: int, step_index: int) -> int:
     return int(np.random.SeedSequence([base_seed, step_index]).generate_state(1)[0])
-
-
-# ---------------------------------------------------------------- iterable (streaming) splits
-
-
-class _IterableSplitIterator(grain.DatasetIterator):
-    """Reads a re-iterable split; state is (epoch, position) and restore skips ahead."""
-
-    def __init__(self, data, shard_index, num_shards, num_epochs, description):
-        super().__init__()
-        self._data, self._description = data, description
-        self._shard_index, self._num_shards, self._num_epochs = shard_index, num_shards, num_epochs
-        self._epoch, self._position, self._iterator = 0, 0, None
-
-    def __next__(self):
-        while self._num_epochs is None or self._epoch < self._num_epochs:
-            if self._iterator is None:
-                self._iterator = iter(self._data)
-                for _ in range(self._position):
-                    next(self._iterator)
-            try:
-                example = next(self._iterator)
-            except StopIteration:
-                if self._position == 0:
-                    raise DataError(f"{self._description} is empty; check the data files") from None
-                self._epoch, self._position, self._iterator = self._epoch + 1, 0, None
-                continue
-            self._position += 1
-            if (self._position - 1) % self._num_shards == self._shard_index:
-                return dict(example)
-        raise StopIteration
-
-    def get_state(self):
-        return {"epoch": self._epoch, "position": self._position}
-
-    def set_state(self, state):
-        self._epoch, self._position, self._iterator = state["epoch"], state["position"], None
-
-
-class _IterableSplitDataset(grain.IterDataset):
-    def __init__(self, data, shard_index, num_shards, num_epochs, description):
-        super().__init__()
-        self._args = (data, shard_index, num_shards, num_epochs, description)
-
-    def __iter__(self):
-        return _IterableSplitIterator(*self._args)
 
 
 # ---------------------------------------------------------------- final validation
@@ -168,7 +105,37 @@ class _KeepFeatures:
 _NAME_PATTERN = re.compile(r"^[\w.:/-]+$")
 
 
-class Task:
+class DatasetProvider(abc.ABC):
+    """What training, evaluation and caching need of a Task or a Mixture (SeqIO's
+    DatasetProviderBase): a name, output features, its tasks, its splits and their sizes, and
+    a deterministic, checkpointable dataset per split."""
+
+    name: str
+    output_features: dict[str, Feature]
+
+    @property
+    @abc.abstractmethod
+    def tasks(self) -> list[Task]:
+        """The tasks behind this provider ([self] for a Task)."""
+
+    @property
+    @abc.abstractmethod
+    def splits(self) -> tuple[str, ...]:
+        """The split names every task of this provider has."""
+
+    @abc.abstractmethod
+    def num_input_examples(self, split: str) -> int | None:
+        """Raw examples in a split (before preprocessing); None when unknown."""
+
+    @abc.abstractmethod
+    def get_dataset(self, split: str, *, sequence_length: Mapping[str, int] | None = None,
+                    shuffle: bool = True, seed: int | None = None, shard_index: int = 0,
+                    num_shards: int = 1, num_epochs: int | None = 1,
+                    use_cached: bool = False) -> grain.IterDataset:
+        """The preprocessed split as a grain IterDataset."""
+
+
+class Task(DatasetProvider):
     """A named recipe: source -> preprocessors -> output features (+ metrics for eval).
 
     `single_token_labels` names a classification task's complete label set when each label
@@ -286,7 +253,7 @@ class Task:
             data = self.source.split(split)
             where = f"task {self.name!r} split {split!r}"
         if not is_random_access(data):
-            return _IterableSplitDataset(data, shard_index, num_shards, num_epochs, where)
+            return IterableSplitDataset(data, shard_index, num_shards, num_epochs, where)
         if len(data) == 0:
             raise DataError(f"{where} is empty; check the data files")
         ds = grain.MapDataset.source(data)
@@ -374,40 +341,7 @@ def mixing_rate_num_examples(task: Task, maximum: float | None = None, scale: fl
     return float(rate)
 
 
-class _MixtureIterator(grain.DatasetIterator):
-    """Picks the next task with an RNG seeded by (seed, element index): exact on resume."""
-
-    def __init__(self, children, probabilities, seed):
-        super().__init__(children)
-        self._probabilities, self._seed, self._index = probabilities, seed, 0
-
-    def __next__(self):
-        rng = np.random.default_rng([self._seed, self._index])
-        choice = int(rng.choice(len(self._probabilities), p=self._probabilities))
-        example = next(self._parents[choice])
-        self._index += 1
-        return example
-
-    def get_state(self):
-        return {"index": self._index, "tasks": [p.get_state() for p in self._parents]}
-
-    def set_state(self, state):
-        self._index = state["index"]
-        for parent, parent_state in zip(self._parents, state["tasks"]):
-            parent.set_state(parent_state)
-
-
-class _MixtureDataset(grain.IterDataset):
-    def __init__(self, parents, probabilities, seed):
-        super().__init__(parents)
-        self._probabilities, self._seed = probabilities, seed
-
-    def __iter__(self):
-        return _MixtureIterator([p.__iter__() for p in self.parents], self._probabilities,
-                                self._seed)
-
-
-class Mixture:
+class Mixture(DatasetProvider):
     """Several tasks sampled by rate: fixed numbers or callables `rate(task) -> float`."""
 
     def __init__(self, name: str, tasks_and_rates: Sequence[Any],
@@ -450,6 +384,11 @@ class Mixture:
     def output_features(self) -> dict[str, Feature]:
         return self.tasks[0].output_features
 
+    @property
+    def splits(self) -> tuple[str, ...]:
+        first, *rest = self.tasks
+        return tuple(s for s in first.splits if all(s in t.splits for t in rest))
+
     def get_rate(self, task: Task) -> float:
         rate = self._rates[task.name]
         return float(rate(task) if callable(rate) else rate)
@@ -479,7 +418,7 @@ class Mixture:
                           num_epochs=num_epochs, use_cached=use_cached).map(keep)
             for t in tasks
         ]
-        return _MixtureDataset(parents, rates / rates.sum(), task_seed(self.name, seed))
+        return MixtureDataset(parents, rates / rates.sum(), task_seed(self.name, seed))
 
 
 class _ScaledRate:
@@ -558,9 +497,9 @@ def _unknown_message(name: str, kind: str, known: Sequence[str]) -> str:
             "that registers it with --module_import)")
 
 
-def get_mixture_or_task(name: str | Task | Mixture) -> Task | Mixture:
+def get_mixture_or_task(name: str | DatasetProvider) -> DatasetProvider:
     """Looks a name up among mixtures, then tasks; unknown names list the close ones."""
-    if isinstance(name, (Task, Mixture)):
+    if isinstance(name, DatasetProvider):
         return name
     if name in MixtureRegistry._items:
         return MixtureRegistry._items[name]

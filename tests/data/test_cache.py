@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from t5forge.cli import cache_tasks
+from t5forge.data import cache_dirs
 from t5forge.data import tasks as task_registry
 from t5forge.data.cache import CachedSource, write_task_cache
 from t5forge.errors import DataError
@@ -23,9 +24,9 @@ def sentiment(make_sentiment_task, spm_vocabulary):
 @pytest.fixture
 def cache_dirs_set_to():
     """Points the tasks' global cache search path somewhere for one test."""
-    previous = task_registry.get_global_cache_dirs()
-    yield lambda *dirs: task_registry.set_global_cache_dirs([str(d) for d in dirs])
-    task_registry.set_global_cache_dirs(previous)
+    previous = cache_dirs.get_global_cache_dirs()
+    yield lambda *dirs: cache_dirs.set_global_cache_dirs([str(d) for d in dirs])
+    cache_dirs.set_global_cache_dirs(previous)
 
 
 def plain(example):

@@ -6,9 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from t5forge.data import metrics
+from t5forge.data import cache_dirs, metrics
 from t5forge.data import preprocessors as pp
-from t5forge.data import tasks as task_registry
 from t5forge.data.cache import write_task_cache
 from t5forge.data.evaluation import Evaluator
 from t5forge.data.feature_converters import EncDecFeatureConverter
@@ -73,15 +72,15 @@ def test_perfect_predictions_score_100_and_are_logged_in_original_order(
 
 def test_evaluating_from_the_task_cache_gives_the_same_metrics(sentiment, tmp_path):
     write_task_cache(sentiment, "validation", tmp_path / "cache", progress=False)
-    previous = task_registry.get_global_cache_dirs()
-    task_registry.set_global_cache_dirs([str(tmp_path / "cache")])
+    previous = cache_dirs.get_global_cache_dirs()
+    cache_dirs.set_global_cache_dirs([str(tmp_path / "cache")])
     try:
         evaluator = Evaluator(
             sentiment, {"inputs": 256, "targets": 16}, 250, tmp_path, use_cached=True
         )
         results = evaluator.evaluate(echo_targets)
     finally:
-        task_registry.set_global_cache_dirs(previous)
+        cache_dirs.set_global_cache_dirs(previous)
     assert results == {"eval_sentiment": {"accuracy": 100.0, "f1": 100.0}}
 
 

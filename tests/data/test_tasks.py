@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import t5forge.tasks  # noqa: F401  (registers the built-in tasks)
+from t5forge.data import cache_dirs
 from t5forge.data import preprocessors as pp
 from t5forge.data import tasks as tasks_lib
 from t5forge.data.sources import FunctionSource, JsonLinesSource
@@ -250,7 +251,7 @@ def test_cache_round_trip(sentiment, tmp_path):
     from t5forge.data.cache import write_task_cache
 
     write_task_cache(sentiment, "validation", tmp_path, progress=False)
-    tasks_lib.set_global_cache_dirs([str(tmp_path)])
+    cache_dirs.set_global_cache_dirs([str(tmp_path)])
     try:
         cached = list(
             sentiment.get_dataset(
@@ -261,7 +262,7 @@ def test_cache_round_trip(sentiment, tmp_path):
             )
         )
     finally:
-        tasks_lib.set_global_cache_dirs([])
+        cache_dirs.set_global_cache_dirs([])
     uncached = list(
         sentiment.get_dataset(
             "validation", shuffle=False, sequence_length={"inputs": 16, "targets": 4}
