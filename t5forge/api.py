@@ -5,11 +5,22 @@ batch dict or a jit: `load` recognises Hugging Face model directories, t5forge t
 checkpoints and T5X checkpoints, and `Model` takes strings (through the checkpoint's
 SentencePiece vocabulary) or token arrays. Batches are padded to power-of-two buckets (batch
 size and lengths) so a stream of differently sized requests reuses a handful of compilations.
+
+Lengths are policies, never an out-of-memory or a hang: every model knows its maximum input
+length (the inputs length it was trained with when the checkpoint records it, else
+`DEFAULT_MAX_INPUT_LENGTH`; or set `model.max_input_length`) and what to do with longer
+inputs (`model.input_length_policy`: 'refuse', the default, or 'truncate' to keep the head);
+`max_length` and score targets are bounded by `model.max_output_length`.
 """
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import json
+import logging
+import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,10 +34,17 @@ from t5forge.models.configs import PRESETS, T5Config, config_from_gin, get_confi
 from t5forge.models.model import PREDICT_METHODS, build_model
 from t5forge.models.param_layout import stack_layers
 
+logger = logging.getLogger(__name__)
+
 _MIN_LENGTH_BUCKET = 8
 _SPIECE = "spiece.model"
 # transformers' T5Tokenizer appends 100 sentinels to spiece.model unless told otherwise.
 _HF_DEFAULT_EXTRA_IDS = 100
+# T5's pre-training input length: the bound when a checkpoint records none.
+DEFAULT_MAX_INPUT_LENGTH = 512
+# Far beyond any T5 target length, small enough that one row's decoding cache stays modest.
+DEFAULT_MAX_OUTPUT_LENGTH = 1024
+INPUT_LENGTH_POLICIES = ("refuse", "truncate")
 
 
 def _bucket(size: int, minimum: int = 1) -> int:
@@ -34,7 +52,8 @@ def _bucket(size: int, minimum: int = 1) -> int:
     return max(minimum, 1 << max(0, size - 1).bit_length())
 
 
-def _pad_rows(rows: Sequence[Sequence[int]], batch: int, length: int) -> np.ndarray:
+def pad_rows(rows: Sequence[Sequence[int]], batch: int, length: int) -> np.ndarray:
+    """int32 [batch, length]: the rows left-aligned, zeros (padding) elsewhere."""
     out = np.zeros((batch, length), np.int32)
     for i, row in enumerate(rows):
         out[i, :len(row)] = row
@@ -45,23 +64,108 @@ def _shift_right(targets: np.ndarray) -> np.ndarray:
     return np.pad(targets, ((0, 0), (1, 0)))[:, :-1]
 
 
-class Model:
-    """A loaded model: config, params, optional vocabulary, and jitted inference entry points."""
+def score_features(config: T5Config, input_rows, target_rows, batch: int, input_length: int,
+                   target_length: int) -> dict:
+    """The batch `score_batch` reads for (input, target) pairs padded to the given sizes.
 
-    def __init__(self, config: T5Config, params: dict, vocabulary=None):
+    Encoder-decoder: inputs and targets are padded separately. Decoder-only: one sequence per
+    pair, prompt then target, `input_length + target_length` long; the loss covers only the
+    target and the prompt is attended bidirectionally (plus the slot after it), as the prefix-LM
+    feature converter marks it.
+    """
+    if not config.is_decoder_only:
+        targets = pad_rows(target_rows, batch, target_length)
+        return {"encoder_input_tokens": pad_rows(input_rows, batch, input_length),
+                "decoder_input_tokens": _shift_right(targets), "decoder_target_tokens": targets,
+                "decoder_loss_weights": (targets > 0).astype(np.int32)}
+    length = input_length + target_length
+    sequences = pad_rows([p + t for p, t in zip(input_rows, target_rows)], batch, length)
+    weights = pad_rows([[0] * len(p) + [1] * len(t) for p, t in zip(input_rows, target_rows)],
+                       batch, length)
+    causal = pad_rows([[1] * (len(p) + 1) if p else [] for p in input_rows], batch, length)
+    return {"decoder_input_tokens": _shift_right(sequences), "decoder_target_tokens": sequences,
+            "decoder_loss_weights": weights, "decoder_causal_attention": causal}
+
+
+def predict_features(config: T5Config, rows, batch: int, width: int) -> tuple[dict, int]:
+    """(batch for decoding, prompt width the decoder must step through) for input rows.
+
+    Encoder-decoder models encode the rows (width 0 on the decoder side); decoder-only models
+    take them as a prompt after the BOS slot, so decoding runs `width + 1` prompt positions.
+    """
+    if not config.is_decoder_only:
+        return {"encoder_input_tokens": pad_rows(rows, batch, width)}, 0
+    return {"decoder_input_tokens": pad_rows([[0] + r for r in rows], batch, width + 1),
+            "decoder_causal_attention": pad_rows([[1] * (len(r) + 1) for r in rows], batch,
+                                                 width + 1)}, width
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodedRows:
+    """Token rows ready for the model, and what the input length policy did to them."""
+
+    rows: list[list[int]]
+    from_strings: bool
+    truncated: list[bool]
+
+
+def _is_token_row(item) -> bool:
+    if hasattr(item, "__array__"):
+        array = np.asarray(item)
+        return array.ndim == 1 and (array.size == 0 or np.issubdtype(array.dtype, np.integer))
+    return (isinstance(item, (list, tuple))
+            and all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in item))
+
+
+class Model:
+    """A loaded model: config, params, optional vocabulary, and jitted inference entry points.
+
+    `max_input_length` and `input_length_policy` ('refuse' or 'truncate') say what happens to
+    inputs longer than the model was trained for; `max_output_length` bounds `max_length` and
+    score targets. All three are plain attributes: set them to change the policy.
+    """
+
+    def __init__(self, config: T5Config, params: dict, vocabulary=None, *,
+                 max_input_length: int | None = None, input_length_policy: str = "refuse",
+                 max_output_length: int = DEFAULT_MAX_OUTPUT_LENGTH):
         self.config = config
         self.vocabulary = vocabulary
         self._model = build_model(config)
         self._model.check_params_match(params)
         self.params = jax.device_put(params)
+        self.max_input_length = int(max_input_length or DEFAULT_MAX_INPUT_LENGTH)
+        self.input_length_policy = input_length_policy
+        self.max_output_length = int(max_output_length)
+
+    @property
+    def t5x_model(self):
+        """The EncoderDecoderModel / DecoderOnlyModel behind this Model (T5X's model API:
+        `score_batch`, `predict_batch_with_aux`, `decoding_state`), for callers that pad
+        batches themselves, such as the server."""
+        return self._model
 
     # ------------------------------------------------------------------ inputs
 
+    def encode(self, sequences, name: str = "inputs", add_eos: bool = True,
+               apply_length_policy: bool = True) -> EncodedRows:
+        """Token rows for a list of strings (encoded, + EOS) or of token-id rows (as given).
+
+        With `apply_length_policy`, rows longer than `max_input_length` are refused (DataError)
+        or cut to their first `max_input_length` tokens (ending in EOS again when they did),
+        as `input_length_policy` says.
+        """
+        rows, from_strings = self._token_rows(sequences, name, add_eos)
+        truncated = [False] * len(rows)
+        if apply_length_policy:
+            rows, truncated = self._apply_length_policy(rows, name)
+        return EncodedRows(rows, from_strings, truncated)
+
     def _token_rows(self, sequences, name: str, add_eos: bool) -> tuple[list[list[int]], bool]:
         """(rows of ids, whether they came from strings); strings are encoded (+EOS)."""
-        if isinstance(sequences, str):
-            raise DataError(f"{name} must be a list of strings or a 2-D token array, not one "
-                            f"string; wrap it in a list")
+        if isinstance(sequences, (str, bytes)) or sequences is None or not (
+                hasattr(sequences, "__array__") or isinstance(sequences, Sequence)):
+            raise DataError(f"{name} must be a list of strings or of token-id lists, not "
+                            f"{type(sequences).__name__}; wrap one string in a list")
         if hasattr(sequences, "__array__"):  # numpy, jax or torch arrays
             array = np.asarray(sequences)
             if array.ndim != 2 or not np.issubdtype(array.dtype, np.integer):
@@ -70,7 +174,12 @@ class Model:
             rows, from_strings = [list(map(int, row)) for row in array], False
         else:
             sequences = list(sequences)
-            from_strings = bool(sequences) and all(isinstance(s, str) for s in sequences)
+            from_strings = bool(sequences) and isinstance(sequences[0], str)
+            for i, item in enumerate(sequences):
+                if from_strings != isinstance(item, str) or not (from_strings
+                                                                  or _is_token_row(item)):
+                    raise DataError(f"{name}[{i}] is {type(item).__name__} {item!r:.40}; pass "
+                                    f"all strings or all lists of integer token ids")
             if from_strings:
                 if self.vocabulary is None:
                     raise DataError(f"{name} are strings but the model has no vocabulary (no "
@@ -88,6 +197,34 @@ class Model:
                 raise DataError(f"{name} holds token id {bad[0]} but the model's vocab_size is "
                                 f"{self.config.vocab_size}; use the model's own vocabulary")
         return rows, from_strings
+
+    def _apply_length_policy(self, rows, name: str) -> tuple[list[list[int]], list[bool]]:
+        if self.input_length_policy not in INPUT_LENGTH_POLICIES:
+            raise ConfigError(f"input_length_policy must be one of {INPUT_LENGTH_POLICIES}, got "
+                              f"{self.input_length_policy!r}")
+        limit = self.max_input_length
+        too_long = [len(row) > limit for row in rows]
+        if not any(too_long):
+            return rows, too_long
+        if self.input_length_policy == "refuse":
+            index = too_long.index(True)
+            raise DataError(f"{name}[{index}] has {len(rows[index])} tokens, more than the "
+                            f"model's max_input_length {limit}; shorten it, or set "
+                            f"input_length_policy='truncate' to keep its first {limit} tokens")
+        logger.warning("truncated %d of %d %s to the model's max_input_length %d",
+                       sum(too_long), len(rows), name, limit)
+        cut = [row[:limit - 1] + [EOS_ID] if long and row[-1] == EOS_ID else row[:limit]
+               for row, long in zip(rows, too_long)]
+        return cut, too_long
+
+    def check_output_length(self, length: int, name: str = "max_length") -> None:
+        """ConfigError unless 1 <= length <= max_output_length."""
+        if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 1:
+            raise ConfigError(f"{name} must be an integer >= 1, got {length!r}")
+        if length > self.max_output_length:
+            raise ConfigError(f"{name} {length} is over the model's max_output_length "
+                              f"{self.max_output_length}; ask for fewer tokens or raise "
+                              f"model.max_output_length")
 
     def _check_encoder_decoder_argument(self, encoder_input_tokens) -> None:
         if self.config.is_decoder_only and encoder_input_tokens is not None:
@@ -109,10 +246,10 @@ class Model:
         batch, length = len(decoder_rows), len(decoder_rows[0])
         padded_batch, padded_length = _bucket(batch), _bucket(length, _MIN_LENGTH_BUCKET)
         features = {
-            "decoder_input_tokens": _pad_rows(decoder_rows, padded_batch, padded_length),
+            "decoder_input_tokens": pad_rows(decoder_rows, padded_batch, padded_length),
             # Only a validity marker: every real position is attended causally.
-            "decoder_target_tokens": _pad_rows([[1] * length] * batch, padded_batch,
-                                               padded_length),
+            "decoder_target_tokens": pad_rows([[1] * length] * batch, padded_batch,
+                                              padded_length),
         }
         if encoder_input_tokens is not None:
             encoder_rows, _ = self._token_rows(encoder_input_tokens, "encoder_input_tokens",
@@ -120,7 +257,7 @@ class Model:
             if len(encoder_rows) != batch:
                 raise DataError(f"encoder_input_tokens has {len(encoder_rows)} rows but "
                                 f"decoder_input_tokens has {batch}; pass one row per example")
-            features["encoder_input_tokens"] = _pad_rows(
+            features["encoder_input_tokens"] = pad_rows(
                 encoder_rows, padded_batch, _bucket(len(encoder_rows[0]), _MIN_LENGTH_BUCKET))
         logits = self._model.logits(self.params, features)
         return np.asarray(logits[:batch, :length], np.float32)
@@ -129,45 +266,25 @@ class Model:
         """Sum of target-token log-likelihoods per (input, target) pair, float32 [B].
 
         Strings are encoded with EOS appended to both (decoder-only: the prompt gets none);
-        token arrays are used as given, 0 = padding.
+        token arrays are used as given, 0 = padding. Inputs follow the input length policy;
+        targets longer than `max_output_length` are refused.
         """
-        input_rows, _ = self._token_rows(inputs, "inputs", not self.config.is_decoder_only)
-        target_rows, _ = self._token_rows(targets, "targets", True)
+        input_rows = self.encode(inputs, "inputs", not self.config.is_decoder_only).rows
+        target_rows = self.encode(targets, "targets", True, apply_length_policy=False).rows
         if len(input_rows) != len(target_rows):
             raise DataError(f"score got {len(input_rows)} inputs but {len(target_rows)} targets; "
                             f"pass one target per input")
-        if self.config.is_decoder_only:
-            features = self._prefix_lm_features(input_rows, target_rows)
-        else:
-            features = self._encoder_decoder_features(input_rows, target_rows)
+        self.check_output_length(max(map(len, target_rows)), "the longest target's length")
+        input_length = _bucket(max(map(len, input_rows)), _MIN_LENGTH_BUCKET)
+        target_length = _bucket(max(map(len, target_rows)), _MIN_LENGTH_BUCKET)
+        if self.config.is_decoder_only:  # one sequence per pair: bucket the total length
+            total = _bucket(max(len(p) + len(t) for p, t in zip(input_rows, target_rows)),
+                            _MIN_LENGTH_BUCKET)
+            input_length, target_length = 0, total
+        features = score_features(self.config, input_rows, target_rows, _bucket(len(input_rows)),
+                                  input_length, target_length)
         return np.asarray(self._model.score_batch(self.params, features)[:len(input_rows)],
                           np.float32)
-
-    def _encoder_decoder_features(self, input_rows, target_rows) -> dict:
-        batch = _bucket(len(input_rows))
-        targets = _pad_rows(target_rows, batch,
-                            _bucket(max(map(len, target_rows)), _MIN_LENGTH_BUCKET))
-        return {
-            "encoder_input_tokens": _pad_rows(
-                input_rows, batch, _bucket(max(map(len, input_rows)), _MIN_LENGTH_BUCKET)),
-            "decoder_input_tokens": _shift_right(targets),
-            "decoder_target_tokens": targets,
-            "decoder_loss_weights": (targets > 0).astype(np.int32),
-        }
-
-    def _prefix_lm_features(self, prompt_rows, target_rows) -> dict:
-        """One sequence per pair, prompt then target; the loss covers only the target."""
-        batch = _bucket(len(prompt_rows))
-        length = _bucket(max(len(p) + len(t) for p, t in zip(prompt_rows, target_rows)),
-                         _MIN_LENGTH_BUCKET)
-        sequences = _pad_rows([p + t for p, t in zip(prompt_rows, target_rows)], batch, length)
-        weights = _pad_rows([[0] * len(p) + [1] * len(t) for p, t in
-                             zip(prompt_rows, target_rows)], batch, length)
-        # As the prefix-LM feature converter: the shifted prompt plus the slot after it.
-        causal = _pad_rows([[1] * (len(p) + 1) if p else [] for p in prompt_rows], batch, length)
-        return {"decoder_input_tokens": _shift_right(sequences),
-                "decoder_target_tokens": sequences, "decoder_loss_weights": weights,
-                "decoder_causal_attention": causal}
 
     # ------------------------------------------------------------------ generation
 
@@ -178,9 +295,9 @@ class Model:
 
         method 'greedy', 'beam' (num_beams, length penalty alpha as T5X) or 'sample'
         (temperature, top_k or top_p, seed). Output tokens stop at EOS and are 0-padded.
+        `max_length` is at most `max_output_length`; inputs follow the input length policy.
         """
-        if not isinstance(max_length, int) or max_length < 1:
-            raise ConfigError(f"max_length must be an integer >= 1, got {max_length!r}")
+        self.check_output_length(max_length)
         if method not in PREDICT_METHODS:
             raise ConfigError(f"unknown generation method {method!r}; use one of "
                               f"{PREDICT_METHODS}")
@@ -189,37 +306,42 @@ class Model:
         if top_k > 0 and top_p > 0:
             raise ConfigError(f"use top_k or top_p, not both (got top_k={top_k}, "
                               f"top_p={top_p})")
-        rows, from_strings = self._token_rows(inputs, "inputs", not self.config.is_decoder_only)
-        batch = _bucket(len(rows))
-        width = _bucket(max(map(len, rows)), _MIN_LENGTH_BUCKET)
-        if self.config.is_decoder_only:
-            features = {
-                "decoder_input_tokens": _pad_rows([[0] + r for r in rows], batch, width + 1),
-                "decoder_causal_attention": _pad_rows([[1] * (len(r) + 1) for r in rows], batch,
-                                                      width + 1),
-            }
-            decode_length = width + max_length
-        else:
-            features = {"encoder_input_tokens": _pad_rows(rows, batch, width)}
-            decode_length = max_length
+        encoded = self.encode(inputs, "inputs", not self.config.is_decoder_only)
+        rows = encoded.rows
+        features, prompt_width = predict_features(
+            self.config, rows, _bucket(len(rows)),
+            _bucket(max(map(len, rows)), _MIN_LENGTH_BUCKET))
         tokens = self._model.predict_batch(
             self.params, features, jax.random.PRNGKey(seed), method=method,
             num_decodes=num_beams if method == "beam" else 1, alpha=alpha,
-            temperature=temperature, topk=top_k, topp=top_p, max_decode_length=decode_length)
+            temperature=temperature, topk=top_k, topp=top_p,
+            max_decode_length=prompt_width + max_length)
         tokens = np.asarray(tokens, np.int32)[:len(rows), :max_length]
-        if from_strings:
+        if encoded.from_strings:
             return [self.vocabulary.decode(row.tolist()) for row in tokens]
         return tokens
 
     # ------------------------------------------------------------------ export
 
     def save_hf(self, path) -> Path:
-        """Writes a directory `transformers.T5ForConditionalGeneration.from_pretrained` loads."""
+        """Writes a directory `transformers.T5ForConditionalGeneration.from_pretrained` loads.
+
+        Missing parent directories are created; anything the file system refuses (a file in
+        the way, no permission, disk full) is one CheckpointError line naming the path.
+        """
+        if not isinstance(path, (str, os.PathLike)):
+            raise ConfigError(f"save_hf takes a directory path (str or os.PathLike), got "
+                              f"{type(path).__name__} {path!r:.40}")
         vocab_path, extra_ids = None, 0
         if isinstance(self.vocabulary, SentencePieceVocabulary):
             vocab_path, extra_ids = self.vocabulary.path, self.vocabulary.extra_ids
-        return huggingface.save_hf_dir(jax.device_get(self.params), self.config, path,
-                                       vocab_path=vocab_path, extra_ids=extra_ids)
+        try:
+            return huggingface.save_hf_dir(jax.device_get(self.params), self.config, path,
+                                           vocab_path=vocab_path, extra_ids=extra_ids)
+        except OSError as error:
+            raise CheckpointError(f"cannot write the Hugging Face directory {path}: "
+                                  f"{error.strerror or error} ({error.filename or path}); pick a "
+                                  f"writable directory") from error
 
 
 # ---------------------------------------------------------------------- loading
@@ -256,7 +378,29 @@ def _hf_vocabulary(path: Path, config: T5Config):
 
 def _load_hf(path: Path, config: T5Config | None) -> Model:
     config, params = huggingface.load_hf_dir(path, config)
-    return Model(config, params, _hf_vocabulary(path, config))
+    hf_config = json.loads((path / "config.json").read_text()) if (
+        path / "config.json").is_file() else {}
+    return Model(config, params, _hf_vocabulary(path, config),
+                 max_input_length=hf_config.get("n_positions"))
+
+
+_FEATURE_LENGTHS_LINE = re.compile(r"^TASK_FEATURE_LENGTHS\s*=\s*(\{.*\})\s*$", re.MULTILINE)
+
+
+def recorded_feature_lengths(step_dir: Path, metadata: dict) -> dict[str, int]:
+    """The feature lengths a t5forge run trained with: the checkpoint metadata's
+    `task_feature_lengths`, else TASK_FEATURE_LENGTHS in the run's config.gin, else {}."""
+    lengths = metadata.get("task_feature_lengths")
+    gin_file = step_dir.parent / "config.gin"
+    if lengths is None and gin_file.is_file():
+        match = _FEATURE_LENGTHS_LINE.search(gin_file.read_text())
+        try:
+            lengths = ast.literal_eval(match.group(1)) if match else None
+        except (ValueError, SyntaxError):
+            lengths = None
+    if not isinstance(lengths, dict):
+        return {}
+    return {k: int(v) for k, v in lengths.items() if isinstance(v, int) and v > 0}
 
 
 def _is_t5forge_checkpoint(path: Path) -> bool:
@@ -273,9 +417,9 @@ def _load_t5forge(path: Path, config: T5Config | None) -> Model:
     from t5forge.training.checkpoints import METADATA, resolve_step_dir, restore_params
 
     step_dir = resolve_step_dir(path)
+    metadata_file = step_dir / METADATA / METADATA
+    metadata = json.loads(metadata_file.read_text()) if metadata_file.is_file() else {}
     if config is None:
-        metadata_file = step_dir / METADATA / METADATA
-        metadata = json.loads(metadata_file.read_text()) if metadata_file.is_file() else {}
         if "model_config" in metadata:
             config = T5Config(**metadata["model_config"])
         elif (step_dir.parent / "config.gin").is_file():
@@ -285,11 +429,11 @@ def _load_t5forge(path: Path, config: T5Config | None) -> Model:
                               f"name or a model gin file")
     params, _ = restore_params(step_dir, build_model(config).abstract_params())
     vocab_file = step_dir.parent / _SPIECE
-    metadata_file = step_dir / METADATA / METADATA
-    recorded = json.loads(metadata_file.read_text()).get("vocabulary", {}) if metadata_file.is_file() else {}
-    vocabulary = (SentencePieceVocabulary(vocab_file, extra_ids=recorded.get("extra_ids", 0))
-                  if vocab_file.is_file() else None)
-    return Model(config, params, vocabulary)
+    extra_ids = metadata.get("vocabulary", {}).get("extra_ids", 0)
+    vocabulary = SentencePieceVocabulary(vocab_file, extra_ids=extra_ids) if (
+        vocab_file.is_file()) else None
+    return Model(config, params, vocabulary,
+                 max_input_length=recorded_feature_lengths(step_dir, metadata).get("inputs"))
 
 
 def _load_t5x(path: Path, config: T5Config | None) -> Model:
@@ -322,7 +466,14 @@ def load(path, config=None) -> Model:
 
     `config` (a preset name like 't5_1_1/small', a model gin file or a T5Config) is needed for
     T5X checkpoints, which do not record it; for the others it overrides the stored config.
+    The model's `max_input_length` is the inputs length a t5forge run trained with (its
+    checkpoint metadata or config.gin), a Hugging Face config's `n_positions`, or
+    DEFAULT_MAX_INPUT_LENGTH.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise CheckpointError(f"load takes a checkpoint path (str or os.PathLike), got "
+                              f"{type(path).__name__} {path!r:.40}; pass a Hugging Face model "
+                              f"directory, a t5forge checkpoint or a T5X checkpoint")
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"{path} does not exist; pass a Hugging Face model directory, a "

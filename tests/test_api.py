@@ -157,3 +157,94 @@ def test_unknown_paths_name_the_formats_tried(tmp_path):
     (tmp_path / "notes.txt").write_text("not a checkpoint")
     with pytest.raises(CheckpointError, match="tried Hugging Face .*t5forge .*T5X"):
         t5forge.load(tmp_path)
+
+
+# ---------------------------------------------------------------------- misuse and length policies
+
+
+@pytest.mark.parametrize("path", [12345, None, 1.5])
+def test_load_of_a_non_path_is_one_line(path):
+    with pytest.raises(CheckpointError, match="load takes a checkpoint path") as raised:
+        t5forge.load(path)
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("inputs, message", [
+    ([123, None], r"inputs\[0\] is int 123; pass all strings or all lists"),
+    (["a test", None], r"inputs\[1\] is NoneType None"),
+    ([[3, 1], "a test"], r"inputs\[1\] is str"),
+    ([[3, 1.5]], r"inputs\[0\] is list"),
+    ("a test", "not str; wrap one string in a list"),
+    (None, "not NoneType"),
+])
+def test_malformed_input_lists_are_one_line(model, inputs, message):
+    with pytest.raises(DataError, match=message) as raised:
+        model.generate(inputs, max_length=4)
+    assert "\n" not in str(raised.value)
+
+
+def test_save_hf_creates_missing_parents_and_names_what_it_cannot_write(model, tmp_path):
+    assert (model.save_hf(tmp_path / "new" / "parent" / "hf") / "config.json").is_file()
+    (tmp_path / "a_file").write_text("in the way")
+    with pytest.raises(CheckpointError, match="cannot write the Hugging Face directory") as raised:
+        model.save_hf(tmp_path / "a_file" / "hf")
+    assert "\n" not in str(raised.value) and "a_file" in str(raised.value)
+    with pytest.raises(ConfigError, match="save_hf takes a directory path"):
+        model.save_hf(None)
+
+
+def test_max_length_is_bounded(model):
+    with pytest.raises(ConfigError, match="max_length 10000000 is over the model's "
+                                          "max_output_length 1024"):
+        model.generate(TEXTS, max_length=10**7)
+    with pytest.raises(ConfigError, match="max_output_length"):
+        model.score(["a"], [[5] * 1025])
+
+
+def test_long_inputs_are_refused_or_truncated_by_policy(hf_dir):
+    model = t5forge.load(hf_dir)
+    assert (model.max_input_length, model.input_length_policy) == (512, "refuse")
+    model.max_input_length = 6
+    long_row, head = [5, 9, 3, 12, 7, 6, 8, 1], [5, 9, 3, 12, 7, 1]
+    with pytest.raises(DataError, match=r"inputs\[1\] has 8 tokens, more than the model's "
+                                        r"max_input_length 6; .*input_length_policy='truncate'"):
+        model.generate([[3, 1], long_row], max_length=4)
+    model.input_length_policy = "truncate"
+    encoded = model.encode([[3, 1], long_row, [5, 9, 3, 12, 7, 6, 8, 4]])
+    assert encoded.truncated == [False, True, True]
+    assert encoded.rows == [[3, 1], head, [5, 9, 3, 12, 7, 6]]  # the head, EOS kept if it was
+    np.testing.assert_array_equal(model.generate([long_row], max_length=4),
+                                  model.generate([head], max_length=4))
+    np.testing.assert_allclose(model.score([long_row], [[4, 1]]), model.score([head], [[4, 1]]))
+    model.input_length_policy = "cut"
+    with pytest.raises(ConfigError, match="input_length_policy must be one of"):
+        model.generate([long_row], max_length=4)
+
+
+def test_max_input_length_comes_from_what_the_checkpoint_recorded(tmp_path, hf_dir):
+    import json
+    import shutil
+
+    from t5forge.training.checkpoints import Checkpointer
+
+    hf_copy = tmp_path / "hf"
+    shutil.copytree(hf_dir, hf_copy)
+    config_json = json.loads((hf_copy / "config.json").read_text())
+    (hf_copy / "config.json").write_text(json.dumps({**config_json, "n_positions": 128}))
+    assert t5forge.load(hf_copy).max_input_length == 128
+
+    def saved_run(name, metadata):
+        run = tmp_path / name
+        checkpointer = Checkpointer(run, async_save=False)
+        checkpointer.save(1, {"params": _params(CONFIG)}, force=True, metadata={
+            "model_config": dataclasses.asdict(CONFIG), **metadata})
+        checkpointer.close()
+        return run
+
+    recorded = saved_run("recorded", {"task_feature_lengths": {"inputs": 48, "targets": 16}})
+    assert t5forge.load(recorded).max_input_length == 48
+    from_gin = saved_run("from_gin", {})
+    assert t5forge.load(from_gin).max_input_length == 512
+    (from_gin / "config.gin").write_text(
+        "MODEL_DIR = '/x'\nTASK_FEATURE_LENGTHS = {'inputs': 96, 'targets': 32}\n")
+    assert t5forge.load(from_gin).max_input_length == 96
