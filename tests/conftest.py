@@ -10,6 +10,9 @@ from t5forge.data.vocab_trainer import file_texts, train_vocabulary
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("T5FORGE_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+# The built-in tasks read the full datasets here, as a user sets it (the installed package
+# alone only has its bundled en-de slice); set before any test registers them.
+os.environ.setdefault("T5FORGE_DATA_DIR", str(SHARED_DATA))
 BUNDLED_EN_DE = REPO_ROOT / "t5forge" / "tasks" / "data" / "en_de_lohelp" / "train.jsonl.gz"
 
 TINY_VOCAB_PIECES = 1000

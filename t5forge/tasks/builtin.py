@@ -1,4 +1,4 @@
-"""Built-in tasks over the real datasets in $T5FORGE_DATA_DIR (default <repo>/../shared/data).
+"""Built-in tasks over the real datasets in $T5FORGE_DATA_DIR (default: the bundled slice).
 
 Seven tasks cover the workflows t5forge promises: translation, classification,
 summarization and span-corruption pretraining. Each is made by one of four small recipes
@@ -24,12 +24,17 @@ SPLITS = ("train", "validation", "test")
 CORPUS_SPLITS = ("train", "validation")
 
 
+BUNDLED_DATA_DIR = Path(__file__).resolve().parent / "data"
+
+
 def default_data_dir() -> Path:
-    """$T5FORGE_DATA_DIR, else the shared data folder beside the checkout."""
+    """$T5FORGE_DATA_DIR, else the data shipped inside the package (the en-de slice only).
+
+    The installed package never looks outside itself: the other datasets need
+    T5FORGE_DATA_DIR, and a task whose files are missing says so naming the path.
+    """
     configured = os.environ.get("T5FORGE_DATA_DIR")
-    if configured:
-        return Path(configured)
-    return Path(__file__).resolve().parents[2].parent / "shared" / "data"
+    return Path(configured) if configured else BUNDLED_DATA_DIR
 
 
 def jsonl_splits(data_dir: Path, folder: str, splits=SPLITS) -> JsonLinesSource:

@@ -247,6 +247,18 @@ def test_builtin_tasks_are_registered_and_read_real_data(monkeypatch, test_spm_p
     assert example["targets"][-1] == 1
 
 
+def test_without_a_data_dir_only_the_bundled_slice_is_read(monkeypatch, test_spm_path):
+    from t5forge.tasks.builtin import BUNDLED_DATA_DIR, builtin_tasks
+
+    monkeypatch.delenv("T5FORGE_DATA_DIR")
+    monkeypatch.setenv("T5FORGE_VOCAB", str(test_spm_path))
+    tasks = {task.name: task for task in builtin_tasks()}
+    assert tasks["en_de_lohelp_translate"].num_input_examples("validation") == 400
+    with pytest.raises(DataError, match=rf"{BUNDLED_DATA_DIR}/rotten_tomatoes/train.jsonl.gz.*"
+                                        "set T5FORGE_DATA_DIR"):
+        next(iter(tasks["rotten_tomatoes_sentiment"].get_dataset("train")))
+
+
 def test_cache_round_trip(sentiment, tmp_path):
     from t5forge.data.cache import write_task_cache
 
