@@ -44,6 +44,8 @@ logger = logging.getLogger("t5forge")
 
 
 def _make_optimizer(optimizer, learning_rate_fn, param_axes):
+    if isinstance(optimizer, str):
+        return optimizers.create_optimizer(optimizer, learning_rate_fn, param_axes)
     accepts_axes = "param_logical_axes" in inspect.signature(optimizer).parameters
     if accepts_axes:
         return optimizer(learning_rate_fn, param_logical_axes=param_axes)
@@ -96,7 +98,8 @@ def train(
     `model` is a t5forge model, a T5Config or a preset name ('t5_1_1/small'). `checkpoint_cfg`
     may be T5X's CheckpointConfig(save=..., restore=...); `restore_checkpoint_cfg` names the
     checkpoint a fresh run starts from (t5forge, T5X or Hugging Face). `optimizer` is a
-    factory taking the learning-rate schedule (`optimizers.adafactor`, `optimizers.adamw`);
+    factory taking the learning-rate schedule (`optimizers.adafactor`, `optimizers.adamw`) or
+    a name ('adafactor', 'adamw', ...);
     `learning_rate_fn` is a step -> rate function, a constant, or None for T5X's default
     (`constant * linear_warmup * rsqrt_decay`, base 0.5, 1000 warm-up steps).
     `hooks` are called during the loop (see t5forge.run.hooks); `summarize_config_fn(model_dir)`

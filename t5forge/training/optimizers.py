@@ -301,7 +301,8 @@ OPTIMIZERS: Mapping[str, Callable[..., optax.GradientTransformation]] = {
 def create_optimizer(
     name: str, learning_rate: LearningRate, param_logical_axes: Any = None, **options
 ) -> optax.GradientTransformation:
-    """Builds an optimizer by name (what gin and the CLI use); unknown names list the known ones."""
+    """Builds an optimizer by name (`t5forge.train(optimizer='adamw')`); unknown names list the
+    known ones."""
     if name not in OPTIMIZERS:
         raise ConfigError(f"unknown optimizer {name!r}; choose one of {sorted(OPTIMIZERS)}")
     if name == "adafactor":

@@ -211,11 +211,6 @@ class PjitPartitioner:
     def mesh(self) -> Mesh:
         return create_mesh(self.num_partitions, self.mesh_shape, self._devices)
 
-    @property
-    def data_partition_spec(self) -> PartitionSpec:
-        """How a batch is laid out: examples split over the data axis."""
-        return PartitionSpec(DATA_AXIS)
-
     def sharding(self, logical_axes_tree, shapes=None):
         """NamedShardings for a tree of logical axes (see `logical_to_mesh_sharding`)."""
         return logical_to_mesh_sharding(logical_axes_tree, self.mesh, self.logical_axis_rules,

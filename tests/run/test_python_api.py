@@ -103,7 +103,7 @@ def test_python_fine_tune_evaluate_and_infer_from_a_checkpoint(first_run, tmp_pa
     t5forge.train(model=TINY, model_dir=tuned, total_steps=2, train_dataset_cfg=_data(),
                   restore_checkpoint_cfg=RestoreCheckpointConfig(path=str(model_dir / "checkpoint_8")),
                   checkpoint_cfg=SaveCheckpointConfig(period=2, async_save=False),
-                  eval_period=0, progress=False)
+                  optimizer="adamw", learning_rate_fn=1e-3, eval_period=0, progress=False)
     assert (tuned / "checkpoint_2").is_dir()
 
     scores = tmp_path / "scores"
