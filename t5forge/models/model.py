@@ -20,17 +20,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from t5forge.errors import CheckpointError, ConfigError, DataError
-from t5forge.models import decoding
+from t5forge.models import decoding, param_names
 from t5forge.models.configs import T5Config
 from t5forge.models.losses import loss_and_metrics, token_cross_entropy
 from t5forge.models.network import build_network
 
 PREDICT_METHODS = ("greedy", "beam", "sample", "labels")
 _TOKEN_FEATURES = ("encoder_input_tokens", "decoder_input_tokens", "decoder_target_tokens")
-
-
-def _path_name(path) -> str:
-    return "/".join(str(getattr(k, "key", k)) for k in path)
 
 
 def _shift_left(sequences, amount):
@@ -81,21 +77,11 @@ class _Model(abc.ABC):
 
     def check_params_match(self, params) -> None:
         """Raises CheckpointError naming the first param whose path or shape differs."""
-        expected = {_path_name(p): v.shape for p, v in
-                    jax.tree_util.tree_flatten_with_path(self.abstract_params())[0]}
-        given = {_path_name(p): np.shape(v) for p, v in
-                 jax.tree_util.tree_flatten_with_path(params)[0]}
-        for name, shape in expected.items():
-            if name not in given:
-                raise CheckpointError(f"params lack {name} (expected shape {shape}) for this "
-                                      f"model config; is it the right checkpoint/config pair?")
-            if tuple(given[name]) != tuple(shape):
-                raise CheckpointError(f"param {name} has shape {tuple(given[name])} but the model "
-                                      f"config expects {tuple(shape)}; check the model config")
-        extra = sorted(set(given) - set(expected))
-        if extra:
-            raise CheckpointError(f"params have {extra[0]} which this model config does not use "
-                                  f"({len(extra)} unexpected in all); check the model config")
+        mismatch = param_names.shape_mismatch(param_names.shapes(self.abstract_params()),
+                                              param_names.shapes(params))
+        if mismatch:
+            raise CheckpointError(f"the params do not fit this model config: the checkpoint "
+                                  f"{mismatch}; is it the right checkpoint/config pair?")
 
     # ------------------------------------------------------------------ inputs
 

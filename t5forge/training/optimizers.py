@@ -19,6 +19,7 @@ import numpy as np
 import optax
 
 from t5forge.errors import ConfigError
+from t5forge.models import param_names
 
 ROW, COLUMN, BATCH, NONE = "row", "column", "batch", "none"
 
@@ -269,8 +270,7 @@ def decay_mask(params) -> Any:
     """True for parameters AdamW should decay: not layer-norm scales, not biases."""
 
     def keep(path, _):
-        name = "/".join(str(getattr(k, "key", getattr(k, "name", k))) for k in path)
-        return not _NO_DECAY_PATTERN.search(name)
+        return not _NO_DECAY_PATTERN.search(param_names.path_name(path))
 
     return jax.tree_util.tree_map_with_path(keep, params)
 

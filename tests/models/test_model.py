@@ -46,11 +46,11 @@ def test_mismatched_params_name_the_tensor_and_both_shapes(encdec):
     model, params = encdec
     wrong = jax.tree_util.tree_map(lambda x: x, params)
     wrong["encoder"]["layers_1"]["mlp"]["wo"]["kernel"] = jnp.zeros((3, 8))
-    with pytest.raises(CheckpointError, match=r"param encoder/layers_1/mlp/wo/kernel has shape "
-                                              r"\(3, 8\) but the model config expects \(16, 8\)"):
+    with pytest.raises(CheckpointError, match=r"has 'encoder/layers_1/mlp/wo/kernel' with shape "
+                                              r"\(3, 8\) but the model expects \(16, 8\)"):
         model.check_params_match(wrong)
     del wrong["decoder"]["logits_dense"]
-    with pytest.raises(CheckpointError, match="params lack decoder/logits_dense/kernel"):
+    with pytest.raises(CheckpointError, match="has no parameter 'decoder/logits_dense/kernel'"):
         model.check_params_match(wrong)
 
 
