@@ -37,10 +37,20 @@ def _shift_left(sequences, amount):
     return jnp.where(index < length, shifted, 0)
 
 
-class _Model(abc.ABC):
-    """The network-independent part: params, loss, scoring and the decoding driver."""
+class BaseModel(abc.ABC):
+    """The network-independent part: params, loss, scoring and the decoding driver.
+
+    A subclass (one per architecture, as T5X's EncoderDecoderModel / DecoderOnlyModel) declares
+    which batch features its network reads (`network_inputs`), which ones initialise it
+    (`init_inputs`), which ones decoding and label prediction read (`decoding_inputs`,
+    `label_inputs`), and provides `decoding_state` (prompt, cache and step function for
+    models.decoding) and `_first_target_logits` (for single-token label prediction).
+    """
 
     network_inputs: tuple[str, ...] = ()
+    init_inputs: tuple[str, ...] = ()
+    decoding_inputs: tuple[str, ...] = ()
+    label_inputs: tuple[str, ...] = ()
 
     def __init__(self, config: T5Config, *, z_loss: float = 1e-4, label_smoothing: float = 0.0,
                  loss_normalizing_factor=None, eos_id: int = 1):
@@ -58,7 +68,7 @@ class _Model(abc.ABC):
 
     def _init_variables(self, rng):
         dummy = jnp.ones((1, 1), jnp.int32)
-        return self.network.init({"params": rng}, **{k: dummy for k in self._init_inputs})
+        return self.network.init({"params": rng}, **{k: dummy for k in self.init_inputs})
 
     def init_params(self, rng) -> dict:
         """Freshly initialized float32 params (T5X's initializers)."""
@@ -244,13 +254,13 @@ class _Model(abc.ABC):
         return self.predict_batch_with_aux(params, batch, rng, **options)[0]
 
 
-class EncoderDecoderModel(_Model):
+class EncoderDecoderModel(BaseModel):
     """T5 with an encoder: predicts targets from `encoder_input_tokens`."""
 
     network_inputs = ("encoder_input_tokens", "decoder_input_tokens", "decoder_target_tokens",
                       "encoder_segment_ids", "decoder_segment_ids")
     decoding_inputs = ("encoder_input_tokens",)
-    _init_inputs = ("encoder_input_tokens", "decoder_input_tokens", "decoder_target_tokens")
+    init_inputs = ("encoder_input_tokens", "decoder_input_tokens", "decoder_target_tokens")
     label_inputs = ("encoder_input_tokens",)
 
     def _first_target_logits(self, params, batch):
@@ -280,7 +290,7 @@ class EncoderDecoderModel(_Model):
         return prompt, cache, tokens_to_logits
 
 
-class DecoderOnlyModel(_Model):
+class DecoderOnlyModel(BaseModel):
     """A (prefix-)LM: the prompt is the part of `decoder_input_tokens` under
     `decoder_causal_attention`, attended bidirectionally as in training; predictions return
     only the continuation."""
@@ -288,7 +298,7 @@ class DecoderOnlyModel(_Model):
     network_inputs = ("decoder_input_tokens", "decoder_target_tokens", "decoder_segment_ids",
                       "decoder_causal_attention")
     decoding_inputs = ("decoder_input_tokens", "decoder_causal_attention")
-    _init_inputs = ("decoder_input_tokens", "decoder_target_tokens")
+    init_inputs = ("decoder_input_tokens", "decoder_target_tokens")
     label_inputs = ("decoder_input_tokens", "decoder_target_tokens", "decoder_causal_attention")
 
     def _first_target_logits(self, params, batch):
@@ -333,7 +343,7 @@ class DecoderOnlyModel(_Model):
         return _shift_left(sequences, prompt_length)
 
 
-def build_model(config: T5Config, **options) -> EncoderDecoderModel | DecoderOnlyModel:
+def build_model(config: T5Config, **options) -> BaseModel:
     """The model for `config`; options: z_loss, label_smoothing, loss_normalizing_factor, eos_id."""
     model_cls = DecoderOnlyModel if config.is_decoder_only else EncoderDecoderModel
     return model_cls(config, **options)

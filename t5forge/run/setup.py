@@ -14,7 +14,7 @@ import numpy as np
 
 from t5forge.errors import CheckpointError, ConfigError
 from t5forge.models.configs import T5Config, get_config
-from t5forge.models.model import build_model
+from t5forge.models.model import BaseModel, build_model
 from t5forge.run.configs import RestoreCheckpointConfig
 from t5forge.training import checkpoints
 
@@ -27,7 +27,7 @@ def resolve_model(model):
         return build_model(get_config(model))
     if isinstance(model, T5Config):
         return build_model(model)
-    if model is None or not hasattr(model, "loss_fn"):
+    if not isinstance(model, BaseModel):
         raise ConfigError(f"model must be a t5forge model, a T5Config or a preset name, "
                           f"not {model!r}")
     return model
