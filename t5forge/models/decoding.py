@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -252,6 +252,17 @@ def _make_sampler(temperature: float, topk: int, topp: float) -> Sampler:
     return full
 
 
+class SamplingState(NamedTuple):
+    """The carry of the sampling loop: one entry per row (N = batch * num_decodes)."""
+
+    step: jax.Array  # int32 scalar: the position just written
+    token: jax.Array  # int32[N]: the token at `step`, fed to the next step
+    sequences: jax.Array  # int32[N, L + 1]: prompt slot 0, then prompt/forced or sampled tokens
+    cache: Cache  # the step function's cache
+    ended: jax.Array  # bool[N]: EOS sampled or the row's length budget reached
+    log_prob: jax.Array  # f32[N]: sum of the sampled tokens' log-probabilities
+
+
 def temperature_sample(
     inputs,
     cache: Cache,
@@ -282,33 +293,37 @@ def temperature_sample(
     prompt = expand_to_decodes(_prompt_buffer(inputs), num_decodes)
     row_end = expand_to_decodes(_row_end(inputs, max_decode_steps), num_decodes)
 
-    def not_done(state):
-        step, _, _, _, ended, _ = state
-        return (step < length) & ~jnp.all(ended)
+    def not_done(state: SamplingState):
+        return (state.step < length) & ~jnp.all(state.ended)
 
-    def decode_one(state):
-        step, token, sequences, step_cache, ended, log_prob = state
-        logits, step_cache = tokens_to_logits(token[:, None], step_cache, step)
+    def decode_one(state: SamplingState) -> SamplingState:
+        step = state.step
+        logits, step_cache = tokens_to_logits(state.token[:, None], state.cache, step)
         sampled, sampled_log_prob = sampler(
             logits.astype(jnp.float32), jax.random.fold_in(rng, step)
         )
-        forced = lax.dynamic_index_in_dim(sequences, step + 1, axis=1, keepdims=False)
-        generated = (forced == 0) & ~ended
+        forced = lax.dynamic_index_in_dim(state.sequences, step + 1, axis=1, keepdims=False)
+        generated = (forced == 0) & ~state.ended
         token = jnp.where(generated, sampled, forced)
-        log_prob = log_prob + jnp.where(generated, sampled_log_prob, 0.0)
-        sequences = lax.dynamic_update_index_in_dim(sequences, token, step + 1, axis=1)
-        ended = ended | (generated & (token == eos_id)) | (step + 1 >= row_end)
-        return step + 1, token, sequences, step_cache, ended, log_prob
+        return SamplingState(
+            step=step + 1,
+            token=token,
+            sequences=lax.dynamic_update_index_in_dim(state.sequences, token, step + 1, axis=1),
+            cache=step_cache,
+            ended=state.ended | (generated & (token == eos_id)) | (step + 1 >= row_end),
+            log_prob=state.log_prob + jnp.where(generated, sampled_log_prob, 0.0),
+        )
 
-    start = (
-        jnp.zeros((), jnp.int32),
-        jnp.zeros((rows,), jnp.int32),
-        prompt,
-        expand_to_decodes(cache, num_decodes),
-        jnp.zeros((rows,), bool),
-        jnp.zeros((rows,), jnp.float32),
+    start = SamplingState(
+        step=jnp.zeros((), jnp.int32),
+        token=jnp.zeros((rows,), jnp.int32),
+        sequences=prompt,
+        cache=expand_to_decodes(cache, num_decodes),
+        ended=jnp.zeros((rows,), bool),
+        log_prob=jnp.zeros((rows,), jnp.float32),
     )
-    _, _, sequences, _, _, log_prob = lax.while_loop(not_done, decode_one, start)
+    final = lax.while_loop(not_done, decode_one, start)
+    sequences, log_prob = final.sequences, final.log_prob
 
     sequences = sequences[:, 1:].reshape(batch, num_decodes, length)
     log_prob = log_prob.reshape(batch, num_decodes)
