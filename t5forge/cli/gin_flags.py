@@ -3,7 +3,8 @@
 What we add over T5X: plain string values need no inner quotes (`--gin.MODEL_DIR=/tmp/m`;
 the T5X form `--gin.MODEL_DIR="'/tmp/m'"` still works), gin files are also searched in the
 package's own `configs/`, and a typo in a binding or file name is one line with the
-closest valid name instead of a parser traceback.
+closest valid name instead of a parser traceback. T5X's own gin files (dynamic registration,
+`from t5x import utils`, ...) parse too: see t5forge.cli.t5x_compat.
 """
 
 from __future__ import annotations
@@ -17,26 +18,10 @@ from pathlib import Path
 
 import gin
 
+from t5forge.cli import gin_internals
 from t5forge.errors import ConfigError
 
 PACKAGE_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-
-
-def _tolerant(existence_check):
-    """gin also looks `include 'runs/x.gin'` up as a Python package resource and crashes with a
-    TypeError when a plain `runs/` folder (a namespace package, e.g. a model dir) is in the
-    working directory; such a lookup should just mean "not here"."""
-
-    def check(path):
-        try:
-            return existence_check(path)
-        except (TypeError, ValueError, ImportError):
-            return False
-
-    return check
-
-
-gin.config._FILE_READERS[:] = [(reader, _tolerant(check)) for reader, check in gin.config._FILE_READERS]
 
 
 @dataclass
@@ -123,8 +108,29 @@ def _parameters_of(configurable: str) -> list[str]:
         return []
 
 
+_T5X_SUPPORTED = "README 'Coming from T5X' lists the T5X names t5forge understands"
+
+
+def _explain_unknown_t5x_name(message: str, full: str) -> ConfigError | None:
+    """A T5X module or configurable t5forge has no stand-in for, with the file and line."""
+    place = re.search(r'In file "([^"]+)", line (\d+)', full)
+    where = f"{place.group(1)}:{place.group(2)}: " if place else ""
+    module = re.match(r"No module named '((?:t5x|seqio|t5)(?:\.[\w.]+)?)'", message)
+    if module:
+        return ConfigError(f"{where}T5X module {module.group(1)} is not available in t5forge "
+                           f"(its gin files need no TensorFlow); {_T5X_SUPPORTED}")
+    attribute = re.match(r"Couldn't resolve selector \S+; <module '((?:t5x|seqio|t5)\b[\w.]*)'> "
+                         r"has no attribute (\w+)", message)
+    if attribute:
+        return ConfigError(f"{where}{attribute.group(1)}.{attribute.group(2)} is not supported "
+                           f"by t5forge; {_T5X_SUPPORTED}")
+    return None
+
+
 def explain_gin_error(error: Exception) -> ConfigError:
     """Turns gin's multi-line parse/binding errors into one line with a suggestion."""
+    if isinstance(error, ConfigError):
+        return error
     message = str(error).splitlines()[0] if str(error) else type(error).__name__
     where = ""
     for line in str(error).splitlines()[1:]:
@@ -133,6 +139,9 @@ def explain_gin_error(error: Exception) -> ConfigError:
         if line.strip():
             where = line.strip()
             break
+    t5x_unknown = _explain_unknown_t5x_name(message, str(error))
+    if t5x_unknown:
+        return t5x_unknown
     macro = re.search(r"No bindings specified for '([^'/]+)/gin.macro'", message)
     if macro:
         name = macro.group(1)
@@ -151,23 +160,34 @@ def explain_gin_error(error: Exception) -> ConfigError:
     return ConfigError(f"bad gin config: {message}" + (f" (in `{where}`)" if where else ""))
 
 
+# What gin raises for a bad config; ConfigError (a ValueError) passes through as it is.
+_GIN_ERRORS = (ValueError, SyntaxError, TypeError, FileNotFoundError, ImportError,
+               AttributeError, NameError)
+
+
 def parse_gin(flags: GinFlags, extra_bindings: list[str] | None = None, finalize: bool = True):
-    """Parses the files then the bindings (command line wins), as T5X does."""
+    """Parses the files then the bindings (command line wins), as T5X does; T5X's own files
+    are translated onto t5forge's names before the config is finalized."""
+    from t5forge.cli import t5x_compat
+
     for path in flags.search_paths:
         gin.add_config_file_search_path(path)
     gin.add_config_file_search_path(str(PACKAGE_CONFIGS))
     gin.add_config_file_search_path(str(PACKAGE_CONFIGS.parent.parent))
     files = [str(resolve_gin_file(f, flags.search_paths)) for f in flags.files]
+    bindings = list(extra_bindings or []) + flags.bindings
     # gin logs "Path not found" for every search path an `include` is not in; only a file
     # found nowhere matters, and that one raises.
     root_logger = logging.getLogger()
     quiet = _DropGinPathNotFound()
     root_logger.addFilter(quiet)
     try:
-        gin.parse_config_files_and_bindings(
-            files, list(extra_bindings or []) + flags.bindings, finalize_config=finalize
-        )
-    except (ValueError, SyntaxError, TypeError, FileNotFoundError) as e:
+        with t5x_compat.t5x_module_names(), gin_internals.RecordFilesRead() as files_read:
+            gin.parse_config_files_and_bindings(files, bindings, finalize_config=False)
+        t5x_compat.translate(files_read, bindings)
+        if finalize:
+            gin.finalize()
+    except _GIN_ERRORS as e:
         raise explain_gin_error(e) from None
     finally:
         root_logger.removeFilter(quiet)

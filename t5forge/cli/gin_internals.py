@@ -1,0 +1,143 @@
+"""Every place t5forge reaches into gin's private state, kept in one file and explained.
+
+gin-config 0.5 has no public API for the four things below; each is a few lines over a
+private name, so a gin upgrade that moves them breaks here and in
+tests/cli/test_gin_internals.py, nowhere else.
+
+1. The file readers' existence check (`gin.config._FILE_READERS`). gin also looks
+   `include 'runs/x.gin'` up as a Python package resource and crashes with a TypeError when a
+   plain `runs/` folder (a namespace package, e.g. a model dir) is in the working directory;
+   such a lookup should just mean "not here".
+2. Which files a parse read, in order (the same readers): T5X compatibility names the file
+   and line of every binding it cannot honour.
+3. Every scope's bindings of one configurable (`gin.config._CONFIG`), and dropping them:
+   T5X compatibility rewrites a T5X configurable's bindings onto t5forge's after parsing.
+4. The import statements gin remembers (`gin.config._IMPORTS`): T5X's module names exist
+   only while gin parses, so they are forgotten afterwards; otherwise `gin.config_str()`
+   would import them again to write config.gin.
+5. A second, exact name in the registry (`gin.config._REGISTRY`): once T5X's
+   `network.T5Config` is registered beside t5forge's T5Config, the partial selector
+   `T5Config` that every t5forge gin file writes would be ambiguous; an exact `T5Config`
+   entry for t5forge's keeps it unique (gin prefers an exact match).
+"""
+
+from __future__ import annotations
+
+import gin
+import gin.config
+
+_files_read: list[str] | None = None
+
+
+def _tolerant(existence_check):
+    def check(path):
+        try:
+            return existence_check(path)
+        except (TypeError, ValueError, ImportError):
+            return False
+
+    return check
+
+
+def _recording(reader):
+    def read(path):
+        if _files_read is not None:
+            _files_read.append(str(path))
+        return reader(path)
+
+    return read
+
+
+gin.config._FILE_READERS[:] = [(_recording(reader), _tolerant(check))
+                               for reader, check in gin.config._FILE_READERS]
+
+
+class RecordFilesRead:
+    """`with RecordFilesRead() as files:` lists the gin files parsed inside, includes too."""
+
+    def __enter__(self) -> list[str]:
+        global _files_read
+        _files_read = []
+        return _files_read
+
+    def __exit__(self, *exc) -> None:
+        global _files_read
+        _files_read = None
+
+
+def bindings_of(selector: str) -> dict[str, dict]:
+    """{scope: {parameter: raw value}} bound to the configurable with this complete selector."""
+    return {scope: dict(params) for (scope, complete), params in gin.config._CONFIG.items()
+            if complete == selector}
+
+
+def all_bindings() -> dict[tuple[str, str], dict]:
+    """{(scope, complete selector): {parameter: raw value}}, macros included."""
+    return {key: dict(params) for key, params in gin.config._CONFIG.items()}
+
+
+def forget_imports(is_forgotten) -> None:
+    """Drops remembered import statements whose module `is_forgotten(name)`; drops the
+    dynamic-registration marker too when no other import is left."""
+    imports = gin.config._IMPORTS
+    for statement in [s for s in imports if is_forgotten(s.module)]:
+        imports.discard(statement)
+    if all(s.module.startswith("__gin__.") for s in imports):
+        imports.clear()
+
+
+def complete_selector(partial: str) -> str:
+    """The registered complete selector a partial one (`utils.DatasetConfig`) names."""
+    return gin.config._REGISTRY.get_match(partial).selector
+
+
+def registered_object(partial: str):
+    """The function or class registered under a selector, as given to gin (unwrapped)."""
+    return gin.config._REGISTRY.get_match(partial).wrapped
+
+
+def unbind(scope: str, selector: str, param: str) -> None:
+    """Forgets one binding (complete selector); the configurable's other bindings stay."""
+    params = gin.config._CONFIG.get((scope, selector))
+    if params is not None:
+        params.pop(param, None)
+        if not params:
+            del gin.config._CONFIG[(scope, selector)]
+
+
+def imports() -> list:
+    """The import statements gin remembers from dynamic-registration files."""
+    return list(gin.config._IMPORTS)
+
+
+def _spelled_out(value):
+    if isinstance(value, gin.config.ConfigurableReference):
+        if value.configurable.wrapped is gin.config.macro:
+            return value
+        scoped = "/".join([*value.scopes, value.configurable.selector])
+        return gin.config.ConfigurableReference(scoped, value.evaluate)
+    if isinstance(value, list | tuple):
+        return type(value)(_spelled_out(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _spelled_out(v) for k, v in value.items()}
+    return value
+
+
+def spell_out_references() -> None:
+    """Rewrites every `@name` in the bindings with its complete selector, so that a reference
+    written in a dynamic-registration file (`@network.T5Config()`, resolved through that
+    file's imports) still means the same configurable in config.gin, where there are none."""
+    for params in gin.config._CONFIG.values():
+        for param, value in params.items():
+            params[param] = _spelled_out(value)
+
+
+def add_exact_name(name: str, complete: str) -> None:
+    """Makes the partial selector `name` mean the configurable `complete` (see 5 above)."""
+    if name not in gin.config._REGISTRY:
+        gin.config._REGISTRY[name] = gin.config._REGISTRY[complete]
+
+
+def selectors_ending_with(name: str) -> list[str]:
+    """Complete selectors whose last component is `name`."""
+    return [s for s in gin.config._REGISTRY.matching_selectors(name) if s.split(".")[-1] == name]

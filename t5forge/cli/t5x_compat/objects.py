@@ -1,0 +1,95 @@
+"""The T5X configurables that are more than a new name for one of t5forge's.
+
+Each takes T5X's parameters (the ones its gin files bind) and returns what t5forge uses in
+that place: `network.Transformer(config)` is just its T5Config (t5forge builds the network
+from the config), `partitioning.ModelBasedPjitPartitioner` is a PjitPartitioner,
+`trainer.TerminateOnNanAction` is a training hook, `seqio.SentencePieceVocabulary` is
+t5forge's vocabulary under SeqIO's signature.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from t5forge.errors import ConfigError, T5ForgeError
+from t5forge.models.configs import T5Config, config_from_gin
+from t5forge.run.hooks import Hook
+from t5forge.training import optimizers, partitioning
+
+
+def transformer(config: T5Config | None = None) -> T5Config:
+    """T5X's `network.Transformer(config=...)`: t5forge builds the network from its config."""
+    return config or config_from_gin()
+
+
+def model_based_pjit_partitioner(num_partitions: int = 1, model_parallel_submesh=None,
+                                 params_on_devices: bool = True, backend=None,
+                                 logical_axis_rules=()) -> partitioning.PjitPartitioner:
+    """T5X's older partitioner name; same mesh as `PjitPartitioner(num_partitions=...)`."""
+    return partitioning.PjitPartitioner(num_partitions=num_partitions,
+                                        logical_axis_rules=logical_axis_rules or ())
+
+
+def standard_logical_axis_rules(activation_partitioning_dims: int = 1,
+                                parameter_partitioning_dims: int = 1,
+                                additional_rules: Sequence = ()) -> tuple:
+    """T5X's rule set: t5forge's PjitPartitioner starts from the same standard rules, so only
+    `additional_rules` are passed on (as overrides)."""
+    return tuple(tuple(rule) for rule in additional_rules or ())
+
+
+def standard_logical_factor_rules() -> dict[str, str]:
+    """T5X's Adafactor factoring rules; t5forge's Adafactor uses the same ones."""
+    return dict(optimizers.LOGICAL_FACTOR_RULES)
+
+
+def sentencepiece_vocabulary(sentencepiece_model_file: str, extra_ids: int | None = None,
+                             normalizer_spec_overrides=None, reverse_extra_ids: bool = True,
+                             use_fast_tokenizer: bool = False):
+    """`seqio.SentencePieceVocabulary` in a gin file: t5forge's vocabulary."""
+    from t5forge.seqio import SentencePieceVocabulary
+
+    return SentencePieceVocabulary(sentencepiece_model_file, extra_ids)
+
+
+def byte_vocabulary(extra_ids: int = 0):
+    """`seqio.ByteVocabulary` in a gin file (ByT5)."""
+    from t5forge.data.vocabularies import ByteVocabulary
+
+    return ByteVocabulary(extra_ids)
+
+
+class TerminateOnNanAction(Hook):
+    """T5X's `trainer.TerminateOnNanAction(task, metric)`: stops the run with an error when the
+    training-eval `metric` of `task` is NaN (or infinite), before the state is saved."""
+
+    def __init__(self, task: str, metric: str = "loss"):
+        self.key = f"training_eval/{task}/{metric}"
+
+    def on_eval(self, run, step: int, results: dict) -> None:
+        value = results.get(self.key)
+        if value is not None and not math.isfinite(float(value)):
+            raise T5ForgeError(f"{self.key} is {value} at step {step} "
+                               "(trainer.TerminateOnNanAction); the run stops without saving")
+
+
+def actions_to_hooks(actions) -> list:
+    """T5X's `train.actions` ({'TRAIN_EVAL': [@trainer.TerminateOnNanAction()]}) as hooks."""
+    return list(actions.get("TRAIN_EVAL", []))
+
+
+def only_train_eval_actions(actions) -> bool:
+    """Whether t5forge can run these actions: hooks see training-eval results only."""
+    return isinstance(actions, dict) and set(actions) <= {"TRAIN_EVAL"}
+
+
+def configured_elsewhere(t5x_name: str, where: str):
+    """The Python behind a T5X name whose bindings all move elsewhere (`trainer.Trainer` ->
+    `train`): calling it means a config uses it in a place t5forge does not translate."""
+
+    def call(**unused):
+        raise ConfigError(f"{t5x_name} is only translated where T5X's run files use it "
+                          f"({where}); see README 'Coming from T5X'")
+
+    return call

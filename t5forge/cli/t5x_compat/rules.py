@@ -1,0 +1,126 @@
+"""What t5forge does with one parameter of a T5X configurable, and the value checks rules use.
+
+After gin parses T5X's files, each binding of a T5X name is handled by its parameter's rule:
+moved onto t5forge's configurable (`utils.SaveCheckpointConfig.period`, or elsewhere, as
+`trainer.Trainer.num_microbatches` -> `train.num_microbatches`), kept for the T5X name's own
+Python (`network.Transformer.config`), dropped because t5forge already behaves that way
+(`use_gda = True`), or, when t5forge cannot do what the value asks, dropped with a warning
+or refused with an error, each naming the file and line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import gin
+import gin.config
+
+_REMOTE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+
+
+def _always(value) -> bool:
+    return True
+
+
+def _same(value):
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """`move_to` ('selector.param', or '.param' for the twin's same-named parameter), `keep`,
+    or drop; values that `accepts` rejects are dropped with a warning, or refused."""
+
+    move_to: str | None = None
+    keep: bool = False
+    accepts: Callable[[Any], bool] = _always
+    refuse: bool = False
+    reason: str = ""
+    convert: Callable[[Any], Any] = _same
+    remote_ok: str = ""
+
+    @property
+    def converts(self) -> bool:
+        return self.convert is not _same
+
+
+def move(to: str = "", convert=_same, unless: Callable[[Any], bool] | None = None,
+         warn: str = "", refuse: str = "") -> Rule:
+    """Moved to t5forge's side: `to` is 'selector.param'; empty means the twin's same name.
+    `unless(value)` true drops the value with `warn` or refuses it with `refuse`."""
+    accepts = (lambda v: not unless(v)) if unless else _always
+    return Rule(move_to=to or ".", accepts=accepts, convert=convert, refuse=bool(refuse),
+                reason=refuse or warn)
+
+
+def keep(remote_ok: str = "") -> Rule:
+    """Stays bound to the T5X name, whose own Python uses it. `remote_ok` explains why a
+    `gs://` value is only a warning here."""
+    return Rule(keep=True, remote_ok=remote_ok)
+
+
+def honoured(*values, warn: str = "", refuse: str = "") -> Rule:
+    """t5forge already behaves as these values ask; anything else is dropped with `warn`
+    or refused with `refuse`."""
+    return Rule(accepts=lambda v: any(_equal(v, ok) for ok in values), refuse=bool(refuse),
+                reason=refuse or warn)
+
+
+def equivalent() -> Rule:
+    """A T5X knob whose every value t5forge matches (e.g. `use_gda`, `use_memory_cache`);
+    README 'Coming from T5X' lists why."""
+    return Rule()
+
+
+def reference(t5x_selector: str, refuse: str) -> Rule:
+    """Accepted when the value is `@<t5x_selector>` (e.g. `trainer_cls = @trainer.Trainer`)."""
+    return Rule(accepts=lambda v: refers_to(v, t5x_selector), refuse=True, reason=refuse)
+
+
+def _equal(value, expected) -> bool:
+    if isinstance(value, list | tuple) and isinstance(expected, list | tuple):
+        return list(value) == list(expected)
+    return type(value) is type(expected) and value == expected or value is expected
+
+
+def refers_to(value, complete_selector: str) -> bool:
+    """Whether `value` is a gin reference (`@name` or `@name()`) to that configurable."""
+    return (isinstance(value, gin.config.ConfigurableReference)
+            and value.configurable.selector == complete_selector)
+
+
+def macro_name(value) -> str | None:
+    """`NAME` for a `%NAME` reference, else None."""
+    if isinstance(value, gin.config.ConfigurableReference) and \
+            value.configurable.wrapped is gin.config.macro:
+        return value.scoped_selector.rsplit("/", 1)[0]
+    return None
+
+
+def resolve_macros(value):
+    """The value with every `%NAME` replaced by what NAME is bound to (references stay)."""
+    name = macro_name(value)
+    if name is not None:
+        try:
+            return resolve_macros(gin.query_parameter(f"%{name}"))
+        except ValueError:
+            return value
+    if isinstance(value, list | tuple):
+        return type(value)(resolve_macros(v) for v in value)
+    if isinstance(value, Mapping):
+        return {k: resolve_macros(v) for k, v in value.items()}
+    return value
+
+
+def remote_paths(value) -> list[str]:
+    """The object-storage or URL strings (`gs://...`) inside an already-resolved value."""
+    if isinstance(value, str):
+        return [value] if _REMOTE.match(value) else []
+    if isinstance(value, list | tuple):
+        return [p for v in value for p in remote_paths(v)]
+    if isinstance(value, Mapping):
+        return [p for v in value.values() for p in remote_paths(v)]
+    return []

@@ -1,0 +1,130 @@
+"""After gin parsed T5X files: their bindings onto t5forge's configurables, the rest reported.
+
+Every binding of a T5X name goes through its parameter's rule (names.py): moved to t5forge's
+configurable unless the command line already bound that one (so `--gin.` overrides win),
+kept, dropped silently when t5forge behaves that way anyway, dropped with a one-line warning,
+or refused. Remote paths (`gs://...`) are refused where they would be read. Every line names
+the file and line (or flag) of the binding. Then gin forgets the T5X imports, so config.gin
+is written with t5forge's names.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import gin
+
+from t5forge.cli import gin_internals
+from t5forge.cli.t5x_compat.locations import Locator, Written
+from t5forge.cli.t5x_compat.modules import is_t5x_module
+from t5forge.cli.t5x_compat.names import NAMES, TASK_MODULES, T5XName
+from t5forge.cli.t5x_compat.rules import Rule, macro_name, remote_paths, resolve_macros
+from t5forge.errors import ConfigError
+
+OBJECT_STORAGE = ("object storage is not supported yet; copy it to a local path and bind "
+                  "that instead")
+
+
+class _Report:
+    def __init__(self, locator: Locator):
+        self.locator = locator
+        self.warnings: list[str] = []
+        self.errors: list[str] = []
+
+    def line(self, written: Written | None, fallback: str, message: str) -> str:
+        if written is None:
+            return f"{fallback}: {message}"
+        return f"{written.where}: {written.text()}: {message}"
+
+
+def _key(scope: str, selector: str, param: str) -> str:
+    return f"{scope}/{selector}.{param}" if scope else f"{selector}.{param}"
+
+
+def _move(entry: T5XName, rule: Rule, scope: str, param: str, raw, value) -> None:
+    target, _, target_param = rule.move_to.rpartition(".")
+    target = gin_internals.complete_selector(target or entry.twin)
+    target_param = target_param or param
+    if target_param in gin_internals.bindings_of(target).get(scope, {}):
+        return  # bound on t5forge's name (the command line): that binding wins
+    moved = rule.convert(value) if rule.converts else raw
+    gin.bind_parameter(_key(scope, target, target_param), moved)
+
+
+def _apply(entry: T5XName, report: _Report) -> None:
+    names = (entry.t5x_path, entry.gin_selector)
+    for scope, params in gin_internals.bindings_of(entry.gin_selector).items():
+        for param, raw in params.items():
+            rule = entry.rules[param]
+            if rule.keep:
+                continue
+            value = resolve_macros(raw)
+            gin_internals.unbind(scope, entry.gin_selector, param)
+            if rule.accepts(value):
+                if rule.move_to:
+                    _move(entry, rule, scope, param, raw, value)
+                continue
+            written = report.locator.binding(scope, names, param)
+            fallback = _key(scope, entry.gin_selector, param) + f" = {value!r}"
+            if rule.refuse:
+                report.errors.append(report.line(written, fallback,
+                                                 f"not supported: {rule.reason}"))
+            else:
+                report.warnings.append(report.line(written, fallback,
+                                                   f"accepted and ignored: {rule.reason}"))
+
+
+def _remote_ok(selector: str, param: str) -> str:
+    for entry in NAMES:
+        if entry.gin_selector == selector and param in entry.rules:
+            return entry.rules[param].remote_ok
+    return ""
+
+
+def _check_remote_paths(report: _Report) -> None:
+    for (scope, selector), params in gin_internals.all_bindings().items():
+        if selector == "gin.macro":
+            continue  # a macro is checked where a binding uses it
+        for param, raw in params.items():
+            for path in remote_paths(resolve_macros(raw)):
+                written = report.locator.literal(path)
+                reaches = _key(scope, selector, param)
+                via = f" (via %{macro_name(raw)})" if macro_name(raw) else ""
+                ok = _remote_ok(selector, param)
+                if ok:
+                    report.warnings.append(report.line(
+                        written, reaches, f"object storage is not supported yet; {ok}"))
+                else:
+                    report.errors.append(report.line(
+                        written, reaches, f"reaches {reaches}{via}: {OBJECT_STORAGE}"))
+
+
+def _note_task_modules(report: _Report) -> None:
+    for statement in report.locator.imports:
+        if statement.module in TASK_MODULES:
+            where = f"{statement.location.filename}:{statement.location.line_num}"
+            report.warnings.append(
+                f"{where}: {statement.format()}: T5's TensorFlow task catalogue is not "
+                "available; t5forge registers its built-in tasks (t5forge tasks list): bind "
+                "MIXTURE_OR_TASK_NAME to one, or register yours with --module_import")
+
+
+def translate(files_read: list[str], flags: list[str]) -> None:
+    """Rewrites the parsed T5X bindings (see module doc); raises ConfigError on a refusal."""
+    if not any(gin_internals.bindings_of(entry.gin_selector) for entry in NAMES) and \
+            not any(is_t5x_module(s.module) for s in gin_internals.imports()):
+        return
+    report = _Report(Locator(files_read, flags))
+    for entry in NAMES:
+        if not entry.same_object:
+            _apply(entry, report)
+    _check_remote_paths(report)
+    _note_task_modules(report)
+    gin_internals.spell_out_references()
+    gin_internals.forget_imports(is_t5x_module)
+    for line in dict.fromkeys(report.warnings):
+        print(f"warning: {line}", file=sys.stderr)
+    if report.errors:
+        for line in report.errors[1:]:
+            print(f"error: {line}", file=sys.stderr)
+        raise ConfigError(report.errors[0])
