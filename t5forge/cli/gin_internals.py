@@ -18,7 +18,8 @@ tests/cli/test_gin_internals.py, nowhere else.
 5. A second, exact name in the registry (`gin.config._REGISTRY`): once T5X's
    `network.T5Config` is registered beside t5forge's T5Config, the partial selector
    `T5Config` that every t5forge gin file writes would be ambiguous; an exact `T5Config`
-   entry for t5forge's keeps it unique (gin prefers an exact match).
+   entry for t5forge's keeps it unique (gin prefers an exact match). config.gin then
+   names it `configs.T5Config`, which parses back to the same configurable.
 """
 
 from __future__ import annotations
@@ -141,3 +142,8 @@ def add_exact_name(name: str, complete: str) -> None:
 def selectors_ending_with(name: str) -> list[str]:
     """Complete selectors whose last component is `name`."""
     return [s for s in gin.config._REGISTRY.matching_selectors(name) if s.split(".")[-1] == name]
+
+
+def short_name(selector: str) -> str:
+    """The shortest selector naming a complete one unambiguously (`train`), for messages."""
+    return gin.config._REGISTRY.minimal_selector(selector)

@@ -19,7 +19,7 @@ import gin
 
 import t5forge.cli.gin_registry  # noqa: F401  (registers the twins the T5X names forward to)
 from t5forge.cli import gin_internals
-from t5forge.cli.t5x_compat.names import NAMES, TASK_MODULES, T5XName
+from t5forge.cli.t5x_compat.names import BOUND_WITHOUT_IMPORT, NAMES, TASK_MODULES, T5XName
 
 FAKE_ROOTS = ("__main__", "t5x", "seqio", "t5")
 
@@ -52,13 +52,14 @@ def _register(entry: T5XName):
     fn = _with_rule_signature(entry.build or _forwarding(entry), entry)
     module, _, name = entry.gin_selector.rpartition(".")
     gin.external_configurable(fn, name=name, module=module)
-    _keep_bare_name_for_t5forge(name, entry.gin_selector)
+    if entry.twin and name in BOUND_WITHOUT_IMPORT:
+        _keep_bare_name_for_t5forge(name, entry.gin_selector)
     return fn
 
 
 def _keep_bare_name_for_t5forge(name: str, t5x_selector: str) -> None:
-    """`T5Config.emb_dim`, `train.eval_period`, `DatasetConfig.batch_size` (what t5forge's
-    files and flags write) keep naming t5forge's configurable beside T5X's namesake."""
+    """`T5Config.emb_dim` (what t5forge's files and flags write) keeps naming t5forge's
+    configurable beside T5X's `network.T5Config`."""
     others = [s for s in gin_internals.selectors_ending_with(name) if s != t5x_selector]
     if len(others) == 1:
         gin_internals.add_exact_name(name, others[0])

@@ -27,6 +27,9 @@ from t5forge.cli.t5x_compat.rules import (
 
 _T5_TASK_MODULES = ("t5.", "t5x.", "seqio")
 
+# Names with a twin that T5X's files also bind in files without imports.
+BOUND_WITHOUT_IMPORT = ("T5Config",)
+
 # Reasons, said once each.
 FLOAT32 = "t5forge keeps parameters in float32 and computes in T5Config.dtype"
 TF_ONLY = "it is a TensorFlow/T5X code path t5forge does not have"
@@ -56,11 +59,18 @@ class T5XName:
 
     @property
     def gin_selector(self) -> str:
-        """The complete gin selector: T5X's path, or the twin's own for a same object."""
+        """The complete gin selector. A name with a twin gets a `t5x_` prefix, so that the
+        partial selectors t5forge's files and flags write (`train.eval_period`,
+        `DatasetConfig.batch_size`) keep naming the twin alone; except the names T5X's size
+        files bind without importing them (`network.T5Config:` after an include), which gin
+        can only find under their own name."""
         from t5forge.cli import gin_internals
 
-        return gin_internals.complete_selector(self.twin) if self.same_object else \
-            self.t5x_path
+        if self.same_object:
+            return gin_internals.complete_selector(self.twin)
+        if self.twin and self.name not in BOUND_WITHOUT_IMPORT:
+            return f"{self.module}.t5x_{self.name}"
+        return self.t5x_path
 
 
 def _is_task_module(value) -> bool:

@@ -31,10 +31,13 @@ class _Report:
         self.warnings: list[str] = []
         self.errors: list[str] = []
 
-    def line(self, written: Written | None, fallback: str, message: str) -> str:
+    def line(self, written: Written | None, fallback: str, message: str, value=None,
+             raw=None) -> str:
+        """'file:line: binding as written (= value it reached): message'."""
         if written is None:
             return f"{fallback}: {message}"
-        return f"{written.where}: {written.text()}: {message}"
+        reached = f" (= {value!r})" if macro_name(raw) else ""
+        return f"{written.where}: {written.text()}{reached}: {message}"
 
 
 def _key(scope: str, selector: str, param: str) -> str:
@@ -47,7 +50,8 @@ def _move(entry: T5XName, rule: Rule, scope: str, param: str, raw, value) -> Non
     target_param = target_param or param
     if target_param in gin_internals.bindings_of(target).get(scope, {}):
         return  # bound on t5forge's name (the command line): that binding wins
-    moved = rule.convert(value) if rule.converts else raw
+    converted = rule.convert(value) if rule.converts else value
+    moved = raw if converted is value else converted  # keeps %MACRO for config.gin
     gin.bind_parameter(_key(scope, target, target_param), moved)
 
 
@@ -67,11 +71,11 @@ def _apply(entry: T5XName, report: _Report) -> None:
             written = report.locator.binding(scope, names, param)
             fallback = _key(scope, entry.gin_selector, param) + f" = {value!r}"
             if rule.refuse:
-                report.errors.append(report.line(written, fallback,
-                                                 f"not supported: {rule.reason}"))
+                report.errors.append(report.line(
+                    written, fallback, f"not supported: {rule.reason}", value, raw))
             else:
-                report.warnings.append(report.line(written, fallback,
-                                                   f"accepted and ignored: {rule.reason}"))
+                report.warnings.append(report.line(
+                    written, fallback, f"accepted and ignored: {rule.reason}", value, raw))
 
 
 def _remote_ok(selector: str, param: str) -> str:
@@ -88,7 +92,7 @@ def _check_remote_paths(report: _Report) -> None:
         for param, raw in params.items():
             for path in remote_paths(resolve_macros(raw)):
                 written = report.locator.literal(path)
-                reaches = _key(scope, selector, param)
+                reaches = _key(scope, gin_internals.short_name(selector), param)
                 via = f" (via %{macro_name(raw)})" if macro_name(raw) else ""
                 ok = _remote_ok(selector, param)
                 if ok:
