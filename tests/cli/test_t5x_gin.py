@@ -112,12 +112,13 @@ def test_command_line_overrides_win_over_t5x_files():
     _parse(f"--gin_file={EXAMPLES}/tiny_en_de_from_scratch.gin", TASK, "--gin.MODEL_DIR=/tmp/m",
            "--gin.utils.SaveCheckpointConfig.period=7", "--gin.train.eval_period=2",
            "--gin.train/utils.DatasetConfig.batch_size=4", "--gin.network.T5Config.emb_dim=64",
-           "--gin.trainer.Trainer.num_microbatches=4")
+           "--gin.trainer.Trainer.num_microbatches=4", "--gin.models.EncoderDecoderModel.z_loss=0.5")
     assert _value("train.checkpoint_cfg").save.period == 7
     assert _value("train.eval_period") == 2
     assert _value("train.train_dataset_cfg").batch_size == 4
     assert _value("train.model").config.emb_dim == 64
     assert _value("train.num_microbatches") == 4
+    assert _value("models.Model.z_loss") == 0.5
 
 
 def test_refused_binding_is_one_line_with_file_line_and_reason(tmp_path):

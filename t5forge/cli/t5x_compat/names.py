@@ -52,6 +52,9 @@ class T5XName:
     build: Callable | None = None
     returns_twin: bool = False
     same_object: bool = False
+    # t5forge's own configurable spelled like this T5X name, which a flag written the T5X
+    # way (`--gin.models.EncoderDecoderModel.z_loss=0`) binds: its bindings join this name's.
+    shadowed_by: str | None = None
 
     @property
     def t5x_path(self) -> str:
@@ -229,7 +232,8 @@ NAMES: tuple[T5XName, ...] = (
     T5XName("t5x.trainer", "TerminateOnNanAction", build=objects.TerminateOnNanAction,
             rules={"task": keep(), "metric": keep()}),
     # ---- t5x.models
-    T5XName("t5x.models", "EncoderDecoderModel", twin="models.Model", rules={
+    T5XName("t5x.models", "EncoderDecoderModel", twin="models.Model",
+            shadowed_by="models.EncoderDecoderModel", rules={
         "module": move("models.Model.config"),
         **{p: move(f"models.Model.{p}") for p in ("z_loss", "label_smoothing",
                                                    "loss_normalizing_factor")},

@@ -55,8 +55,21 @@ def _move(entry: T5XName, rule: Rule, scope: str, param: str, raw, value) -> Non
     gin.bind_parameter(_key(scope, target, target_param), moved)
 
 
+def _take_over_shadowing_bindings(entry: T5XName) -> None:
+    """Bindings made under T5X's spelling to t5forge's namesake (command line, files without
+    imports) belong to the T5X name when T5X files use it; later ones win, as in gin."""
+    if not entry.shadowed_by or not gin_internals.bindings_of(entry.gin_selector):
+        return
+    shadow = gin_internals.complete_selector(entry.shadowed_by)
+    for scope, params in gin_internals.bindings_of(shadow).items():
+        for param, value in params.items():
+            gin.bind_parameter(_key(scope, entry.gin_selector, param), value)
+            gin_internals.unbind(scope, shadow, param)
+
+
 def _apply(entry: T5XName, report: _Report) -> None:
     names = (entry.t5x_path, entry.gin_selector)
+    _take_over_shadowing_bindings(entry)
     for scope, params in gin_internals.bindings_of(entry.gin_selector).items():
         for param, raw in params.items():
             rule = entry.rules[param]
