@@ -16,6 +16,13 @@ def load(path, config=None):
     return _load(path, config=config)
 
 
+def serve(checkpoint, **options):
+    """Serves a model over HTTP with dynamic batching until SIGTERM (see t5forge.serving.serve)."""
+    from t5forge.serving import serve as _serve
+
+    return _serve(checkpoint, **options)
+
+
 def __getattr__(name):
     """`t5forge.train`, `t5forge.evaluate`, `t5forge.infer`: see t5forge.run."""
     if name in _RUN_FUNCTIONS:
@@ -23,4 +30,4 @@ def __getattr__(name):
     raise AttributeError(f"module 't5forge' has no attribute {name!r}")
 
 
-__all__ = ["evaluate", "infer", "load", "train", "__version__"]
+__all__ = ["evaluate", "infer", "load", "serve", "train", "__version__"]

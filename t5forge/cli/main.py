@@ -19,6 +19,7 @@ COMMANDS = {
     "vocab": "vocab",
     "tasks": "tasks",
     "demo": "demo",
+    "serve": "serve",
 }
 
 

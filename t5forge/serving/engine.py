@@ -1,0 +1,137 @@
+"""The device side of the server: pads rows to a few compiled shapes and runs them.
+
+Every device batch is padded to a batch bucket (a power of two up to max_batch_size) and a
+length bucket (16, 64, 256, ... up to the model's maximum input length), so the set of XLA
+programs is small and known in advance; `warmup` compiles all of them before the server
+reports ready, so no request pays a compile. Only this module touches the device, and only
+from the batcher's single device thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Iterator
+
+import jax
+import numpy as np
+
+from t5forge.api import Model, predict_features, score_features
+from t5forge.serving.settings import ServerSettings
+from t5forge.serving.stepwise import Decoded, RowOptions, StepDecoder
+
+logger = logging.getLogger(__name__)
+
+_SMALLEST_LENGTH_BUCKET = 16
+_LENGTH_BUCKET_GROWTH = 4
+_BEAM_ALPHA = 0.6  # T5X's length penalty
+
+
+def length_buckets(limit: int) -> tuple[int, ...]:
+    """16, 64, 256, ... below `limit`, then `limit`: padding costs at most 4x, shapes stay few."""
+    buckets, size = [], _SMALLEST_LENGTH_BUCKET
+    while size < limit:
+        buckets.append(size)
+        size *= _LENGTH_BUCKET_GROWTH
+    return (*buckets, limit)
+
+
+def batch_buckets(max_batch_size: int) -> tuple[int, ...]:
+    """1, 2, 4, ... up to the power of two that holds max_batch_size rows."""
+    buckets = [1]
+    while buckets[-1] < max_batch_size:
+        buckets.append(buckets[-1] * 2)
+    return tuple(buckets)
+
+
+def _fit(size: int, buckets: tuple[int, ...]) -> int:
+    return next(b for b in buckets if b >= size)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScorePair:
+    """One (input, target) pair to score, already tokenized."""
+
+    input_tokens: list[int]
+    target_tokens: list[int]
+
+
+class Engine:
+    """Runs generation (stepwise greedy/sampling, or beam search) and scoring on the device."""
+
+    def __init__(self, model: Model, settings: ServerSettings):
+        self.model = model
+        self.settings = settings
+        self.params = model.params
+        self.decoder = StepDecoder(model.t5x_model)
+        self.batch_buckets = batch_buckets(settings.max_batch_size)
+        self.input_buckets = length_buckets(model.max_input_length)
+        # Beam outputs are rescored as targets, so targets reach max_new_tokens_limit too.
+        self.target_buckets = length_buckets(max(settings.max_target_length,
+                                                 settings.max_new_tokens_limit))
+
+    # ------------------------------------------------------------------ generation
+
+    def _predict_features(self, rows: list[list[int]], batch_rows: int | None = None):
+        batch = _fit(batch_rows or len(rows), self.batch_buckets)
+        return predict_features(self.model.config, rows, batch,
+                                _fit(max(map(len, rows)), self.input_buckets))
+
+    def generate(self, rows: list[list[int]], options: list[RowOptions],
+                 emit: Callable[[int, int], None] | None = None,
+                 cancelled: Callable[[int], bool] | None = None) -> list[Decoded]:
+        """Greedy or sampled continuations, each row with its own options (see stepwise)."""
+        features, prompt_width = self._predict_features(rows)
+        return self.decoder.decode(self.params, features,
+                                   prompt_width + self.settings.max_new_tokens_limit, options,
+                                   emit, cancelled)
+
+    def beam(self, rows: list[list[int]], num_beams: int, max_new_tokens: int) -> list[Decoded]:
+        """Beam search (T5X's) as `Model.generate(method='beam')`; log-likelihoods rescored."""
+        features, prompt_width = self._predict_features(rows)
+        tokens = self.model.t5x_model.predict_batch(
+            self.params, features, jax.random.PRNGKey(0), method="beam", num_decodes=num_beams,
+            alpha=_BEAM_ALPHA, max_decode_length=prompt_width + max_new_tokens)
+        outputs = [_until_eos(row, self.model.t5x_model.eos_id)
+                   for row in np.asarray(tokens)[:len(rows), :max_new_tokens].tolist()]
+        scores = self.score([ScorePair(r, o) for r, o in zip(rows, outputs)])
+        return [Decoded(o, s) for o, s in zip(outputs, scores)]
+
+    # ------------------------------------------------------------------ scoring
+
+    def score(self, pairs: list[ScorePair]) -> list[float]:
+        """Log-likelihood of each target given its input (sum over target tokens)."""
+        inputs = [p.input_tokens for p in pairs]
+        targets = [p.target_tokens or [0] for p in pairs]
+        input_length = _fit(max(map(len, inputs)), self.input_buckets)
+        target_length = _fit(max(map(len, targets)), self.target_buckets)
+        if self.model.config.is_decoder_only:  # one sequence per pair
+            input_length, target_length = 0, input_length + target_length
+        features = score_features(self.model.config, inputs, targets,
+                                  _fit(len(pairs), self.batch_buckets), input_length,
+                                  target_length)
+        scores = self.model.t5x_model.score_batch(self.params, features)
+        return [float(s) for s in np.asarray(scores)[:len(pairs)]]
+
+    # ------------------------------------------------------------------ warm-up
+
+    def warmup_steps(self) -> Iterator[Callable[[], object]]:
+        """One call per compiled shape: every batch and length bucket of generation, beam
+        search with `warmup_num_beams` at the default max_new_tokens, and scoring."""
+        settings = self.settings
+        for batch in self.batch_buckets:
+            for length in self.input_buckets:
+                rows = [[1] * length] * batch
+                options = [RowOptions(max_new_tokens=1)] * batch
+                yield lambda rows=rows, options=options: self.generate(rows, options)
+                if settings.warmup_num_beams:
+                    yield lambda rows=rows: self.beam(rows, settings.warmup_num_beams,
+                                                      settings.max_new_tokens)
+                for target_length in self.target_buckets:
+                    pairs = [ScorePair([1] * length, [1] * target_length)] * batch
+                    yield lambda pairs=pairs: self.score(pairs)
+
+
+def _until_eos(tokens: list[int], eos_id: int) -> list[int]:
+    """The tokens up to and including the first EOS (the decoders pad with 0 after it)."""
+    return tokens[:tokens.index(eos_id) + 1] if eos_id in tokens else [t for t in tokens if t]

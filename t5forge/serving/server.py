@@ -1,0 +1,76 @@
+"""`t5forge.serve(...)`: load a model and run the HTTP server until SIGTERM or Ctrl-C.
+
+uvicorn owns the signals: on SIGTERM or SIGINT it stops accepting connections, lets the
+requests in flight finish (their rows are already queued, and the batcher keeps running
+until the app's lifespan ends), then shuts the service down. It then re-raises the signal it
+caught; for SIGTERM the drain is complete by then, so `serve` returns normally (exit 0), while
+SIGINT still ends in KeyboardInterrupt as Ctrl-C should.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+
+from t5forge.errors import ConfigError
+from t5forge.serving.app import create_app
+from t5forge.serving.service import InferenceService
+from t5forge.serving.settings import ServerSettings
+
+logger = logging.getLogger(__name__)
+
+# How long in-flight requests may take to finish after SIGTERM before connections are cut.
+GRACEFUL_SHUTDOWN_S = 60
+
+
+def load_for_serving(checkpoint, vocab=None, extra_ids: int = 100, config=None):
+    """A Model from anything `t5forge.load` reads; `vocab` (a SentencePiece model with
+    `extra_ids` sentinels) replaces or supplies its vocabulary."""
+    from t5forge.api import Model, load
+    from t5forge.data.vocabularies import SentencePieceVocabulary
+
+    model = checkpoint if isinstance(checkpoint, Model) else load(checkpoint, config=config)
+    if vocab is not None:
+        model.vocabulary = SentencePieceVocabulary(vocab, extra_ids=extra_ids)
+    return model
+
+
+def serve(checkpoint, *, vocab=None, extra_ids: int = 100, config=None,
+          settings: ServerSettings | None = None, log_level: str = "info",
+          **setting_values) -> None:
+    """Serves a model over HTTP until stopped (SIGTERM/SIGINT drain in-flight requests).
+
+    `checkpoint` is a path `t5forge.load` accepts or an already loaded `t5forge.api.Model`;
+    `config` as for `t5forge.load` (T5X checkpoints need it); `vocab` replaces or supplies its
+    vocabulary; any ServerSettings field may be given as a keyword (host, port,
+    max_batch_size, api_key...).
+    """
+    import uvicorn
+
+    if settings is None:
+        settings = ServerSettings(**setting_values)
+    elif setting_values:
+        raise ConfigError("pass either settings= or individual settings, not both")
+    service = InferenceService(load_for_serving(checkpoint, vocab, extra_ids, config),
+                               settings)
+    server_config = uvicorn.Config(create_app(service), host=settings.host, port=settings.port,
+                            log_level=log_level, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+                            access_log=False)
+    logger.info("serving on http://%s:%d (docs at /docs)", settings.host, settings.port)
+    with _sigterm_after_drain_is_success():
+        uvicorn.Server(server_config).run()
+
+
+@contextlib.contextmanager
+def _sigterm_after_drain_is_success():
+    """Makes the SIGTERM uvicorn re-raises after its graceful shutdown a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

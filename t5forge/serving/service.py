@@ -1,0 +1,221 @@
+"""Requests in, answers out: tokenizes, queues one job per row, and shapes the results.
+
+It sits between the HTTP app (which only speaks JSON) and the batcher/engine (which only see
+token rows): it applies the input length policy, chooses each row's device group, turns the
+engine's tokens back into text, and keeps the metrics. Warm-up runs on the device thread
+before anything else; until it is done the service is not ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import time
+from collections.abc import AsyncIterator, Hashable
+
+from t5forge.api import EncodedRows, Model
+from t5forge.errors import T5ForgeError
+from t5forge.serving.batcher import Batcher, Job
+from t5forge.serving.engine import Engine, ScorePair
+from t5forge.serving.metrics import ServerMetrics
+from t5forge.serving.schemas import (
+    ClassifyRequest,
+    PredictRequest,
+    RequestError,
+    ScoreRequest,
+)
+from t5forge.serving.settings import ServerSettings
+from t5forge.serving.stepwise import Decoded, RowOptions
+from t5forge.serving.streaming import TextDeltas, sse_event
+
+logger = logging.getLogger(__name__)
+
+_GENERATE, _SCORE = ("generate",), ("score",)
+
+
+class InferenceService:
+    """One model served: its engine, batcher, metrics and readiness."""
+
+    def __init__(self, model: Model, settings: ServerSettings):
+        if model.vocabulary is None:
+            raise T5ForgeError("the model has no vocabulary (no spiece.model beside the "
+                               "checkpoint); pass --vocab PATH to serve text")
+        # A shallow copy: the server's length policy must not change the caller's model
+        # (params and compiled functions are shared, not copied).
+        model = copy.copy(model)
+        if settings.max_input_length is not None:
+            model.max_input_length = settings.max_input_length
+        model.input_length_policy = settings.input_length_policy
+        self.model = model
+        self.settings = settings
+        self.engine = Engine(model, settings)
+        self.metrics = ServerMetrics()
+        self.batcher = Batcher(self._run_batch, settings.max_batch_size, settings.max_wait_ms,
+                               settings.max_queue, on_batch=self._count_batch)
+        self.ready = False
+        self.warmup_progress = (0, 0)
+
+    # ------------------------------------------------------------------ life cycle
+
+    async def start(self) -> None:
+        await self.batcher.start()
+        self._warmup = asyncio.create_task(self._warm_up(), name="warm-up")
+
+    async def stop(self) -> None:
+        self._warmup.cancel()
+        await asyncio.gather(self._warmup, return_exceptions=True)
+        await self.batcher.stop()
+
+    async def _warm_up(self) -> None:
+        steps = list(self.engine.warmup_steps())
+        started = time.perf_counter()
+        for done, step in enumerate(steps):
+            self.warmup_progress = (done, len(steps))
+            await self.batcher.on_device(step)
+        self.warmup_progress = (len(steps), len(steps))
+        self.ready = True
+        self.metrics.ready.set(1)
+        logger.info("ready: %d shapes compiled in %.1f s", len(steps),
+                    time.perf_counter() - started)
+
+    # ------------------------------------------------------------------ device side
+
+    def _count_batch(self, group: Hashable, rows: int) -> None:
+        self.metrics.batch_size.labels(kind=group[0]).observe(rows)
+        self.metrics.queue_depth.set(self.batcher.depth)
+
+    def _run_batch(self, group: Hashable, jobs: list[Job]) -> list:
+        """Runs on the device thread: one engine call for the whole batch."""
+        started = time.perf_counter()
+        if group == _SCORE:
+            return self.engine.score([job.payload for job in jobs])
+        rows = [job.payload[0] for job in jobs]
+        if group == _GENERATE:
+            def emit(row: int, token: int) -> None:
+                if jobs[row].on_token is not None:
+                    self.batcher.call_soon(jobs[row].on_token, token)
+
+            results = self.engine.generate(rows, [job.payload[1] for job in jobs], emit,
+                                           lambda row: jobs[row].future.cancelled())
+        else:
+            _, num_beams, max_new_tokens = group
+            results = self.engine.beam(rows, num_beams, max_new_tokens)
+        tokens = sum(len(r.tokens) for r in results)
+        self.metrics.generated_tokens.inc(tokens)
+        self.metrics.tokens_per_second.set(tokens / max(time.perf_counter() - started, 1e-9))
+        return results
+
+    # ------------------------------------------------------------------ requests
+
+    def _encode(self, texts: list[str], name: str, add_eos: bool = True,
+                length_policy: bool = True) -> EncodedRows:
+        try:
+            return self.model.encode(texts, name, add_eos, apply_length_policy=length_policy)
+        except T5ForgeError as error:
+            raise RequestError(422, str(error)) from error
+
+    def _submit(self, group: Hashable, payloads: list, on_tokens=None) -> list[asyncio.Future]:
+        if not self.ready:
+            self.metrics.rejected.labels(reason="warming_up").inc()
+            raise RequestError(503, "the server is still compiling its models (warm-up); retry "
+                                    "shortly, /healthz says when it is ready")
+        futures = self.batcher.submit(group, payloads, on_tokens)
+        self.metrics.queue_depth.set(self.batcher.depth)
+        return futures
+
+    def _predict_jobs(self, request: PredictRequest, on_tokens=None):
+        encoded = self._encode(request.inputs, "inputs", not self.model.config.is_decoder_only)
+        max_new_tokens = request.max_new_tokens or self.settings.max_new_tokens
+        if request.method == "beam":
+            group = ("beam", request.num_beams or 4, max_new_tokens)
+            payloads = [(row, None) for row in encoded.rows]
+        else:
+            sampling = request.method == "sample"
+            options = RowOptions(
+                max_new_tokens=max_new_tokens,
+                temperature=(1.0 if request.temperature is None else request.temperature)
+                if sampling else 0.0,
+                top_k=request.top_k or 0, top_p=request.top_p or 0.0, seed=request.seed or 0)
+            group, payloads = _GENERATE, [(row, options) for row in encoded.rows]
+        return encoded, self._submit(group, payloads, on_tokens)
+
+    async def predict(self, request: PredictRequest) -> dict:
+        encoded, futures = self._predict_jobs(request)
+        results: list[Decoded] = await _gather(futures)
+        answer = {"outputs": [self.model.vocabulary.decode(r.tokens) for r in results],
+                  "truncated": encoded.truncated}
+        if request.return_scores:
+            answer["scores"] = [r.log_likelihood for r in results]
+        return answer
+
+    def stream(self, request: PredictRequest) -> AsyncIterator[bytes]:
+        """Queues the rows now (so refusals are ordinary errors, not a broken stream) and
+        returns the server-sent events: {"index", "token", "text"} per token, then each row's
+        full output, then [DONE]. Leaving early (client gone) cancels the rows."""
+        tokens: asyncio.Queue = asyncio.Queue()
+        callbacks = [lambda token, i=i: tokens.put_nowait((i, token))
+                     for i in range(len(request.inputs))]
+        encoded, futures = self._predict_jobs(request, callbacks)
+        return self._events(request, encoded, futures, tokens)
+
+    async def _events(self, request, encoded: EncodedRows, futures, tokens: asyncio.Queue):
+        deltas = [TextDeltas(self.model.vocabulary) for _ in futures]
+        finished = asyncio.ensure_future(_gather(futures))
+        try:
+            while not (finished.done() and tokens.empty()):
+                getter = asyncio.ensure_future(tokens.get())
+                await asyncio.wait({getter, finished}, return_when=asyncio.FIRST_COMPLETED)
+                if not getter.done():
+                    getter.cancel()
+                    continue
+                index, token = getter.result()
+                yield sse_event({"index": index, "token": token,
+                                 "text": deltas[index].add(token)})
+            for index, result in enumerate(finished.result()):
+                event = {"index": index, "output": self.model.vocabulary.decode(result.tokens),
+                         "truncated": encoded.truncated[index], "done": True}
+                if request.return_scores:
+                    event["score"] = result.log_likelihood
+                yield sse_event(event)
+            yield sse_event("[DONE]")
+        finally:
+            if not finished.done():  # the client left mid-stream: stop its rows
+                self.metrics.disconnects.inc()
+                finished.cancel()
+
+    async def score(self, request: ScoreRequest) -> dict:
+        inputs = self._encode(request.inputs, "inputs", not self.model.config.is_decoder_only)
+        targets = self._encode(request.targets, "targets", length_policy=False)
+        self._check_targets(targets.rows, "targets")
+        futures = self._submit(_SCORE, [ScorePair(i, t) for i, t in
+                                        zip(inputs.rows, targets.rows)])
+        return {"scores": await _gather(futures), "truncated": inputs.truncated}
+
+    async def classify(self, request: ClassifyRequest) -> dict:
+        inputs = self._encode(request.inputs, "inputs", not self.model.config.is_decoder_only)
+        per_input = request.choices_per_input()
+        pairs = []
+        for row, choices in zip(inputs.rows, per_input):
+            choice_rows = self._encode(choices, "choices", length_policy=False).rows
+            self._check_targets(choice_rows, "choices")
+            pairs += [ScorePair(row, choice) for choice in choice_rows]
+        scores = iter(await _gather(self._submit(_SCORE, pairs)))
+        results = []
+        for choices in per_input:
+            ranked = sorted(({"choice": c, "score": next(scores)} for c in choices),
+                            key=lambda r: -r["score"])
+            results.append({"prediction": ranked[0]["choice"], "ranked": ranked})
+        return {"results": results, "truncated": inputs.truncated}
+
+    def _check_targets(self, rows: list[list[int]], name: str) -> None:
+        limit = self.settings.max_target_length
+        for i, row in enumerate(rows):
+            if len(row) > limit:
+                raise RequestError(422, f"{name}[{i}] has {len(row)} tokens; the server scores "
+                                        f"at most {limit} (--max_target_length)")
+
+
+async def _gather(futures: list[asyncio.Future]) -> list:
+    """The futures' results; cancelling the caller cancels every still-waiting row."""
+    return list(await asyncio.gather(*futures))

@@ -1,0 +1,153 @@
+"""Greedy and sampled decoding one token per call, each row with its own options.
+
+The library's decoders (t5forge.models.decoding) run the whole loop as one XLA program with
+the sampling settings compiled in. A server needs what they cannot give: tokens as they are
+made (to stream them), rows with different settings in one batch (greedy beside top-p at
+temperature 0.7, each with its own seed and length budget), and a way to stop rows whose
+client left. Here one jitted call starts a batch (encodes the inputs, or prefills a
+decoder-only prompt) and one jitted call makes the next token of every row from that row's
+temperature, top_k, top_p and seed; the host loop between the two streams tokens and ends
+rows. One compilation per batch shape serves every mix of options.
+
+Scores are the log-likelihood of each generated token under the model (temperature 1, no
+filtering), so a returned score equals what /v1/score gives for the same output tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# The blocked inverse CDF, the bisection for the top-p floor and the prompt buffer are the
+# library decoders' own; reusing them keeps one definition of each sampling rule.
+from t5forge.models.decoding import (
+    MIN_TEMPERATURE,
+    NEG_INF,
+    _inverse_cdf_pick,
+    _prompt_buffer,
+    _top_p_threshold,
+)
+
+# Per-row top_k is read at run time, so the top-k candidates are taken with this static width.
+TOP_K_LIMIT = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class RowOptions:
+    """One row's decoding: temperature 0 means greedy."""
+
+    max_new_tokens: int
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 0.0
+    seed: int = 0
+
+
+@dataclasses.dataclass
+class Decoded:
+    """A row's generated tokens (EOS included when it ended with one) and their log-likelihood."""
+
+    tokens: list[int]
+    log_likelihood: float
+
+
+def _choose(logits, keys, temperature, top_k, top_p):
+    """Next token and its model log-likelihood for every row, from per-row options."""
+    log_probs = jax.nn.log_softmax(logits, axis=-1)
+    greedy = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    sampling = temperature > MIN_TEMPERATURE
+
+    def sample(_):
+        scaled = logits / jnp.where(sampling, temperature, 1.0)[:, None]
+        kth = jax.lax.top_k(scaled, min(TOP_K_LIMIT, logits.shape[-1]))[0]
+        floor = jnp.take_along_axis(kth, jnp.clip(top_k - 1, 0, kth.shape[-1] - 1)[:, None], 1)
+        scaled = jnp.where((top_k[:, None] > 0) & (scaled < floor), NEG_INF, scaled)
+        probs = jax.nn.softmax(scaled, axis=-1)
+        nucleus_floor = jnp.where(top_p > 0, _top_p_threshold(probs, top_p), 0.0)
+        kept = jnp.where(probs >= nucleus_floor[:, None], probs, 0.0)
+        uniform = jax.vmap(lambda key: 1.0 - jax.random.uniform(key, (), jnp.float32))(keys)
+        return jnp.where(sampling, _inverse_cdf_pick(kept, uniform), greedy)
+
+    # An all-greedy batch skips the sampling work (top-k, bisection) entirely.
+    tokens = jax.lax.cond(jnp.any(sampling), sample, lambda _: greedy, None)
+    return tokens, jnp.take_along_axis(log_probs, tokens[:, None], axis=-1)[:, 0]
+
+
+class StepDecoder:
+    """Starts batches and steps them for one model (`t5forge.api.Model.t5x_model`)."""
+
+    def __init__(self, t5x_model):
+        self.model = t5x_model
+        self.eos_id = t5x_model.eos_id
+
+    # The jitted methods take self as a static argument: decoders of one model share their
+    # compilations (a second server on the same model compiles nothing new).
+    def __hash__(self):
+        return hash(id(self.model))
+
+    def __eq__(self, other):
+        return isinstance(other, StepDecoder) and other.model is self.model
+
+    @functools.partial(jax.jit, static_argnums=(0,), static_argnames=("cache_length",))
+    def _start(self, params, features, *, cache_length):
+        prompt, cache, _ = self.model.decoding_state(params, features, cache_length)
+        return cache, _prompt_buffer(prompt)
+
+    @functools.partial(jax.jit, static_argnums=(0,), static_argnames=("cache_length",))
+    def _step(self, params, features, cache, buffer, token, step, seeds, temperature, top_k,
+              top_p, *, cache_length):
+        # Only the step function is used here; XLA drops the unused encoding/prefill.
+        _, _, tokens_to_logits = self.model.decoding_state(params, features, cache_length)
+        logits, cache = tokens_to_logits(token[:, None], cache, step)
+        keys = jax.vmap(lambda seed: jax.random.fold_in(jax.random.PRNGKey(seed), step))(seeds)
+        chosen, log_likelihood = _choose(logits.astype(jnp.float32), keys, temperature, top_k,
+                                         top_p)
+        forced = jax.lax.dynamic_index_in_dim(buffer, step + 1, axis=1, keepdims=False)
+        generated = forced == 0
+        return (jnp.where(generated, chosen, forced), generated,
+                jnp.where(generated, log_likelihood, 0.0), cache)
+
+    def decode(self, params, features: dict, cache_length: int, rows: list[RowOptions],
+               emit: Callable[[int, int], None] | None = None,
+               cancelled: Callable[[int], bool] | None = None) -> list[Decoded]:
+        """Decodes the first len(rows) rows of a padded batch (extra rows are padding).
+
+        emit(row, token) is called for each generated token as soon as it is known;
+        cancelled(row) is asked after every step and ends that row early when true.
+        """
+        batch = next(iter(features.values())).shape[0]
+        options = rows + [RowOptions(max_new_tokens=0)] * (batch - len(rows))
+        per_row = {
+            "seeds": np.array([o.seed % 2**32 for o in options], np.uint32),
+            "temperature": np.array([o.temperature for o in options], np.float32),
+            "top_k": np.array([o.top_k for o in options], np.int32),
+            "top_p": np.array([o.top_p for o in options], np.float32),
+        }
+        cache, buffer = self._start(params, features, cache_length=cache_length)
+        token = jnp.zeros((batch,), jnp.int32)
+        results = [Decoded([], 0.0) for _ in rows]
+        live = [o.max_new_tokens > 0 for o in rows]
+        for step in range(cache_length):
+            if not any(live):
+                break
+            token, generated, log_likelihood, cache = self._step(
+                params, features, cache, buffer, token, jnp.int32(step), **per_row,
+                cache_length=cache_length)
+            tokens, generated, log_likelihood = jax.device_get((token, generated, log_likelihood))
+            for row, result in enumerate(results):
+                if not live[row] or not generated[row]:
+                    continue
+                result.tokens.append(int(tokens[row]))
+                result.log_likelihood += float(log_likelihood[row])
+                if emit is not None:
+                    emit(row, int(tokens[row]))
+                if tokens[row] == self.eos_id or len(result.tokens) >= rows[row].max_new_tokens:
+                    live[row] = False
+            if cancelled is not None:
+                live = [alive and not cancelled(row) for row, alive in enumerate(live)]
+        return results

@@ -1,0 +1,74 @@
+"""What the serving tests share: the tiny model's config, the test settings, a server in a
+thread, waiting for readiness, and reading /metrics."""
+
+import contextlib
+import dataclasses
+import socket
+import threading
+import time
+
+import httpx
+
+from t5forge.models.configs import T5Config
+from t5forge.serving import InferenceService, ServerSettings, create_app
+
+TINY_CONFIG = T5Config(vocab_size=1152, emb_dim=32, num_heads=4, num_encoder_layers=2,
+                       num_decoder_layers=2, head_dim=8, mlp_dim=64, dtype="float32")
+# Small limits so every limit is reachable; max_wait_ms long enough that concurrent test
+# requests always meet in one batch.
+TEST_SETTINGS = ServerSettings(
+    max_batch_size=4, max_wait_ms=200, max_queue=8, max_items=8, max_body_bytes=20_000,
+    max_new_tokens=6, max_new_tokens_limit=12, max_target_length=16, max_num_beams=4,
+    warmup_num_beams=2, max_input_length=16)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_ready(base_url: str, timeout: float = 300.0, process=None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode} before it was ready")
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(f"{base_url}/healthz", timeout=5).status_code == 200:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"{base_url} not ready after {timeout} s")
+
+
+@contextlib.contextmanager
+def running_server(model, **changes):
+    """Serves `model` in a thread with TEST_SETTINGS (plus changes); yields (url, service)."""
+    import uvicorn
+
+    settings = dataclasses.replace(TEST_SETTINGS, port=free_port(), **changes)
+    service = InferenceService(model, settings)
+    server = uvicorn.Server(uvicorn.Config(create_app(service), host=settings.host,
+                                           port=settings.port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://{settings.host}:{settings.port}"
+    try:
+        wait_ready(url)
+        yield url, service
+    finally:
+        server.should_exit = True
+        thread.join(timeout=60)
+
+
+
+def metric_value(base_url: str, sample_name: str, headers=None, **labels) -> float:
+    """One sample of /metrics, parsed with prometheus_client's own parser (0 if absent)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{base_url}/metrics", headers=headers, timeout=30).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == sample_name and all(sample.labels.get(k) == v
+                                                  for k, v in labels.items()):
+                return sample.value
+    return 0.0

@@ -1,0 +1,48 @@
+"""The per-row step decoder against the library's decoders, and the server's shape buckets."""
+
+import jax
+import numpy as np
+import pytest
+
+from t5forge.api import Model, predict_features
+from t5forge.models.configs import get_config
+from t5forge.models.model import build_model
+from t5forge.serving.engine import batch_buckets, length_buckets
+from t5forge.serving.stepwise import RowOptions, StepDecoder
+
+
+@pytest.mark.parametrize("preset, rows", [
+    ("t5_1_1/tiny", [[5, 9, 3, 12, 7, 1], [14, 3, 1]]),
+    ("decoder_only/tiny", [[5, 9, 3, 12, 7], [14, 3]]),
+])
+def test_greedy_rows_equal_the_library_decoder_and_sampled_rows_ignore_their_batch(preset, rows):
+    config = get_config(preset, vocab_size=64, dtype="float32")
+    model = Model(config, jax.device_get(build_model(config).init_params(jax.random.PRNGKey(0))))
+    decoder = StepDecoder(model.t5x_model)
+    features, prompt_width = predict_features(config, rows, 4, 8)
+    cache_length = prompt_width + 12
+    greedy = decoder.decode(model.params, features, cache_length, [RowOptions(10)] * 2)
+    np.testing.assert_array_equal([r.tokens for r in greedy],
+                                  model.generate(rows, max_length=10))
+    expected = model.score(rows, [r.tokens for r in greedy])
+    np.testing.assert_allclose([r.log_likelihood for r in greedy], expected, rtol=1e-4)
+
+    sampled = RowOptions(10, temperature=1.0, seed=3)
+    first = decoder.decode(model.params, features, cache_length,
+                           [sampled, RowOptions(10, temperature=0.7, top_k=5, seed=4)])
+    again = decoder.decode(model.params, features, cache_length,
+                           [sampled, RowOptions(4, temperature=1.0, top_p=0.9, seed=5)])
+    assert first[0].tokens == again[0].tokens
+    assert len(again[1].tokens) <= 4
+    streamed = []
+    decoder.decode(model.params, features, cache_length, [sampled, RowOptions(3)],
+                   emit=lambda row, token: streamed.append((row, token)))
+    assert [t for row, t in streamed if row == 0] == first[0].tokens
+
+
+def test_buckets_are_few_and_cover_the_limits():
+    assert length_buckets(64) == (16, 64)
+    assert length_buckets(512) == (16, 64, 256, 512)
+    assert length_buckets(100) == (16, 64, 100)
+    assert batch_buckets(1) == (1,)
+    assert batch_buckets(24) == (1, 2, 4, 8, 16, 32)
