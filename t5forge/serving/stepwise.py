@@ -122,12 +122,13 @@ class StepDecoder:
         """
         batch = next(iter(features.values())).shape[0]
         options = rows + [RowOptions(max_new_tokens=0)] * (batch - len(rows))
-        per_row = {
+        # On the device once, not copied again by every step.
+        features, per_row = jax.device_put((features, {
             "seeds": np.array([o.seed % 2**32 for o in options], np.uint32),
             "temperature": np.array([o.temperature for o in options], np.float32),
             "top_k": np.array([o.top_k for o in options], np.int32),
             "top_p": np.array([o.top_p for o in options], np.float32),
-        }
+        }))
         cache, buffer = self._start(params, features, cache_length=cache_length)
         token = jnp.zeros((batch,), jnp.int32)
         results = [Decoded([], 0.0) for _ in rows]

@@ -1,0 +1,273 @@
+"""Serving throughput and latency: `t5forge serve` with dynamic batching vs the same server
+with batching off (--max_batch_size 1), driven over loopback by a bounded asyncio httpx load.
+
+For each model (the `make demo` model's config and T5 1.1 small, random weights, float32) a
+real `t5forge serve` process is started on a Hugging Face directory written here, then for
+each concurrency level C (1, 8, 32, 64) C clients send greedy /v1/predict requests back to
+back, one sentence each from the bundled en-de validation split, until --requests answers
+arrived (or --seconds passed). The EOS column of the output projection is zeroed (as in
+benchmarks/decode.py) so every request generates exactly --new_tokens tokens on both sides.
+Reported per level: requests/s, p50/p99 latency, errors, and the mean rows per device batch
+read from the server's /metrics. Results go to benchmarks/results/serve.json and a plot to
+docs/images/serve_throughput.png.
+
+The 1-minute load average is printed before and after; results taken while it is above 0.3
+are labelled "shared CPU" and are not for publishing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gzip
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+RESULTS = ROOT / "benchmarks" / "results" / "serve.json"
+PLOT = ROOT / "docs" / "images" / "serve_throughput.png"
+DATA = ROOT / "t5forge" / "tasks" / "data" / "en_de_lohelp"
+DEMO_GIN = ROOT / "t5forge" / "configs" / "examples" / "demo_en_de.gin"
+MODELS = {"demo": "the make-demo model (T5 1.1 layout, width 256, 3+3 layers, 4k vocabulary)",
+          "t5_1_1_small": "T5 1.1 small (512 wide, 8+8 layers, 32k vocabulary)"}
+IDLE_LOAD = 0.3
+EOS_ID = 1
+
+
+def _load_average() -> float:
+    return os.getloadavg()[0]
+
+
+def _config(name: str):
+    from t5forge.models.configs import get_config
+
+    if name == "t5_1_1_small":
+        return get_config("t5_1_1/small", dtype="float32")
+    import gin
+
+    from t5forge.api import _resolve_config
+    from t5forge.cli.gin_flags import PACKAGE_CONFIGS
+
+    gin.add_config_file_search_path(str(PACKAGE_CONFIGS))
+    return _resolve_config(DEMO_GIN)
+
+
+def _write_model(name: str, directory: Path, vocab: Path) -> Path:
+    """A Hugging Face dir with random weights whose rows never emit EOS."""
+    import jax
+
+    from t5forge.interop.huggingface import save_hf_dir
+    from t5forge.models.model import build_model
+
+    config = _config(name)
+    params = jax.device_get(build_model(config).init_params(jax.random.PRNGKey(0)))
+    head = np.array(params["decoder"]["logits_dense"]["kernel"])
+    head[:, EOS_ID] = 0.0
+    params["decoder"]["logits_dense"]["kernel"] = head
+    return save_hf_dir(params, config, directory / name, vocab_path=vocab, extra_ids=100)
+
+
+def _vocabulary(directory: Path) -> Path:
+    from t5forge.data.vocab_trainer import file_texts, train_vocabulary
+
+    path = directory / "spiece.model"
+    source = [str(DATA / "train.jsonl.gz")]
+    texts = list(file_texts(source, "en")) + list(file_texts(source, "de"))
+    train_vocabulary(texts, path, vocab_size=4000, extra_ids=100, progress=False)
+    return path
+
+
+def _sentences() -> list[str]:
+    with gzip.open(DATA / "validation.jsonl.gz", "rt") as lines:
+        return [f"translate English to German: {json.loads(line)['en']}" for line in lines]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def _server(model_dir: Path, max_batch_size: int, args):
+    """A `t5forge serve` process; yields (base url, seconds until ready)."""
+    port = _free_port()
+    command = [sys.executable, "-m", "t5forge.serve", "--checkpoint", str(model_dir),
+               "--port", str(port), "--max_batch_size", str(max_batch_size),
+               "--max_wait_ms", str(args.max_wait_ms), "--max_queue", "1024",
+               "--max_input_length", "64", "--max_new_tokens", str(args.new_tokens),
+               "--max_new_tokens_limit", str(args.new_tokens), "--max_target_length", "16",
+               "--warmup_num_beams", "0", "--input_length_policy", "truncate",
+               "--log_level", "warning"]
+    started = time.perf_counter()
+    process = subprocess.Popen(command, cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"the server exited with {process.returncode}")
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
+                    break
+            time.sleep(0.5)
+        yield url, time.perf_counter() - started
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=120)
+
+
+def _batch_stats(url: str) -> tuple[float, float]:
+    """(device batches, rows) of generation so far, from /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    values = {}
+    for family in text_string_to_metric_families(httpx.get(f"{url}/metrics").text):
+        for sample in family.samples:
+            if sample.labels.get("kind") == "generate":
+                values[sample.name] = sample.value
+    return values.get("t5forge_batch_size_count", 0.0), values.get("t5forge_batch_size_sum", 0.0)
+
+
+async def _load(url: str, concurrency: int, total: int, seconds: float, sentences, new_tokens):
+    """C clients back to back until `total` answers or `seconds`; latencies and errors."""
+    latencies, errors, sent = [], 0, 0
+    deadline = time.perf_counter() + seconds
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+
+    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as client:
+        async def one_client():
+            nonlocal errors, sent
+            while sent < total and time.perf_counter() < deadline:
+                text = sentences[sent % len(sentences)]
+                sent += 1
+                began = time.perf_counter()
+                response = await client.post("/v1/predict", json={
+                    "inputs": [text], "max_new_tokens": new_tokens})
+                if response.status_code == 200:
+                    latencies.append(time.perf_counter() - began)
+                else:
+                    errors += 1
+
+        began = time.perf_counter()
+        await asyncio.gather(*(one_client() for _ in range(concurrency)))
+        wall = time.perf_counter() - began
+    return latencies, errors, wall
+
+
+def _level(url: str, concurrency: int, args, sentences) -> dict:
+    total = max(args.requests, 2 * concurrency)
+    batches, rows = _batch_stats(url)
+    latencies, errors, wall = asyncio.run(_load(url, concurrency, total, args.seconds,
+                                                sentences, args.new_tokens))
+    batches_after, rows_after = _batch_stats(url)
+    latencies = np.array(latencies) * 1000
+    return {
+        "concurrency": concurrency, "requests": len(latencies), "errors": errors,
+        "seconds": round(wall, 2), "requests_per_s": round(len(latencies) / wall, 2),
+        "tokens_per_s": round(len(latencies) * args.new_tokens / wall, 1),
+        "p50_ms": round(float(np.percentile(latencies, 50)), 1) if len(latencies) else None,
+        "p99_ms": round(float(np.percentile(latencies, 99)), 1) if len(latencies) else None,
+        "mean_batch_rows": round((rows_after - rows) / max(batches_after - batches, 1), 2),
+    }
+
+
+def _plot(results: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = list(results["models"])
+    figure, axes = plt.subplots(1, 2 * len(models), figsize=(6 * len(models), 3.6),
+                                squeeze=False)
+    for column, model in enumerate(models):
+        throughput, latency = axes[0][2 * column], axes[0][2 * column + 1]
+        for color, (mode, runs) in zip(("C0", "C1"), results["models"][model]["modes"].items()):
+            levels = [r["concurrency"] for r in runs["levels"]]
+            throughput.plot(levels, [r["requests_per_s"] for r in runs["levels"]], "o-",
+                            color=color, label=mode)
+            latency.plot(levels, [r["p99_ms"] for r in runs["levels"]], "o-", color=color,
+                         label=f"{mode}: p99")
+            latency.plot(levels, [r["p50_ms"] for r in runs["levels"]], "o--", color=color,
+                         label=f"{mode}: p50")
+        for axis, label in ((throughput, "requests/s"), (latency, "latency (ms)")):
+            axis.set_xscale("log", base=2)
+            axis.set_xticks(levels, [str(level) for level in levels])
+            axis.set_xlabel("concurrent clients")
+            axis.set_ylabel(label)
+            axis.set_title(f"{model}: {label}")
+            axis.legend(fontsize=7)
+    figure.suptitle(f"t5forge serve, greedy, {results['new_tokens']} new tokens per request "
+                    f"({results['cpu']})", fontsize=9)
+    figure.tight_layout()
+    PLOT.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(PLOT, dpi=110)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 8, 32, 64])
+    parser.add_argument("--requests", type=int, default=128,
+                        help="answers per level (at least 2x the concurrency)")
+    parser.add_argument("--seconds", type=float, default=120, help="time cap per level")
+    parser.add_argument("--new_tokens", type=int, default=32)
+    parser.add_argument("--max_batch_size", type=int, default=32,
+                        help="the batching-on server's device batch")
+    parser.add_argument("--max_wait_ms", type=float, default=5.0)
+    args = parser.parse_args()
+
+    load_before = _load_average()
+    print(f"1-minute load average before: {load_before:.2f}", flush=True)
+    sentences = _sentences()
+    results = {"new_tokens": args.new_tokens, "load_average_before": load_before,
+               "max_wait_ms": args.max_wait_ms, "models": {}}
+    with tempfile.TemporaryDirectory() as scratch:
+        vocab = _vocabulary(Path(scratch))
+        for name in args.models:
+            model_dir = _write_model(name, Path(scratch), vocab)
+            modes = {}
+            for mode, batch in ((f"batching on (max {args.max_batch_size})",
+                                 args.max_batch_size), ("batching off", 1)):
+                with _server(model_dir, batch, args) as (url, ready_s):
+                    print(f"{name}, {mode}: ready in {ready_s:.0f} s", flush=True)
+                    levels = []
+                    for concurrency in args.concurrency:
+                        levels.append(_level(url, concurrency, args, sentences))
+                        print(f"  {json.dumps(levels[-1])}", flush=True)
+                modes[mode] = {"max_batch_size": batch, "ready_s": round(ready_s, 1),
+                               "levels": levels}
+            on, off = (modes[m]["levels"] for m in modes)
+            ratios = {str(a["concurrency"]): round(a["requests_per_s"] / b["requests_per_s"], 2)
+                      for a, b in zip(on, off) if b["requests_per_s"]}
+            print(f"{name}: batching on / off requests/s by concurrency: {ratios}", flush=True)
+            results["models"][name] = {"description": MODELS[name], "modes": modes,
+                                       "speedup_by_concurrency": ratios}
+    load_after = _load_average()
+    results["load_average_after"] = load_after
+    results["cpu"] = ("shared CPU" if max(load_before, load_after) > IDLE_LOAD
+                      else "idle CPU") + f", {os.cpu_count()} cores"
+    print(f"1-minute load average after: {load_after:.2f} -> results labelled "
+          f"'{results['cpu']}'", flush=True)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    _plot(results)
+    print(f"wrote {RESULTS.relative_to(ROOT)} and {PLOT.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
