@@ -80,7 +80,12 @@ def normalizing_factor_and_weights(loss_normalizing_factor, weights, segment_ids
 def loss_and_metrics(logits, targets, weights, *, z_loss: float = 0.0,
                      label_smoothing: float = 0.0, loss_normalizing_factor=None,
                      segment_ids=None):
-    """(loss scalar, metrics dict of per-batch scalars with T5X's metric names)."""
+    """(loss scalar, metrics dict of per-batch scalars with T5X's metric names).
+
+    `loss`, `z_loss` and `cross_ent_loss` are what is optimized (divided by the normalizing
+    factor when one is set); the `*_per_*_token(s)` metrics are always the plain per-token
+    averages of the unnormalized sums, so they read the same whatever the factor.
+    """
     targets = targets.astype(jnp.int32)
     raw_weights = weights.astype(jnp.float32)
     factor, weights = normalizing_factor_and_weights(loss_normalizing_factor, raw_weights,
@@ -88,6 +93,7 @@ def loss_and_metrics(logits, targets, weights, *, z_loss: float = 0.0,
     token_loss, token_z = token_cross_entropy(logits, targets, z_loss, label_smoothing)
     loss = jnp.sum(token_loss * weights)
     total_z = jnp.sum(token_z * weights)
+    raw_loss, raw_z = jnp.sum(token_loss * raw_weights), jnp.sum(token_z * raw_weights)
     if factor is not None:
         loss, total_z = loss / factor, total_z / factor
     num_tokens = jnp.float32(targets.size)
@@ -96,12 +102,12 @@ def loss_and_metrics(logits, targets, weights, *, z_loss: float = 0.0,
     metrics = {
         "loss": loss,
         "accuracy": jnp.sum(correct * raw_weights) / jnp.maximum(nonpadding, 1e-8),
-        "loss_per_nonpadding_target_token": loss / jnp.maximum(nonpadding, 1e-8),
-        "loss_per_all_target_tokens": loss / num_tokens,
+        "loss_per_nonpadding_target_token": raw_loss / jnp.maximum(nonpadding, 1e-8),
+        "loss_per_all_target_tokens": raw_loss / num_tokens,
         "z_loss": total_z,
-        "z_loss_per_all_target_tokens": total_z / num_tokens,
+        "z_loss_per_all_target_tokens": raw_z / num_tokens,
         "cross_ent_loss": loss - total_z,
-        "cross_ent_loss_per_all_target_tokens": (loss - total_z) / num_tokens,
+        "cross_ent_loss_per_all_target_tokens": (raw_loss - raw_z) / num_tokens,
         "non_padding_fraction/loss_weights": nonpadding / num_tokens,
         "non_padding_fraction/overall": jnp.sum(targets > 0) / num_tokens,
     }

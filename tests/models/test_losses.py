@@ -82,13 +82,17 @@ def test_metrics_have_t5x_names_and_values():
     loss, metrics = loss_and_metrics(logits, targets, weights, z_loss=z,
                                      loss_normalizing_factor="NUM_REAL_TARGET_TOKENS")
     z_total = z * (LSE[0] ** 2 + LSE[1] ** 2)
-    expected_loss = (NLL[0] + NLL[1] + z_total) / 2
+    token_sum = NLL[0] + NLL[1] + z_total
+    expected_loss = token_sum / 2
     assert float(loss) == pytest.approx(expected_loss, rel=1e-6)
     expected = {
         "loss": expected_loss,
         "accuracy": 0.5,
-        "loss_per_nonpadding_target_token": expected_loss / 2,
-        "loss_per_all_target_tokens": expected_loss / 3,
+        # Per-token metrics are the plain averages of the unnormalized sum: divided once.
+        "loss_per_nonpadding_target_token": token_sum / 2,
+        "loss_per_all_target_tokens": token_sum / 3,
+        "z_loss_per_all_target_tokens": z_total / 3,
+        "cross_ent_loss_per_all_target_tokens": (NLL[0] + NLL[1]) / 3,
         "z_loss": z_total / 2,
         "cross_ent_loss": (NLL[0] + NLL[1]) / 2,
         "non_padding_fraction/loss_weights": 2 / 3,
@@ -97,6 +101,17 @@ def test_metrics_have_t5x_names_and_values():
     }
     for name, value in expected.items():
         assert float(metrics[name]) == pytest.approx(value, rel=1e-5), name
+
+
+@pytest.mark.parametrize("factor", [None, 7.0, "NUM_REAL_TARGET_TOKENS", "NUM_TOTAL_TARGET_TOKENS",
+                                    "AVERAGE_PER_SEQUENCE"])
+def test_per_token_metrics_do_not_depend_on_the_normalizing_factor(factor):
+    logits = jnp.concatenate([LOGITS, jnp.zeros((1, 1, 3))], axis=1)
+    targets, weights = jnp.array([[1, 2, 0]]), jnp.array([[1.0, 1.0, 0.0]])
+    _, metrics = loss_and_metrics(logits, targets, weights, loss_normalizing_factor=factor)
+    per_token = float(metrics["loss_per_nonpadding_target_token"])
+    plain = float(jnp.mean(token_cross_entropy(logits, targets)[0][0, :2]))
+    assert per_token == pytest.approx(plain, rel=1e-6)
 
 
 def test_default_loss_is_a_sum_over_weighted_tokens():
