@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import sentencepiece
-from sentencepiece import sentencepiece_model_pb2
 
 from t5forge.errors import DataError
 
@@ -29,6 +28,28 @@ def _clean_ids(ids: Sequence[int], eos_id: int, unk_id: int, size: int) -> list[
     if eos_id in clean:
         clean = clean[: clean.index(eos_id)]
     return clean
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _user_defined_piece(piece: str) -> bytes:
+    """One `ModelProto.pieces` entry (piece, score 0, type USER_DEFINED), protobuf-encoded.
+
+    Serialized protobuf messages concatenate: bytes appended to a model file append entries to
+    its repeated `pieces` field. Encoding the few bytes here (field 1 = piece, 3 = type 4)
+    avoids sentencepiece's generated module, which pins the protobuf runtime to the version it
+    was generated with.
+    """
+    text = piece.encode("utf-8")
+    entry = b"\x0a" + _varint(len(text)) + text + b"\x15\x00\x00\x00\x00" + b"\x18\x04"
+    return b"\x0a" + _varint(len(entry)) + entry
 
 
 class SentencePieceVocabulary:
@@ -56,18 +77,12 @@ class SentencePieceVocabulary:
                 f"cannot read vocabulary file {self.path} ({e.strerror}); "
                 "pass the path of a SentencePiece .model file"
             ) from None
-        model = sentencepiece_model_pb2.ModelProto()
+        sentinels = b"".join(_user_defined_piece(f"▁<extra_id_{i}>")
+                             for i in reversed(range(self.extra_ids)))
         try:
-            model.ParseFromString(data)
-            if not model.pieces:
+            processor = sentencepiece.SentencePieceProcessor(model_proto=data + sentinels)
+            if processor.GetPieceSize() <= self.extra_ids:
                 raise ValueError("no pieces")
-            for i in reversed(range(self.extra_ids)):
-                model.pieces.add(
-                    piece=f"▁<extra_id_{i}>",
-                    score=0.0,
-                    type=sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED,
-                )
-            processor = sentencepiece.SentencePieceProcessor(model_proto=model.SerializeToString())
         except Exception:
             raise DataError(
                 f"{self.path} is not a SentencePiece model; pass a .model file written by "

@@ -5,7 +5,7 @@ import gzip
 import json
 
 import pytest
-from sentencepiece import sentencepiece_model_pb2
+import sentencepiece
 
 from t5forge.data import vocab_trainer
 from t5forge.data.sources import JsonLinesSource
@@ -33,14 +33,13 @@ def trained(english, tmp_path_factory):
 
 def test_model_has_t5_id_layout_and_normaliser(trained):
     output, summary = trained
-    model = sentencepiece_model_pb2.ModelProto()
-    model.ParseFromString(output.read_bytes())
-    assert [p.piece for p in model.pieces[:3]] == ["<pad>", "</s>", "<unk>"]
-    assert (model.trainer_spec.pad_id, model.trainer_spec.eos_id,
-            model.trainer_spec.unk_id, model.trainer_spec.bos_id) == (0, 1, 2, -1)
-    assert model.normalizer_spec.name == "nmt_nfkc"
-    assert len(model.pieces) == 8000 == summary.vocab_size
-    assert not any("extra_id" in p.piece for p in model.pieces)
+    model = sentencepiece.SentencePieceProcessor(model_file=str(output))
+    assert [model.IdToPiece(i) for i in range(3)] == ["<pad>", "</s>", "<unk>"]
+    assert (model.pad_id(), model.eos_id(), model.unk_id(), model.bos_id()) == (0, 1, 2, -1)
+    # nmt_nfkc folds compatibility forms: full-width letters encode as the ASCII word.
+    assert model.EncodeAsIds("ｆｕｌｌ") == model.EncodeAsIds("full")
+    assert model.GetPieceSize() == 8000 == summary.vocab_size
+    assert not any("extra_id" in model.IdToPiece(i) for i in range(model.GetPieceSize()))
 
 
 def test_summary_numbers(trained):
