@@ -34,6 +34,7 @@ from t5forge.serving.schemas import (
 from t5forge.serving.service import InferenceService
 from t5forge.serving.settings import ServerSettings
 
+_ENDPOINTS = ("/v1/predict", "/v1/score", "/v1/classify")
 _CLIENT_CLOSED = 499  # nginx's code for "client closed request"; nobody receives it
 
 
@@ -89,8 +90,10 @@ class _Guard:
             await self._app_with_body_limit(scope, receive, send_counting)
         finally:
             if path.startswith("/v1/"):
-                self.metrics.requests.labels(endpoint=path, status=str(status[0])).inc()
-                self.metrics.latency.labels(endpoint=path).observe(
+                # Unknown paths share one label, so clients cannot grow the metrics at will.
+                endpoint = path if path in _ENDPOINTS else "other"
+                self.metrics.requests.labels(endpoint=endpoint, status=str(status[0])).inc()
+                self.metrics.latency.labels(endpoint=endpoint).observe(
                     time.perf_counter() - started)
 
     def _refusal(self, path: str, headers: dict) -> JSONResponse | None:

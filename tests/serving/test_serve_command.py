@@ -79,3 +79,18 @@ def test_serve_command_checks_the_key_and_drains_on_sigterm(t5forge_run):
             process.wait()
     output = process.stdout.read()
     assert "Traceback" not in output, output
+
+
+def test_t5x_checkpoints_serve_with_a_config_and_a_vocabulary(shared_data, test_spm_path):
+    from t5forge.errors import T5ForgeError
+    from t5forge.serving import InferenceService, ServerSettings
+    from t5forge.serving.server import load_for_serving
+
+    checkpoint = shared_data / "t5x_testdata" / "test_t5_tiny.checkpoint_0"
+    with pytest.raises(T5ForgeError, match="no vocabulary .* pass --vocab PATH") as raised:
+        InferenceService(load_for_serving(checkpoint, config="t5_1_1/tiny"), ServerSettings())
+    assert "\n" not in str(raised.value)
+    model = load_for_serving(checkpoint, vocab=test_spm_path, extra_ids=0, config="t5_1_1/tiny")
+    service = InferenceService(model, ServerSettings(max_input_length=64))
+    assert service.model.vocabulary.vocab_size == 26
+    assert service.engine.input_buckets == (16, 64)
