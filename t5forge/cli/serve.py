@@ -1,7 +1,8 @@
 """`t5forge serve --checkpoint PATH`: the HTTP inference server (see t5forge.serving).
 
     t5forge serve --checkpoint runs/demo --port 8000
-    curl -s localhost:8000/v1/predict -d '{"inputs": ["translate English to German: Hello."]}'
+    curl -s localhost:8000/v1/predict -H 'Content-Type: application/json' \
+      -d '{"inputs": ["translate English to German: Hello."]}'
 """
 
 from __future__ import annotations
