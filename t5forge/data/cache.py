@@ -80,7 +80,13 @@ def _feature_spec(name: str, value: Any) -> dict:
     return {"dtype": array.dtype.name, "shape": [None] * array.ndim}
 
 
-def _encode(example: Mapping[str, Any], specs: Mapping[str, dict]) -> bytes:
+def feature_specs(example: Mapping[str, Any]) -> dict[str, dict]:
+    """The info file's feature specs, taken from a split's first example."""
+    return {name: _feature_spec(name, value) for name, value in example.items()}
+
+
+def encode_example(example: Mapping[str, Any], specs: Mapping[str, dict]) -> bytes:
+    """One record; refuses an example whose features differ from the split's specs."""
     if set(example) != set(specs):
         raise DataError(
             f"cached examples must all have the same features: expected {sorted(specs)}, "
@@ -123,8 +129,9 @@ def _decode(record: bytes, specs: Mapping[str, dict]) -> dict[str, Any]:
 # -- writing -----------------------------------------------------------------------------
 
 
-class _SplitStats:
-    """Example count and token totals of every integer sequence feature."""
+class SplitStats:
+    """Example count and token totals of every integer sequence feature; parts of a split
+    counted apart (Beam's shards) merge into the same totals."""
 
     def __init__(self):
         self.examples = 0
@@ -139,6 +146,13 @@ class _SplitStats:
                 self.tokens[name] = self.tokens.get(name, 0) + length
                 self.max_tokens[name] = max(self.max_tokens.get(name, 0), length)
 
+    def merge(self, other: SplitStats) -> SplitStats:
+        self.examples += other.examples
+        for name, tokens in other.tokens.items():
+            self.tokens[name] = self.tokens.get(name, 0) + tokens
+            self.max_tokens[name] = max(self.max_tokens.get(name, 0), other.max_tokens[name])
+        return self
+
     def as_dict(self) -> dict[str, int]:
         stats = {"examples": self.examples}
         for name in sorted(self.tokens):
@@ -151,6 +165,43 @@ def default_shard_count(task, split: str) -> int:
     """About one shard per 10,000 examples, between 1 and 64, when the size is known."""
     size = task.num_input_examples(split)
     return 1 if size is None else max(1, min(64, -(-size // 10_000)))
+
+
+def start_split(task_dir: Path, split: str) -> None:
+    """Marks the split unfinished and removes its old shards, before any new file appears."""
+    task_dir.mkdir(parents=True, exist_ok=True)
+    _set_completed(task_dir, split, completed=False)
+    for stale in task_dir.glob(f"{split}.array_record-*"):
+        stale.unlink()
+
+
+def shard_writer(path: Path) -> ArrayRecordWriter:
+    """One record per chunk, so reads of single examples stay cheap."""
+    return ArrayRecordWriter(str(path), "group_size:1")
+
+
+def finish_split(
+    task_dir: Path,
+    split: str,
+    specs: Mapping[str, dict] | None,
+    shard_count: int,
+    stats: SplitStats,
+) -> None:
+    """Writes the info and statistics files, then the completion marker, last."""
+    if specs is None:
+        raise DataError(
+            f"task {task_dir.name!r} split {split!r} produced no examples; nothing to cache "
+            "(check the source files and the task's filters)"
+        )
+    info = {
+        "features": dict(specs),
+        "num_shards": shard_count,
+        "shard_order": "round_robin",
+        "format": "array_record/msgpack",
+    }
+    _write_json_atomically(task_dir / f"info.{split}.json", info)
+    _write_json_atomically(task_dir / f"stats.{split}.json", stats.as_dict())
+    _set_completed(task_dir, split, completed=True)
 
 
 def write_task_cache(
@@ -168,49 +219,29 @@ def write_task_cache(
     switching a run to the cache does not change what it trains on.
     """
     task_dir = task_cache_dir(output_dir, task.name)
-    task_dir.mkdir(parents=True, exist_ok=True)
-    _set_completed(task_dir, split, completed=False)
-    for stale in task_dir.glob(f"{split}.array_record-*"):
-        stale.unlink()
-
+    start_split(task_dir, split)
     shard_count = shard_count or default_shard_count(task, split)
     specs: dict[str, dict] | None = None
-    stats = _SplitStats()
+    stats = SplitStats()
     bar = tqdm(
         desc=f"caching {task.name}:{split}",
         total=task.num_input_examples(split),  # raw examples; most steps keep one each
         unit=" examples",
         disable=not progress,
     )
-    writers = [
-        ArrayRecordWriter(str(path), "group_size:1")
-        for path in shard_paths(task_dir, split, shard_count)
-    ]
+    writers = [shard_writer(path) for path in shard_paths(task_dir, split, shard_count)]
     try:
         with bar:
             for position, example in enumerate(task.get_uncached_examples(split)):
                 if specs is None:
-                    specs = {name: _feature_spec(name, v) for name, v in example.items()}
-                writers[position % shard_count].write(_encode(example, specs))
+                    specs = feature_specs(example)
+                writers[position % shard_count].write(encode_example(example, specs))
                 stats.add(example, specs)
                 bar.update(1)
     finally:
         for writer in writers:
             writer.close()
-    if specs is None:
-        raise DataError(
-            f"task {task.name!r} split {split!r} produced no examples; nothing to cache "
-            "(check the source files and the task's filters)"
-        )
-    info = {
-        "features": specs,
-        "num_shards": shard_count,
-        "shard_order": "round_robin",
-        "format": "array_record/msgpack",
-    }
-    _write_json_atomically(task_dir / f"info.{split}.json", info)
-    _write_json_atomically(task_dir / f"stats.{split}.json", stats.as_dict())
-    _set_completed(task_dir, split, completed=True)
+    finish_split(task_dir, split, specs, shard_count, stats)
     return task_dir
 
 

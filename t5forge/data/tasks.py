@@ -310,14 +310,21 @@ class Task(DatasetProvider):
             ds = ds.to_iter_dataset(READ_OPTIONS)
         return ds
 
-    def get_uncached_examples(self, split: str, shard_index: int = 0,
-                              num_shards: int = 1) -> grain.IterDataset:
-        """The unshuffled, single-epoch output of the cached steps (what cache-tasks writes)."""
+    def cached_steps_dataset(self, split: str, shard_index: int = 0,
+                             num_shards: int = 1) -> grain.MapDataset | grain.IterDataset:
+        """The cached steps' unshuffled, single-epoch output, not yet an iterator: a
+        MapDataset when every cached step keeps random access, so any index range of it can
+        be computed on its own (how cache-tasks on Beam splits the work)."""
         self._check_sharding(shard_index, num_shards)
         base_seed = task_seed(self.name, 0)
         ds = self._raw_dataset(split, shuffle=False, seed=base_seed, shard_index=shard_index,
                                num_shards=num_shards, num_epochs=1, use_cached=False)
-        ds = self._apply(ds, self.cached_preprocessors, 0, base_seed, None)
+        return self._apply(ds, self.cached_preprocessors, 0, base_seed, None)
+
+    def get_uncached_examples(self, split: str, shard_index: int = 0,
+                              num_shards: int = 1) -> grain.IterDataset:
+        """The unshuffled, single-epoch output of the cached steps (what cache-tasks writes)."""
+        ds = self.cached_steps_dataset(split, shard_index, num_shards)
         if isinstance(ds, grain.MapDataset):
             ds = ds.to_iter_dataset(READ_OPTIONS)
         return ds

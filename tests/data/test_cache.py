@@ -119,3 +119,26 @@ def test_module_entry_point_reports_unknown_tasks_in_one_line(tmp_path):
     )
     assert result.returncode == 2
     assert result.stderr.startswith("error: unknown task or mixture 'no_such_task_anywhere'")
+
+
+def test_cli_skips_complete_splits_and_overwrite_rebuilds_them(sentiment, tmp_path, capsys):
+    task_registry.TaskRegistry.remove(sentiment.name)
+    task_registry.TaskRegistry.add(sentiment)
+    arguments = [
+        "--tasks=cache_sent[a-z]+",  # a regex over the registered names
+        f"--output_cache_dir={tmp_path}",
+        "--splits=validation",
+        "--no_progress",
+    ]
+    try:
+        runs = []
+        for extra in ([], [], ["--overwrite"]):
+            assert cache_tasks.main(arguments + extra) == 0
+            runs.append(capsys.readouterr().out)
+    finally:
+        task_registry.TaskRegistry.remove(sentiment.name)
+    assert runs[0].startswith("cached cache_sentiment:validation")
+    assert (
+        runs[1] == "skipped cache_sentiment:validation: already cached (--overwrite rebuilds it)\n"
+    )
+    assert runs[2].startswith("cached cache_sentiment:validation")
