@@ -76,13 +76,6 @@ def sentiment(make_sentiment_task, spm_vocabulary):
     return make_sentiment_task("beam_sentiment", spm_vocabulary)
 
 
-@pytest.fixture
-def cache_dirs_set_to():
-    previous = cache_dirs.get_global_cache_dirs()
-    yield lambda *dirs: cache_dirs.set_global_cache_dirs([str(d) for d in dirs])
-    cache_dirs.set_global_cache_dirs(previous)
-
-
 def plain(example):
     return {name: np.asarray(value).tolist() for name, value in example.items()}
 
@@ -91,12 +84,17 @@ def files_of(task_dir):
     return {path.name: path.read_bytes() for path in sorted(task_dir.iterdir())}
 
 
-def training_stream(task, cache_dir, cache_dirs_set_to, sequence_length):
-    cache_dirs_set_to(cache_dir)
-    dataset = task.get_dataset(
-        "validation", sequence_length=sequence_length, shuffle=True, seed=7, use_cached=True
-    )
-    return [plain(example) for example in dataset]
+def training_stream(task, cache_dir, sequence_length):
+    """What training reads from the cache in `cache_dir` (shuffled, seed 7)."""
+    previous = cache_dirs.get_global_cache_dirs()
+    cache_dirs.set_global_cache_dirs([str(cache_dir)])
+    try:
+        dataset = task.get_dataset(
+            "validation", sequence_length=sequence_length, shuffle=True, seed=7, use_cached=True
+        )
+        return [plain(example) for example in dataset]
+    finally:
+        cache_dirs.set_global_cache_dirs(previous)
 
 
 def cache_both_ways(task, tmp_path, shard_count, examples_per_unit):
@@ -108,9 +106,7 @@ def cache_both_ways(task, tmp_path, shard_count, examples_per_unit):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_beam_writes_the_local_cache_when_a_random_step_drops_examples(
-    sentiment, tmp_path, cache_dirs_set_to
-):
+def test_beam_writes_the_local_cache_when_a_random_step_drops_examples(sentiment, tmp_path):
     task = with_cached_step(sentiment, "beam_sentiment_dropping", keep_some_with_a_draw)
     assert len(plan_work_units(task, "validation", 97)) == 11  # 1000 examples
     local, beam = cache_both_ways(task, tmp_path, shard_count=3, examples_per_unit=97)
@@ -119,24 +115,24 @@ def test_beam_writes_the_local_cache_when_a_random_step_drops_examples(
     stats = json.loads((beam / "stats.validation.json").read_text())
     assert 650 < stats["examples"] < 850  # the step really dropped examples
     lengths = {"inputs": 256, "targets": 16}
-    assert training_stream(task, tmp_path / "beam", cache_dirs_set_to, lengths) == (
-        training_stream(task, tmp_path / "local", cache_dirs_set_to, lengths)
+    assert training_stream(task, tmp_path / "beam", lengths) == (
+        training_stream(task, tmp_path / "local", lengths)
     )
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_beam_caches_the_span_corruption_task_as_training_reads_it(
-    shared_data, spm_vocabulary, tmp_path, cache_dirs_set_to
+    shared_data, spm_vocabulary, tmp_path
 ):
     task = span_corruption_task("beam_english", shared_data, "english_corpus", spm_vocabulary)
     local, beam = cache_both_ways(task, tmp_path, shard_count=4, examples_per_unit=64)
 
     assert files_of(beam) == files_of(local)
     lengths = {"inputs": 64, "targets": 16}
-    from_beam = training_stream(task, tmp_path / "beam", cache_dirs_set_to, lengths)
+    from_beam = training_stream(task, tmp_path / "beam", lengths)
     assert len(from_beam) > 500  # 500 documents make more span-corrupted segments
-    assert from_beam == training_stream(task, tmp_path / "local", cache_dirs_set_to, lengths)
+    assert from_beam == training_stream(task, tmp_path / "local", lengths)
 
 
 @pytest.mark.timeout(300)

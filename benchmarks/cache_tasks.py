@@ -1,0 +1,145 @@
+"""cache-tasks throughput: the local writer against Apache Beam's DirectRunner, 1 and 2 workers.
+
+Caches the cached steps of the span-corruption recipe (rekey -> tokenize, as the built-in
+english_span_corruption task) over --documents documents: english_corpus's train split
+repeated until it has that many (200k by default). Each configuration runs in its own
+interpreter (its start-up included, as a user's command would), and is reported as examples/s
+(wall clock) and CPU-seconds (the interpreter and the worker processes it waited for).
+DirectRunner's 2 workers are processes (`--direct_running_mode=multi_processing`), the mode
+that can use two cores. The load average before each run is printed; above 0.3 the figures
+are labelled "shared CPU": take publishable numbers on an idle machine only.
+
+Results go to benchmarks/results/cache_tasks.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import itertools
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("T5FORGE_SHARED_DATA", REPO.parent / "shared" / "data"))
+RESULTS = Path(__file__).resolve().parent / "results" / "cache_tasks.json"
+IDLE_LOAD = 0.3
+CONFIGURATIONS = {
+    "local writer": [],
+    "DirectRunner, 1 worker": ["--runner=DirectRunner", "--direct_num_workers=1"],
+    "DirectRunner, 2 workers": [
+        "--runner=DirectRunner",
+        "--direct_num_workers=2",
+        "--direct_running_mode=multi_processing",
+    ],
+}
+TASK_MODULE = """
+import os
+from t5forge.data import preprocessors as pp
+from t5forge.data.sources import JsonLinesSource
+from t5forge.data.tasks import Feature, Task, TaskRegistry
+from t5forge.data.vocabularies import EnvironmentSentencePieceVocabulary
+
+vocabulary = EnvironmentSentencePieceVocabulary(extra_ids=100)
+TaskRegistry.add(Task(
+    "bench_corpus",
+    JsonLinesSource({"train": os.environ["BENCH_CORPUS"]}),
+    [pp.rekey.bind(key_map={"inputs": None, "targets": "text"}), pp.tokenize,
+     pp.CacheDatasetPlaceholder(), pp.span_corruption, pp.append_eos_after_trim],
+    {"inputs": Feature(vocabulary), "targets": Feature(vocabulary)},
+))
+"""
+
+
+def write_corpus(path: Path, documents: int) -> None:
+    """english_corpus's train split, repeated up to `documents` lines (plain JSONL)."""
+    with gzip.open(SHARED_DATA / "english_corpus" / "train.jsonl.gz", "rt") as f:
+        lines = [line for line in f if line.strip()]
+    with open(path, "w") as out:
+        out.writelines(itertools.islice(itertools.cycle(lines), documents))
+
+
+def vocabulary(args, work_dir: Path) -> Path:
+    """--vocab, else $T5FORGE_VOCAB, else an 8000-piece model trained on 1000 documents."""
+    if args.vocab or os.environ.get("T5FORGE_VOCAB"):
+        return Path(args.vocab or os.environ["T5FORGE_VOCAB"])
+    from t5forge.data.vocab_trainer import train_vocabulary
+
+    path = work_dir / "english_8000.model"
+    with open(work_dir / "corpus.jsonl") as f:
+        texts = [json.loads(line)["text"] for line in itertools.islice(f, 1000)]
+    train_vocabulary(texts, path, 8000, extra_ids=100, progress=False)
+    return path
+
+
+def measure(name: str, beam_flags: list[str], work_dir: Path, timeout: int) -> dict:
+    output = work_dir / "cache"
+    shutil.rmtree(output, ignore_errors=True)
+    load = os.getloadavg()[0]
+    command = [
+        sys.executable, "-m", "t5forge.cache_tasks", "--tasks=bench_corpus",
+        f"--output_cache_dir={output}", "--module_import=bench_task", "--no_progress",
+        *beam_flags,
+    ]  # fmt: skip
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    subprocess.run(command, check=True, timeout=timeout, cwd=work_dir, capture_output=True)
+    seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    examples = json.loads((output / "bench_corpus" / "stats.train.json").read_text())["examples"]
+    result = {
+        "configuration": name,
+        "examples": examples,
+        "seconds": round(seconds, 1),
+        "examples_per_second": round(examples / seconds, 1),
+        "cpu_seconds": round(cpu, 1),
+        "load_average_before": round(load, 2),
+        "shared_cpu": load > IDLE_LOAD,
+    }
+    label = " (shared CPU)" if result["shared_cpu"] else ""
+    print(
+        f"{name:24s} {result['examples_per_second']:9.0f} examples/s  "
+        f"{result['cpu_seconds']:7.1f} CPU-s  load {load:.1f}{label}",
+        flush=True,
+    )
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--documents", type=int, default=200_000)
+    parser.add_argument("--vocab", help="SentencePiece model (default: $T5FORGE_VOCAB or train)")
+    parser.add_argument("--timeout", type=int, default=3600, help="seconds per configuration")
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="t5forge-bench-cache-") as tmp:
+        work_dir = Path(tmp)
+        write_corpus(work_dir / "corpus.jsonl", args.documents)
+        (work_dir / "bench_task.py").write_text(TASK_MODULE)
+        os.environ.update(
+            BENCH_CORPUS=str(work_dir / "corpus.jsonl"),
+            T5FORGE_VOCAB=str(vocabulary(args, work_dir)),
+            PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        )
+        print(f"{args.documents} documents; {os.cpu_count()} CPUs", flush=True)
+        results = [
+            measure(name, flags, work_dir, args.timeout) for name, flags in CONFIGURATIONS.items()
+        ]
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(
+        json.dumps({"documents": args.documents, "runs": results}, indent=2) + "\n"
+    )
+    print(f"wrote {args.results}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
