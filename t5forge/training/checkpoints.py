@@ -3,14 +3,17 @@
 A checkpoint holds the train state, the data iterator's state (so a resumed run sees exactly
 the examples it would have seen) and a small metadata file (step, model config). Saves are
 asynchronous (the step loop only waits for the device-to-host copy) and atomic (orbax writes to
-a temporary directory and renames it when complete), and restore walks back from the newest
-checkpoint past any that cannot be read, so a crash or a full disk never costs the whole run.
+a temporary directory and renames it when complete), every file a save wrote is checksummed
+(t5forge.training.checkpoint_integrity), and restore walks back from the newest checkpoint past
+any that cannot be read or fails its checksums, moving it aside, so a crash, a full disk or a
+flipped bit never costs the whole run.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +24,7 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint.checkpoint_managers import preservation_policy
 
 from t5forge.errors import CheckpointError
+from t5forge.training import checkpoint_integrity
 
 logger = logging.getLogger(__name__)
 
@@ -126,7 +130,12 @@ class Checkpointer:
             enable_async_checkpointing=async_save,
             preservation_policy=preservation_policy.AnyPreservationPolicy(policies),
             cleanup_tmp_directories=True,
+            async_options=ocp.AsyncOptions(post_finalization_callback=self._seal_pending)
+            if async_save else None,
         )
+        self._async = async_save
+        self._pending: set[int] = set()
+        self._pending_lock = threading.Lock()
         self._manager = ocp.CheckpointManager(
             self.model_dir, options=options, item_names=(STATE, DATASET, METADATA)
         )
@@ -156,6 +165,11 @@ class Checkpointer:
         Returns once the arrays are copied to host memory; the write continues in the
         background, so the caller may donate or overwrite `state` right away.
         """
+        if int(step) in self.all_steps():
+            # A step on disk is never written again: the run resumed from it or already saved
+            # it, and orbax would refuse (StepAlreadyExistsError) after starting the write.
+            logger.info("checkpoint %s already exists; not saving it again", self.step_dir(step))
+            return False
         if metrics is not None and self.keep_best_metric is not None and (
                 self.keep_best_metric not in metrics):
             raise CheckpointError(
@@ -167,9 +181,31 @@ class Checkpointer:
             DATASET: ocp.args.JsonSave(dataset_state or {}),
             METADATA: ocp.args.JsonSave({"step": int(step), **(metadata or {})}),
         }
-        return self._manager.save(
+        with self._pending_lock:
+            self._pending.add(int(step))
+        saved = self._manager.save(
             int(step), args=ocp.args.Composite(**items), metrics=metrics, force=force
         )
+        if not saved:
+            with self._pending_lock:
+                self._pending.discard(int(step))
+        elif not self._async:
+            self._seal_pending()
+        return saved
+
+    def _seal_pending(self) -> None:
+        """Checksums the saves that finished writing (orbax calls it before the commit rename,
+        so the checksums are committed with the checkpoint; sync saves are sealed in place)."""
+        if jax.process_index() != 0:
+            return
+        with self._pending_lock:
+            for step in sorted(self._pending):
+                final = self.step_dir(step)
+                written = [final] if final.is_dir() else sorted(
+                    self.model_dir.glob(f"{final.name}.orbax-checkpoint-tmp*"))
+                if written:
+                    checkpoint_integrity.seal(written[0])
+                    self._pending.discard(step)
 
     def wait_until_finished(self) -> None:
         """Blocks until background saves are on disk (call before exiting or evaluating them)."""
@@ -179,13 +215,19 @@ class Checkpointer:
         self._manager.close()
 
     def restore(self, step: int, abstract_state, shardings=None) -> RestoredCheckpoint:
-        """Restores one step straight into the given shardings (no host-side full copy)."""
+        """Restores one step straight into the given shardings (no host-side full copy), after
+        checking its files against the checksums recorded when it was saved."""
+        checkpoint_integrity.verify(self.step_dir(step))
         target = _with_shardings(abstract_state, shardings)
         restored = self._manager.restore(int(step), args=ocp.args.Composite(**{
             STATE: ocp.args.StandardRestore(target),
             DATASET: ocp.args.JsonRestore(),
             METADATA: ocp.args.JsonRestore(),
         }))
+        state_step = getattr(restored[STATE], "step", None)
+        if state_step is not None and int(jax.device_get(state_step)) != int(step):
+            raise CheckpointError(f"{self.step_dir(step)} holds a train state of step "
+                                  f"{int(jax.device_get(state_step))}, not {step}")
         return RestoredCheckpoint(
             step=int(step), state=restored[STATE], dataset_state=restored[DATASET] or None,
             metadata=restored[METADATA] or {}, path=self.step_dir(step),
@@ -194,24 +236,26 @@ class Checkpointer:
     def restore_latest(self, abstract_state, shardings=None) -> RestoredCheckpoint | None:
         """The newest checkpoint that restores; None when the directory has no checkpoints.
 
-        A checkpoint that fails to read (truncated or deleted files) is skipped with a one-line
-        warning naming it, and the previous one is tried.
+        A checkpoint that fails to read (truncated, deleted or changed files, missing metadata)
+        is skipped with a one-line warning naming it, moved aside to checkpoint_<step>.corrupt,
+        and the previous one is tried.
         """
         self.wait_until_finished()
         steps = self.all_steps()
         abstract_params = _params_of(abstract_state)
         for step in reversed(steps):
             try:
+                checkpoint_integrity.verify(self.step_dir(step))
                 stored = _stored_param_shapes(self.step_dir(step)) if abstract_params else None
             except CheckpointError as error:
-                self._warn_skipped(step, error)
+                self._skip_damaged(step, error)
                 continue
             if stored is not None:
                 _check_shapes(self.step_dir(step), stored, abstract_params)  # wrong model: fail
             try:
                 return self.restore(step, abstract_state, shardings)
             except Exception as error:  # noqa: BLE001 - any unreadable checkpoint is skipped
-                self._warn_skipped(step, error)
+                self._skip_damaged(step, error)
         if steps:
             raise CheckpointError(
                 f"no readable checkpoint in {self.model_dir} (tried steps {steps}); "
@@ -219,16 +263,27 @@ class Checkpointer:
             )
         return None
 
-    def _warn_skipped(self, step: int, error: Exception) -> None:
+    def _skip_damaged(self, step: int, error: Exception) -> None:
+        """Warns naming the damage and moves the checkpoint aside (process 0 renames it)."""
         lines = str(error).strip().splitlines()
-        logger.warning("skipping unreadable checkpoint %s (%s: %s)", self.step_dir(step),
-                       type(error).__name__, lines[0][:200] if lines else "")
+        where = self.step_dir(step)
+        if jax.process_index() == 0 and where.is_dir():
+            where = checkpoint_integrity.quarantine(where)
+            self._manager.reload()  # orbax caches the step list
+        logger.warning("skipping unreadable checkpoint %s, moved to %s (%s: %s)",
+                       self.step_dir(step), where.name, type(error).__name__,
+                       lines[0][:300] if lines else "")
 
     def check_matches(self, abstract_params) -> None:
-        """Fails early if this directory's latest checkpoint was made for a different model."""
-        step = self.latest_step()
-        if step is not None:
-            check_params_match(self.step_dir(step), abstract_params)
+        """Fails early if this directory's newest readable checkpoint was made for a different
+        model (unreadable ones are left for `restore_latest` to skip)."""
+        for step in reversed(self.all_steps()):
+            try:
+                stored = _stored_param_shapes(self.step_dir(step))
+            except CheckpointError:
+                continue
+            _check_shapes(self.step_dir(step), stored, abstract_params)
+            return
 
 
 def _stored_param_shapes(step_dir: Path) -> dict[str, tuple[int, ...]]:
@@ -311,6 +366,7 @@ def restore_params(
     Unmatched names load the same name. Restored arrays take the target's dtype and sharding.
     """
     step_dir = resolve_step_dir(path)
+    checkpoint_integrity.verify(step_dir)
     stored = _stored_param_shapes(step_dir)
     targets = _flat_names(target_params)
     report = RestoreReport()
@@ -367,14 +423,47 @@ def _load_named_params(step_dir: Path, wanted: dict[str, Any]) -> dict[str, jax.
             node = node.setdefault(part, {})
         node[last] = jax.ShapeDtypeStruct(leaf.shape, leaf.dtype,
                                           sharding=getattr(leaf, "sharding", None) or default)
-    restored = ocp.PyTreeCheckpointer().restore(
-        Path(step_dir) / STATE,
-        args=ocp.args.PyTreeRestore(
-            item=nested,
-            restore_args=jax.tree.map(
-                lambda x: ocp.ArrayRestoreArgs(sharding=x.sharding, global_shape=x.shape,
-                                               dtype=x.dtype), nested),
-            partial_restore=True,
-        ),
-    )
+    try:
+        restored = ocp.PyTreeCheckpointer().restore(
+            Path(step_dir) / STATE,
+            args=ocp.args.PyTreeRestore(
+                item=nested,
+                restore_args=jax.tree.map(
+                    lambda x: ocp.ArrayRestoreArgs(sharding=x.sharding, global_shape=x.shape,
+                                                   dtype=x.dtype), nested),
+                partial_restore=True,
+            ),
+        )
+    except Exception as error:  # noqa: BLE001 - TensorStore and orbax raise many types
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+        raise CheckpointError(f"cannot read the parameters of {step_dir} ({first}); the "
+                              "checkpoint is damaged: use an earlier checkpoint_<step>") from None
     return _flat_names(restored["params"])
+
+
+def verify_checkpoint(path: str | Path) -> str:
+    """`t5forge checkpoint verify`: the checksums, the metadata and every array of a checkpoint
+    (read back as numpy and checked to be finite); CheckpointError naming what is wrong."""
+    import numpy as np
+
+    step_dir = resolve_step_dir(path)
+    checked = checkpoint_integrity.verify(step_dir)
+    _stored_param_shapes(step_dir)
+    state_dir = step_dir / STATE
+    try:
+        tree = ocp.PyTreeCheckpointHandler().metadata(state_dir).tree
+        restored = ocp.PyTreeCheckpointer().restore(state_dir, args=ocp.args.PyTreeRestore(
+            restore_args=jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)))
+    except Exception as error:  # noqa: BLE001 - TensorStore and orbax raise many types
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+        raise CheckpointError(f"cannot read the arrays of {step_dir} ({first})") from None
+    tensors = _flat_names(restored)
+    bad = [name for name, value in tensors.items()
+           if np.issubdtype(np.asarray(value).dtype, np.inexact)
+           and not np.isfinite(np.asarray(value)).all()]
+    if bad:
+        raise CheckpointError(f"{step_dir} holds non-finite values in {len(bad)} of "
+                              f"{len(tensors)} tensors (first: {bad[0]})")
+    sums = (f"{checked} files match their checksums" if checked
+            else "no checksums recorded (saved before t5forge wrote them)")
+    return f"{step_dir}: ok; {sums}, {len(tensors)} tensors read, all finite"

@@ -248,3 +248,38 @@ def test_keep_best_survives_saves_without_metrics_and_a_restart(tmp_path):
     with pytest.raises(CheckpointError, match="metric_name_to_monitor 'inference_eval/t/accuracy'"
                                               " is not among the evaluation metrics"):
         resumed.save(9, make_state(9), metrics={"inference_eval/t/f1": 1.0})
+
+
+def test_a_flipped_bit_is_detected_and_the_checkpoint_moved_aside(tmp_path, caplog):
+    ckpt = Checkpointer(tmp_path, period=1)
+    for step in (1, 2):
+        ckpt.save(step, make_state(step))
+    ckpt.wait_until_finished()
+    assert (tmp_path / "checkpoint_2" / "checksums.json").is_file()  # sealed inside the commit
+    data_file = max((p for p in (tmp_path / "checkpoint_2" / "state").rglob("*") if p.is_file()),
+                    key=lambda p: p.stat().st_size)
+    data = bytearray(data_file.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    data_file.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING):
+        restored = Checkpointer(tmp_path).restore_latest(abstract_state())
+    assert restored.step == 1
+    assert "checksum mismatch" in caplog.text and data_file.name in caplog.text
+    assert (tmp_path / "checkpoint_2.corrupt").is_dir() and not (tmp_path / "checkpoint_2").exists()
+    with pytest.raises(CheckpointError, match="checksum mismatch"):
+        restore_params(tmp_path / "checkpoint_2.corrupt", make_params())
+
+
+def test_a_step_on_disk_is_never_saved_again(tmp_path):
+    ckpt = Checkpointer(tmp_path, period=1, async_save=False)
+    assert ckpt.save(3, make_state(3))
+    assert not ckpt.save(3, make_state(3, seed=1), force=True)
+    restored = ckpt.restore_latest(abstract_state())
+    assert_trees_equal(restored.state, make_state(3))
+
+
+def test_a_state_whose_step_disagrees_with_its_directory_is_refused(tmp_path):
+    ckpt = Checkpointer(tmp_path, period=1, async_save=False)
+    ckpt.save(4, make_state(3))
+    with pytest.raises(CheckpointError, match="step 3, not 4"):
+        ckpt.restore(4, abstract_state())
