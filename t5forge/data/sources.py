@@ -14,9 +14,9 @@ import csv
 import functools
 import glob
 import gzip
-import io
 import json
 import os
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -66,50 +66,74 @@ def expand_patterns(patterns: Patterns, split: str) -> list[str]:
     return files
 
 
-def _open_text(path: str) -> io.TextIOBase:
-    if path.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
+def numbered_lines(path: str) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a UTF-8 text file, gzipped if it ends in .gz.
+
+    Bytes that are not UTF-8 and a gzip stream that ends early or is damaged are a DataError
+    naming the file (and the line), instead of a decoder's exception that names neither.
+    """
+    opener = gzip.open if path.endswith(".gz") else open
+    line_number = 0
+    try:
+        with opener(path, "rb") as f:
+            for line_number, raw in enumerate(f, start=1):
+                try:
+                    yield line_number, raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise DataError(
+                        f"{path}:{line_number}: not UTF-8 text (byte {raw[e.start]:#04x} at "
+                        f"column {e.start + 1}); re-encode the file as UTF-8") from None
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise DataError(
+            f"{path}: the gzip data is truncated or damaged after line {line_number} ({e}); "
+            "re-create or re-download the file") from None
 
 
 def _read_json_lines(path: str) -> list[Example]:
+    """Rows of a JSONL file; a row lacking a field the first row has is refused here, with its
+    file and line, rather than when training reaches it."""
     rows = []
-    with _open_text(path) as f:
-        for line_number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(
-                    f"{path}:{line_number}: malformed JSON ({e.msg}); fix or remove that line"
-                ) from None
-            if not isinstance(row, dict):
-                raise DataError(
-                    f"{path}:{line_number}: expected a JSON object per line, "
-                    f"got {type(row).__name__}"
-                )
-            rows.append(row)
+    expected: set[str] | None = None
+    for line_number, line in numbered_lines(path):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(
+                f"{path}:{line_number}: malformed JSON ({e.msg}); fix or remove that line"
+            ) from None
+        if not isinstance(row, dict):
+            raise DataError(
+                f"{path}:{line_number}: expected a JSON object per line, "
+                f"got {type(row).__name__}"
+            )
+        expected = set(row) if expected is None else expected
+        if not expected <= row.keys():
+            missing = ", ".join(sorted(expected - row.keys()))
+            raise DataError(f"{path}:{line_number}: no field {missing} (the rows before have "
+                            "it); add it, with null for an absent value")
+        rows.append(row)
     return rows
 
 
 def _read_text_lines(path: str, field: str) -> list[Example]:
-    with _open_text(path) as f:
-        return [{field: line.rstrip("\r\n")} for line in f if line.strip()]
+    return [{field: line.rstrip("\r\n")} for _, line in numbered_lines(path) if line.strip()]
 
 
 def _read_tsv(path: str, field_names: Sequence[str]) -> list[Example]:
     rows = []
-    with _open_text(path) as f:
-        for line_number, values in enumerate(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE), 1):
-            if not values:
-                continue
-            if len(values) != len(field_names):
-                raise DataError(
-                    f"{path}:{line_number}: expected {len(field_names)} tab-separated fields "
-                    f"({', '.join(field_names)}), got {len(values)}"
-                )
-            rows.append(dict(zip(field_names, values)))
+    numbered = list(numbered_lines(path))
+    lines = csv.reader((line for _, line in numbered), delimiter="\t", quoting=csv.QUOTE_NONE)
+    for (line_number, _), values in zip(numbered, lines):
+        if not values:
+            continue
+        if len(values) != len(field_names):
+            raise DataError(
+                f"{path}:{line_number}: expected {len(field_names)} tab-separated fields "
+                f"({', '.join(field_names)}), got {len(values)}"
+            )
+        rows.append(dict(zip(field_names, values)))
     return rows
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import glob
-import gzip
 import io
 import json
 import os
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from t5forge.data.sources import numbered_lines
 from t5forge.data.vocabularies import EOS_ID, PAD_ID, UNK_ID
 from t5forge.errors import ConfigError, DataError
 
@@ -92,13 +92,11 @@ def input_texts(inputs: Iterable[tuple[str, str]]) -> Iterator[str]:
 def file_texts(files: Iterable[str], field: str = "text") -> Iterator[str]:
     """Streams texts: the `field` of each JSON line in .jsonl(.gz) files, else each line."""
     for path in files:
-        opener = gzip.open if path.endswith(".gz") else open
         is_json = path.endswith(_JSON_SUFFIXES)
-        with opener(path, "rt", encoding="utf-8") as f:
-            for line_number, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                yield _json_field(line, field, path, line_number) if is_json else line
+        for line_number, line in numbered_lines(path):  # non-UTF-8 bytes name file and line
+            if not line.strip():
+                continue
+            yield _json_field(line, field, path, line_number) if is_json else line
 
 
 def _json_field(line: str, field: str, path: str, line_number: int) -> str:
