@@ -5,7 +5,6 @@ fine-tuned from that checkpoint, evaluated and run for inference, all through `t
 """
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -21,7 +20,6 @@ from t5forge.run import (
     SaveCheckpointConfig,
 )
 
-REPO = Path(__file__).resolve().parents[2]
 TASK = "en_de_lohelp_translate"
 LENGTHS = {"inputs": 24, "targets": 24}
 TINY = T5Config(vocab_size=1152, emb_dim=32, num_heads=4, num_encoder_layers=2,
@@ -29,9 +27,8 @@ TINY = T5Config(vocab_size=1152, emb_dim=32, num_heads=4, num_encoder_layers=2,
 
 
 @pytest.fixture(autouse=True)
-def builtin_data(monkeypatch, tiny_vocab):
+def builtin_vocabulary(monkeypatch, tiny_vocab):
     monkeypatch.setenv("T5FORGE_VOCAB", str(tiny_vocab))
-    monkeypatch.setenv("T5FORGE_DATA_DIR", str(REPO / "t5forge" / "tasks" / "data"))
 
 
 def _data(split="train", batch_size=8) -> DatasetConfig:
@@ -65,7 +62,6 @@ def first_run(tmp_path_factory, tiny_vocab):
     """8 steps from scratch, teacher-forced eval every 4 steps, stopped early by a hook."""
     mp = pytest.MonkeyPatch()
     mp.setenv("T5FORGE_VOCAB", str(tiny_vocab))
-    mp.setenv("T5FORGE_DATA_DIR", str(REPO / "t5forge" / "tasks" / "data"))
     model_dir = tmp_path_factory.mktemp("python_api") / "run"
     recorder = _Recorder()
     calls = []
@@ -110,7 +106,9 @@ def test_python_fine_tune_evaluate_and_infer_from_a_checkpoint(first_run, tmp_pa
     written = t5forge.infer(model=TINY, dataset_cfg=_data("validation", 64),
                             restore_checkpoint_cfg=RestoreCheckpointConfig(path=str(tuned)),
                             output_dir=scores, mode="score")
-    assert written == {TASK: 400}
+    from t5forge.data.tasks import get_mixture_or_task
+
+    assert written == {TASK: get_mixture_or_task(TASK).num_input_examples("validation")}
     first = json.loads((scores / f"{TASK}-score.jsonl").read_text().splitlines()[0])
     assert first["score"] < 0 and first["inputs"].startswith("translate English to German:")
 
