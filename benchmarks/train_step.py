@@ -5,9 +5,8 @@ sides start from the very same weights (converted with t5forge.interop.huggingfa
 on the same batch: t5forge with AdamW (or --optimizer adafactor) through the real Trainer,
 transformers' T5ForConditionalGeneration with torch.optim.AdamW. Each timing is the median of
 --steps steps after --warmup steps (t5forge's warm-up includes compilation). Tokens/s counts
-inputs + targets of every row. On a GPU the script also prints model FLOPs utilisation: the
-FLOPs of a step computed analytically (6 x params x tokens for the matmuls, each stack's
-params acting on its own tokens, plus attention scores) over the device's peak.
+inputs + targets of every row. It also prints model FLOPs utilisation (t5forge.training.flops:
+the step's model FLOPs over the device's peak FLOP/s), 'n/a' where the peak is unknown (CPUs).
 """
 
 from __future__ import annotations
@@ -25,20 +24,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from decode import _hf_model  # noqa: E402  (same directory; builds HF T5 offline from weights)
 
-from t5forge.models.configs import T5Config, get_config  # noqa: E402
+from t5forge.models.configs import get_config  # noqa: E402
 from t5forge.models.model import build_model  # noqa: E402
 from t5forge.training import optimizers, partitioning  # noqa: E402
+from t5forge.training.flops import local_peak_flops, mfu, model_flops_per_step  # noqa: E402
 from t5forge.training.trainer import Trainer, metrics_to_host  # noqa: E402
 
 LEARNING_RATE = 1e-4
-# Dense peak FLOP/s per device kind (substring of jax's device_kind), for float32 (TF32 tensor
-# cores, which XLA uses for float32 matmuls at default precision) and bfloat16.
-PEAK_FLOPS = {
-    "H200": {"float32": 494.7e12, "bfloat16": 989.4e12},
-    "H100": {"float32": 494.7e12, "bfloat16": 989.4e12},
-    "A100": {"float32": 156e12, "bfloat16": 312e12},
-    "L4": {"float32": 60e12, "bfloat16": 121e12},
-}
 
 
 def _timed(step, steps: int, warmup: int) -> tuple[float, object]:
@@ -52,17 +44,6 @@ def _timed(step, steps: int, warmup: int) -> tuple[float, object]:
         result = step()
         times.append(time.perf_counter() - start)
     return statistics.median(times), result
-
-
-def step_flops(config: T5Config, params, batch: int, inputs: int, targets: int) -> float:
-    """Analytic training FLOPs of one step (forward + backward = 3 x forward, 2 per MAC)."""
-    sizes = {name: sum(x.size for x in jax.tree.leaves(tree)) for name, tree in params.items()}
-    matmul = 6 * batch * (sizes["encoder"] * inputs + sizes["decoder"] * targets)
-    attention_width = config.num_heads * config.head_dim
-    score_pairs = (config.num_encoder_layers * inputs * inputs
-                   + config.num_decoder_layers * (targets * targets + targets * inputs))
-    attention = 6 * batch * 2 * attention_width * score_pairs  # QK^T and AV
-    return float(matmul + attention)
 
 
 def _forge_step(config, params, batch, optimizer: str):
@@ -141,16 +122,15 @@ def main() -> int:
     print(f"transformers (adamw) {hf_rate:9.1f} tokens/s ({hf_seconds:.3f} s/step, "
           f"loss/token {hf_loss:.4f})")
     print(f"ratio t5forge/transformers {forge_rate / hf_rate:.2f}x (target >= 1.3x)")
-    if device.platform == "gpu":
-        flops = step_flops(config, params, args.batch, args.input_length, args.target_length)
-        peak = next((p["float32"] for kind, p in PEAK_FLOPS.items() if kind in device.device_kind),
-                    None)
-        if peak is None:
-            print(f"MFU: no peak FLOP/s known for {device.device_kind!r}; add it to PEAK_FLOPS")
-        else:
-            print(f"MFU t5forge {flops / forge_seconds / peak:.1%} | transformers "
-                  f"{flops / hf_seconds / peak:.1%} ({flops / 1e12:.2f} TFLOP per step, peak "
-                  f"{peak / 1e12:.0f} TFLOP/s)")
+    flops = model_flops_per_step(config, args.batch, args.input_length, args.target_length)
+    peak = local_peak_flops(config.dtype)
+    if peak is None:
+        print(f"MFU n/a: no peak FLOP/s known for {device.device_kind!r} ({flops / 1e12:.2f} "
+              "model TFLOP per step)")
+    else:
+        print(f"MFU t5forge {mfu(flops, forge_seconds, peak):.1%} | transformers "
+              f"{mfu(flops, hf_seconds, peak):.1%} ({flops / 1e12:.2f} model TFLOP per step, "
+              f"peak {peak / 1e12:.0f} TFLOP/s per device)")
     return 0
 
 

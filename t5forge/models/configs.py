@@ -17,13 +17,20 @@ from t5forge.errors import ConfigError
 
 ARCHITECTURES = ("encoder_decoder", "decoder_only")
 DTYPES = ("bfloat16", "float32")
-REMAT_POLICIES = ("none", "minimal", "full")
+# What each layer keeps for the backward pass (network.py maps them onto jax.checkpoint_policies):
+# T5X's 'none', 'minimal', 'proj' and 'full', and jax's 'dots_saveable'.
+REMAT_POLICIES = ("none", "minimal", "proj", "dots_saveable", "full")
+ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn", "explicit")
 ACTIVATIONS = ("relu", "gelu", "silu", "swish", "tanh", "linear")
 
 
 @dataclasses.dataclass(frozen=True)
 class T5Config:
-    """Every hyperparameter of a T5-family network; params are float32, activations `dtype`."""
+    """Every hyperparameter of a T5-family network; params are float32, activations `dtype`.
+
+    `dtype`, `remat_policy`, `scan_layers` and `attention_implementation` change how the network
+    is computed, not what it computes (docs/performance.md).
+    """
 
     vocab_size: int
     emb_dim: int
@@ -43,6 +50,7 @@ class T5Config:
     scan_layers: bool = False
     remat_policy: str = "none"
     architecture: str = "encoder_decoder"
+    attention_implementation: str = "auto"
 
     def __post_init__(self):
         # gin and JSON hand us lists; the config must stay hashable (it is a static jit argument).
@@ -79,6 +87,9 @@ class T5Config:
         if self.remat_policy not in REMAT_POLICIES:
             raise ConfigError(f"T5Config.remat_policy must be one of {REMAT_POLICIES}, "
                               f"got {self.remat_policy!r}")
+        if self.attention_implementation not in ATTENTION_IMPLEMENTATIONS:
+            raise ConfigError("T5Config.attention_implementation must be one of "
+                              f"{ATTENTION_IMPLEMENTATIONS}, got {self.attention_implementation!r}")
 
     @property
     def is_decoder_only(self) -> bool:

@@ -4,7 +4,8 @@ Every parameter is float32 and carries logical axis names (`nn.with_logical_part
 partitioner can shard it; activations run in the config dtype and carry logical constraints.
 The math follows the published T5 models exactly: RMS norm in float32, no 1/sqrt(d) attention
 scaling (it lives in the query initializer), bucketed relative position biases, gated or plain
-MLPs. Attention also implements the key/value cache used by incremental decoding.
+MLPs. Attention also implements the key/value cache used by incremental decoding; its kernel
+(XLA, cuDNN or written out) is chosen in attention.py.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import math
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
+
+from t5forge.models.attention import attend
 
 # Large enough to zero a softmax weight, small enough to stay finite in bfloat16.
 MASK_BIAS = -1e10
@@ -188,7 +192,8 @@ class MultiHeadAttention(nn.Module):
     attention over a long cache is a plain batched matmul (no transposed copy of the cache).
     Cache entries live in the flax 'cache' collection under `key`/`value`: cross-attention fills
     them once from the encoder output; self-attention starts from zeros (or from a prefill pass)
-    and is updated one position per decoding step.
+    and is updated one position per decoding step. The q/k/v projections are named
+    `query_proj`/`key_proj`/`value_proj` for the 'proj' remat policy.
     """
 
     emb_dim: int
@@ -196,6 +201,7 @@ class MultiHeadAttention(nn.Module):
     head_dim: int
     dropout_rate: float = 0.0
     dtype: jnp.dtype = jnp.float32
+    implementation: str = "auto"
 
     def setup(self):
         inner = self.num_heads * self.head_dim
@@ -212,17 +218,17 @@ class MultiHeadAttention(nn.Module):
     def _heads(self, dense, x):
         """[B, T, E] -> [B, heads, T, head_dim]."""
         y = dense(x)
+        y = checkpoint_name(y, f"{dense.name}_proj")
         y = y.reshape(y.shape[:-1] + (self.num_heads, self.head_dim)).transpose(0, 2, 1, 3)
         return constrain(y, "batch", "heads", "length", "kv")
 
     def _attend(self, inputs_q, key, value, bias, deterministic):
         query = self._heads(self.query, inputs_q)
-        logits = jnp.einsum("bhqd,bhkd->bhqk", query, key).astype(jnp.float32)
-        if bias is not None:
-            logits = logits + bias.astype(jnp.float32)
-        weights = jax.nn.softmax(logits).astype(self.dtype)
-        weights = self.dropout(weights, deterministic=deterministic)
-        context = jnp.einsum("bhqk,bhkd->bqhd", weights, value)
+        dropout = None
+        if not deterministic and self.dropout_rate > 0.0:
+            def dropout(weights):
+                return self.dropout(weights, deterministic=False)
+        context = attend(query, key, value, bias, self.implementation, dropout)
         context = context.reshape(context.shape[:2] + (self.num_heads * self.head_dim,))
         return constrain(self.out(context), "batch", "length", "embed")
 

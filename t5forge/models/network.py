@@ -32,8 +32,14 @@ from t5forge.models.layers import (
 )
 
 DECODE_MODES = ("none", "init", "prefill", "step")
+# What a rematerialized layer saves for the backward pass (the rest is recomputed):
+# 'minimal' keeps the weight matmuls' outputs (not the attention logits, which have batch dims),
+# 'proj' only the q/k/v projections, 'dots_saveable' every matmul output, 'full' nothing.
 _REMAT_SAVE_POLICIES = {
     "minimal": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
+    "proj": jax.checkpoint_policies.save_only_these_names("query_proj", "key_proj",
+                                                          "value_proj"),
+    "dots_saveable": jax.checkpoint_policies.dots_saveable,
     "full": None,
 }
 
@@ -49,7 +55,8 @@ def _dropout(config: T5Config, x, deterministic: bool):
 
 def _attention(config: T5Config, name: str) -> MultiHeadAttention:
     return MultiHeadAttention(config.emb_dim, config.num_heads, config.head_dim,
-                              config.dropout_rate, _dtype(config), name=name)
+                              config.dropout_rate, _dtype(config),
+                              config.attention_implementation, name=name)
 
 
 def _mlp(config: T5Config) -> MlpBlock:

@@ -1,0 +1,125 @@
+"""The attention kernel behind every T5 attention layer, and which implementation runs it.
+
+T5 attention is softmax(q k^T + bias) v with no 1/sqrt(head_dim) scaling (T5 folds it into the
+query initializer), where `bias` is the relative position bias plus the padding / causal /
+packing mask as an additive -1e10. Three implementations compute it (T5Config
+`attention_implementation`):
+
+- 'xla':      `jax.nn.dot_product_attention(implementation='xla')`, any platform and dtype;
+- 'cudnn':    the same call with cuDNN's fused (flash) kernel: CUDA GPUs, bfloat16/float16;
+- 'explicit': einsum, float32 softmax, einsum, written out. It is the one formulation that
+              exposes the attention weights, so attention dropout (T5's fine-tuning default)
+              always runs it, whatever was asked for.
+
+'auto' (the default) picks cuDNN where it can run the shapes and XLA everywhere else. Single-
+position decoding steps always use XLA: a one-query step is a memory-bound matrix-vector
+product, where a fused kernel has nothing to fuse. Inputs are heads-major ([batch, heads,
+length, head_dim], the layout of the decoding cache); the output is [batch, length, heads,
+head_dim]. Logits are accumulated and softmaxed in float32 whatever the compute dtype.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from t5forge.errors import ConfigError
+
+CUDNN_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+# cuDNN's fused attention needs Ampere (8.0); head_dim up to 256 from Hopper (9.0), else 128.
+CUDNN_MIN_COMPUTE_CAPABILITY = 8.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Platform:
+    """What the attention choice needs to know about the device it compiles for."""
+
+    name: str  # jax's platform name: 'cpu', 'gpu', 'tpu'
+    compute_capability: float | None = None  # CUDA GPUs only, e.g. 9.0 for an H100
+
+    @classmethod
+    def current(cls) -> Platform:
+        """The platform of jax's default device."""
+        device = jax.devices()[0]
+        capability = getattr(device, "compute_capability", None)
+        try:
+            capability = float(capability) if capability is not None else None
+        except ValueError:  # a ROCm gfx name: not a CUDA device, so no cuDNN
+            capability = None
+        return cls(device.platform, capability)
+
+
+def cudnn_unsupported_reason(platform: Platform, dtype, head_dim: int, query_length: int,
+                             key_length: int) -> str | None:
+    """Why cuDNN's fused kernel cannot run this attention (None when it can)."""
+    if platform.name != "gpu" or platform.compute_capability is None:
+        return f"cuDNN attention needs a CUDA GPU, this is {platform.name!r}"
+    if platform.compute_capability < CUDNN_MIN_COMPUTE_CAPABILITY:
+        return (f"cuDNN attention needs compute capability >= {CUDNN_MIN_COMPUTE_CAPABILITY}, "
+                f"this GPU has {platform.compute_capability}")
+    if jnp.dtype(dtype) not in CUDNN_DTYPES:
+        return f"cuDNN attention computes in bfloat16 or float16, not {jnp.dtype(dtype).name}"
+    max_head_dim = 256 if platform.compute_capability >= 9.0 else 128
+    if head_dim % 8 or head_dim > max_head_dim:
+        return f"cuDNN attention needs head_dim a multiple of 8 up to {max_head_dim}, " \
+               f"got {head_dim}"
+    if query_length % 2 or key_length % 2:
+        # With a bias, cuDNN's backward pass wants even lengths.
+        return f"cuDNN attention with a bias needs even lengths, got {query_length}x{key_length}"
+    return None
+
+
+def choose_implementation(requested: str, platform: Platform, dtype, head_dim: int,
+                          query_length: int, key_length: int) -> str:
+    """The implementation that runs: 'xla', 'cudnn' or 'explicit' (see the module docstring).
+
+    A requested 'cudnn' falls back to XLA off CUDA GPUs (so a config trained on a GPU still
+    runs on a laptop) and for single-position decoding steps, but is a ConfigError on a CUDA
+    GPU whose cuDNN cannot run the config's shapes or dtype.
+    """
+    if requested in ("xla", "explicit"):
+        return requested
+    if query_length == 1:
+        return "xla"
+    reason = cudnn_unsupported_reason(platform, dtype, head_dim, query_length, key_length)
+    if reason is None:
+        return "cudnn"
+    if requested == "cudnn" and platform.compute_capability is not None:
+        raise ConfigError(f"T5Config.attention_implementation='cudnn' cannot run here: "
+                          f"{reason}; use 'auto' to fall back to XLA")
+    return "xla"
+
+
+def explicit_attention(query, key, value, bias, dropout=None):
+    """softmax(q k^T + bias) v written out; `dropout` (a callable) applies to the weights."""
+    logits = jnp.einsum("bhqd,bhkd->bhqk", query, key, preferred_element_type=jnp.float32)
+    if bias is not None:
+        logits = logits + bias.astype(jnp.float32)
+    weights = jax.nn.softmax(logits).astype(value.dtype)
+    if dropout is not None:
+        weights = dropout(weights)
+    return jnp.einsum("bhqk,bhkd->bqhd", weights, value)
+
+
+def attend(query, key, value, bias, implementation: str = "auto", dropout=None,
+           platform: Platform | None = None):
+    """Attention of query [B, H, q, D] over key/value [B, H, k, D] plus bias [., ., q, k].
+
+    Returns the context [B, q, H, D] in the value dtype. `dropout`, when given, is applied to
+    the attention weights and forces the explicit formulation.
+    """
+    if dropout is not None:
+        return explicit_attention(query, key, value, bias, dropout)
+    chosen = choose_implementation(implementation, platform or Platform.current(), query.dtype,
+                                   query.shape[-1], query.shape[2], key.shape[2])
+    if chosen == "explicit":
+        return explicit_attention(query, key, value, bias)
+    if bias is not None:
+        # XLA adds a float32 bias to float32 logits; cuDNN takes the bias in the input dtype.
+        bias = bias.astype(jnp.float32 if chosen == "xla" else query.dtype)
+    sequence_major = (0, 2, 1, 3)  # jax.nn wants [B, length, heads, D]; XLA folds the transposes
+    return jax.nn.dot_product_attention(
+        query.transpose(sequence_major), key.transpose(sequence_major),
+        value.transpose(sequence_major), bias=bias, scale=1.0, implementation=chosen)
