@@ -1,10 +1,14 @@
 """`t5forge <command> ...`: dispatches to one module per command in t5forge.cli.
 
 Each command module exposes `main(argv: list[str]) -> int` and a one-line `HELP`.
-User mistakes (T5ForgeError) become one `error: ...` line and exit status 2.
+Exit statuses (README, "What survives what"): 0 finished; 2 a user or environment error (a
+T5ForgeError, a full disk, a read-only directory), reported as one `error: ...` line; 128 +
+the signal number (143 SIGTERM, 130 Ctrl-C) when a run was stopped by that signal after saving;
+1 an internal error (a bug: Python's traceback).
 """
 
 import importlib
+import os
 import sys
 
 from t5forge.errors import T5ForgeError
@@ -20,7 +24,9 @@ COMMANDS = {
     "tasks": "tasks",
     "demo": "demo",
     "serve": "serve",
+    "checkpoint": "checkpoint",
 }
+
 
 
 def _usage() -> str:
@@ -48,6 +54,20 @@ def run_command(module_name: str, argv: list[str]) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as e:
+        from t5forge.run.preemption import Preempted
+        from t5forge.run.storage_errors import original_attribute, storage_errno
+
+        if isinstance(e, Preempted):
+            print(str(e).splitlines()[0], file=sys.stderr)
+            return e.exit_code
+        code = storage_errno(e)
+        if code is None:
+            raise
+        where = original_attribute(e, "filename") if isinstance(e, OSError) else None
+        print(f"error: cannot write {where or 'the output'}: {os.strerror(code)}; free space or "
+              "choose a writable directory, then rerun", file=sys.stderr)
+        return 2
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -151,18 +151,23 @@ def train_vocabulary(
     _check_arguments(vocab_size, extra_ids, model_type, input_sentence_size, heldout_every)
     heldout: list[str] = []
     counts = {"training": 0}
+    reading_errors: list[DataError] = []
 
     def training_sentences() -> Iterator[str]:
         from tqdm import tqdm
 
         with tqdm(desc="reading text", unit=" sentences", disable=not progress) as bar:
-            for index, sentence in enumerate(_paragraphs(texts)):
-                if index % heldout_every == heldout_every - 1 and len(heldout) < _MAX_HELDOUT:
-                    heldout.append(sentence)
-                    continue
-                counts["training"] += 1
-                bar.update()
-                yield sentence
+            try:
+                for index, sentence in enumerate(_paragraphs(texts)):
+                    if index % heldout_every == heldout_every - 1 and len(heldout) < _MAX_HELDOUT:
+                        heldout.append(sentence)
+                        continue
+                    counts["training"] += 1
+                    bar.update()
+                    yield sentence
+            except DataError as error:  # SentencePiece would report only its own traceback
+                reading_errors.append(error)
+                raise
 
     model = io.BytesIO()
     try:
@@ -186,6 +191,8 @@ def train_vocabulary(
             user_defined_symbols=[f"\u2581{word}" for word in whole_words],
         )
     except RuntimeError as e:
+        if reading_errors:
+            raise reading_errors[0] from None
         raise _training_error(e, vocab_size, counts["training"]) from None
     Path(output).parent.mkdir(parents=True, exist_ok=True)
     Path(output).write_bytes(model.getvalue())

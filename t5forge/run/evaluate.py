@@ -2,6 +2,7 @@
 
 With `RestoreCheckpointConfig(mode='all')` and a model dir as the path, every checkpoint_<step>
 in it is evaluated in step order (T5X's eval over a run); `mode='latest'` takes the newest.
+A checkpoint that cannot be read is skipped with a warning and the others are still evaluated.
 `t5forge eval` is the command-line face of `evaluate`.
 """
 
@@ -47,10 +48,21 @@ def evaluate(*, model, dataset_cfg: DatasetConfig, restore_checkpoint_cfg: Resto
     evaluation = InferenceEvaluation(model, dataset_cfg, output, writer, max_decode_length,
                                      output_dir=output)
     results = {}
-    for step, path in _checkpoints(restore_checkpoint_cfg):
-        params, message = setup.load_params(str(path), model)
+    checkpoints = _checkpoints(restore_checkpoint_cfg)
+    for step, path in checkpoints:
+        try:
+            params, message = setup.load_params(str(path), model)
+        except CheckpointError as error:
+            if len(checkpoints) == 1:
+                raise
+            # One damaged checkpoint of a run must not cost the evaluation of the others.
+            print(f"warning: skipping {path}: {str(error).splitlines()[0]}", file=sys.stderr)
+            continue
         print(message, file=sys.stderr)
         results[step] = evaluation.run(step, params)
         print(json.dumps({"step": step, **results[step]}))
     writer.close()
+    if not results:
+        raise CheckpointError(f"none of the {len(checkpoints)} checkpoints in "
+                              f"{restore_checkpoint_cfg.path} could be read")
     return results

@@ -14,6 +14,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from t5forge.run import setup
 from t5forge.run.configs import DatasetConfig
 from t5forge.training.summaries import MetricsWriter
 
@@ -99,8 +100,8 @@ class InferenceEvaluation:
         self.model = model
         self.writer = writer
         self.method = method
-        lengths = cfg.task_feature_lengths or {}
-        self.max_decode_length = max_decode_length or lengths.get("targets", 256)
+        self.max_decode_length = max_decode_length or setup.default_max_decode_length(
+            model, cfg.task_feature_lengths)
         output_dir = Path(output_dir or Path(model_dir) / "inference_eval")
         if jax.process_index() != 0:
             # Every process decodes (the parameters are sharded over all of them) but only
@@ -108,7 +109,7 @@ class InferenceEvaluation:
             self._scratch = tempfile.TemporaryDirectory(prefix="t5forge-eval-")
             output_dir = Path(self._scratch.name)
         self.evaluator = Evaluator(
-            cfg.mixture_or_task_name, lengths or None, cfg.batch_size, output_dir,
+            cfg.mixture_or_task_name, cfg.task_feature_lengths or None, cfg.batch_size, output_dir,
             split=cfg.split, converter=converter_for(model, pack=False), use_cached=cfg.use_cached,
         )
 

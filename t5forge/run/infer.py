@@ -103,7 +103,8 @@ def infer(*, model, dataset_cfg: DatasetConfig, restore_checkpoint_cfg: RestoreC
     print(message, file=sys.stderr)
     output = Path(output_dir)
     output.mkdir(parents=True, exist_ok=True)
-    decode_length = max_decode_length or dataset_cfg.task_feature_lengths["targets"]
+    decode_length = max_decode_length or setup.default_max_decode_length(
+        model, dataset_cfg.task_feature_lengths)
     written = {}
     for task in get_mixture_or_task(dataset_cfg.mixture_or_task_name).tasks:
         written[task.name] = _run_task(model, params, task, dataset_cfg, mode, output,

@@ -82,16 +82,20 @@ def restore_config_params(cfg: RestoreCheckpointConfig | None, model, fresh_para
         raise
 
 
-def model_metadata(model, mixture_or_task_name: str, model_dir: Path) -> dict:
-    """What a checkpoint records so `t5forge.load` needs nothing else: the model config and
-    the vocabulary (copied into the model dir as spiece.model, with its extra_ids)."""
+def model_metadata(model, dataset_cfg, model_dir: Path) -> dict:
+    """What a checkpoint records so `t5forge.load` needs nothing else and a resume can check it
+    continues the same run: the model config, the vocabulary (copied into the model dir as
+    spiece.model, with its extra_ids and SHA-256) and the data settings."""
     import dataclasses
     import shutil
 
     from t5forge.data.tasks import get_mixture_or_task
 
-    metadata = {"model_config": dataclasses.asdict(model.config)}
-    features = get_mixture_or_task(mixture_or_task_name).output_features
+    metadata = {"model_config": dataclasses.asdict(model.config),
+                "mixture_or_task_name": dataset_cfg.mixture_or_task_name,
+                "task_feature_lengths": dict(dataset_cfg.task_feature_lengths),
+                "batch_size": int(dataset_cfg.batch_size)}
+    features = get_mixture_or_task(dataset_cfg.mixture_or_task_name).output_features
     vocabulary = features["targets"].vocabulary
     if vocabulary.vocab_size > model.config.vocab_size:
         raise ConfigError(
@@ -102,5 +106,43 @@ def model_metadata(model, mixture_or_task_name: str, model_dir: Path) -> dict:
         target = Path(model_dir) / "spiece.model"
         if jax.process_index() == 0 and not target.exists():
             shutil.copyfile(vocab_path, target)
-        metadata["vocabulary"] = {"path": "spiece.model", "extra_ids": vocabulary.extra_ids}
+        metadata["vocabulary"] = {"path": "spiece.model", "extra_ids": vocabulary.extra_ids,
+                                  "sha256": _sha256(Path(vocab_path)), "source": str(vocab_path)}
     return metadata
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def check_resume(recorded: dict, current: dict, checkpoint: Path) -> None:
+    """ConfigError naming the first setting a resume would silently change: the vocabulary,
+    the feature lengths or the batch size the checkpoint was trained with. (Checkpoints written
+    before these were recorded are resumed unchecked.)"""
+    fix = ("; keep the original setting, or start a new MODEL_DIR from this checkpoint with "
+           f"--gin.INITIAL_CHECKPOINT_PATH={checkpoint}")
+    old_vocab, new_vocab = recorded.get("vocabulary", {}), current.get("vocabulary", {})
+    if old_vocab.get("sha256") and new_vocab.get("sha256") and (
+            old_vocab["sha256"] != new_vocab["sha256"]):
+        raise ConfigError(
+            f"{checkpoint} was trained with the vocabulary {old_vocab.get('source')} (sha256 "
+            f"{old_vocab['sha256'][:12]}) but this run's is {new_vocab.get('source')} (sha256 "
+            f"{new_vocab['sha256'][:12]}): the token ids would change meaning{fix}")
+    for key, name in (("task_feature_lengths", "TASK_FEATURE_LENGTHS"), ("batch_size", "BATCH_SIZE")):
+        if key in recorded and recorded[key] != current.get(key):
+            raise ConfigError(f"{checkpoint} was trained with {name}={recorded[key]} but this run "
+                              f"has {name}={current.get(key)}; resuming would change the data "
+                              f"position's meaning{fix}")
+
+
+def default_max_decode_length(model, task_feature_lengths) -> int:
+    """How long decoding may run when no length is set: the targets' length for an
+    encoder-decoder; inputs + targets for a decoder-only model, whose decoder holds the prompt
+    too (targets alone would be shorter than its own inputs)."""
+    lengths = dict(task_feature_lengths or {})
+    targets = lengths.get("targets", 256)
+    if model.config.is_decoder_only:
+        return lengths.get("inputs", 0) + targets
+    return targets

@@ -8,7 +8,9 @@
 
 A run restores the latest checkpoint of MODEL_DIR (parameters, optimizer state and the data
 iterator's position), so rerunning the same command after a preemption continues exactly
-where the last checkpoint left off; raising TRAIN_STEPS extends a finished run.
+where the last checkpoint left off; raising TRAIN_STEPS extends a finished run. One run at a
+time may write a MODEL_DIR (t5forge.run.model_dir_lock); SIGTERM or Ctrl-C saves and raises
+`Preempted`; a non-finite step stops the run with its last finite state saved.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -35,8 +39,10 @@ from t5forge.run.configs import (
 )
 from t5forge.run.evaluation import InferenceEvaluation, converter_for, training_eval
 from t5forge.run.hooks import Hook, RunContext
-from t5forge.run.preemption import StopSignal
-from t5forge.training import checkpoints, optimizers, schedules, summaries
+from t5forge.run.model_dir_lock import ModelDirLock
+from t5forge.run.preemption import Preempted, StopSignal
+from t5forge.run.storage_errors import storage_errno
+from t5forge.training import checkpoints, flops, optimizers, schedules, summaries
 from t5forge.training.partitioning import PjitPartitioner
 from t5forge.training.trainer import Trainer, metrics_to_host
 
@@ -59,6 +65,13 @@ def _schedule(learning_rate_fn):
     if isinstance(learning_rate_fn, int | float):
         return schedules.create_learning_rate_scheduler("constant", float(learning_rate_fn))
     return learning_rate_fn
+
+
+def _step_flops(config, batch, process_count: int) -> float:
+    """Model FLOPs of one training step over the global batch (its shapes are fixed)."""
+    targets = batch["decoder_target_tokens"].shape
+    inputs = batch["encoder_input_tokens"].shape[1] if "encoder_input_tokens" in batch else 0
+    return flops.model_flops_per_step(config, targets[0] * process_count, inputs, targets[1])
 
 
 def _batch_counts(batch) -> dict[str, float]:
@@ -92,6 +105,8 @@ def train(
     hooks: Sequence[Hook] = (),
     summarize_config_fn: Callable[[Path], None] | None = None,
     progress: bool = True,
+    max_skipped_nonfinite_steps: int = 0,
+    take_over_lock: bool = False,
 ) -> dict:
     """Trains `model` to `total_steps`, resuming MODEL_DIR's latest checkpoint if there is one.
 
@@ -105,6 +120,12 @@ def train(
     `hooks` are called during the loop (see t5forge.run.hooks); `summarize_config_fn(model_dir)`
     records the configuration (the CLI writes config.gin). Returns the last logged train
     metrics and the last evaluation's results.
+
+    A step whose loss, parameters or optimizer state come out non-finite is not applied; the
+    run stops there, naming it, with the last finite state saved (T5X's TerminateOnNanAction),
+    unless `max_skipped_nonfinite_steps` allows dropping that many batches first. A second run
+    into MODEL_DIR is refused while this one holds its lock (`take_over_lock` overrides).
+    Raises `Preempted` after saving when SIGTERM or SIGINT arrives.
     """
     model = setup.resolve_model(model)
     setup.register_tasks(train_dataset_cfg, train_eval_dataset_cfg, infer_eval_dataset_cfg)
@@ -115,9 +136,14 @@ def train(
         raise ConfigError("set TASK_FEATURE_LENGTHS, e.g. --gin.TASK_FEATURE_LENGTHS=\"{'inputs': 512, 'targets': 114}\"")
     if total_steps < 0:
         raise ConfigError(f"TRAIN_STEPS must be >= 0, got {total_steps}")
+    if max_skipped_nonfinite_steps < 0:
+        raise ConfigError(f"max_skipped_nonfinite_steps must be >= 0, got {max_skipped_nonfinite_steps}")
     model_dir = Path(model_dir)
     model_dir.mkdir(parents=True, exist_ok=True)
     is_chief = jax.process_index() == 0
+    lock = ModelDirLock(model_dir, take_over=take_over_lock)
+    if is_chief:
+        lock.acquire()  # released at the end, or at exit if set-up fails
     if is_chief and summarize_config_fn is not None:
         summarize_config_fn(model_dir)
     stats_period = stats_period or eval_period or 100
@@ -141,7 +167,9 @@ def train(
     abstract_state = trainer.abstract_state()
     trainer.state_shardings = trainer.shardings_for(abstract_state)
     restored = ckpt.restore_latest(abstract_state, trainer.state_shardings)
+    metadata = setup.model_metadata(model, train_dataset_cfg, model_dir)
     if restored is not None:
+        setup.check_resume(restored.metadata, metadata, restored.path)
         state = restored.state
         _restore_data_position(train_iter, restored)
         logger.info("resumed from %s at step %d", restored.path, restored.step)
@@ -161,7 +189,10 @@ def train(
             jax.tree.map(lambda s: str(s.spec), trainer.state_shardings.params),
             abstract_state.opt_state,
         )
+    if is_chief:
+        _warn_if_low_on_space(model_dir, abstract_state, ckpt)
     writer = summaries.MetricsWriter(model_dir, enabled=is_chief)
+    writer.forget_after(restored.step if restored is not None else -1)
     inference = (InferenceEvaluation(model, infer_eval_dataset_cfg, model_dir, writer,
                                      infer_max_decode_length)
                  if infer_eval_dataset_cfg else None)
@@ -180,13 +211,12 @@ def train(
             hook.on_eval(context, step_now, flat)
         return flat
 
-    metadata = setup.model_metadata(model, train_dataset_cfg.mixture_or_task_name, model_dir)
-
-    def save(at_step, metrics=None, force=False):
+    def save(at_step, metrics=None, force=False, position=None):
         if not force and at_step % checkpoint_cfg.period:
             return False  # skip gathering the data positions for a step that is not saved
-        return ckpt.save(at_step, state, _data_positions(train_iter), metadata=metadata,
-                         metrics=metrics, force=force)
+        return ckpt.save(at_step, state, _data_positions(
+            train_iter.get_state() if position is None else position),
+                         metadata=metadata, metrics=metrics, force=force)
 
     step = int(jax.device_get(state.step))
     context = RunContext(
@@ -206,26 +236,34 @@ def train(
     bar = _progress(step, total_steps, progress and is_chief)
     counts = {"target_tokens": 0.0, "all_tokens": 0.0, "seqs": 0.0}
     window_start, window_steps = time.perf_counter(), 0
+    skipped: list[int] = []
+    peak_flops, step_flops = flops.local_peak_flops(model.config.dtype), None
     try:
         while step < total_steps:
+            position = train_iter.get_state()  # the data position of `step`, in case it is last good
             batch = next(train_iter)
+            if step_flops is None and peak_flops is not None:
+                step_flops = _step_flops(model.config, batch, process_count)
             for key, value in _batch_counts(batch).items():
                 counts[key] += value * process_count
             state, metrics = trainer.train_step(state, batch)
             step += 1
             window_steps += 1
+            if int(jax.device_get(state.step)) != step:  # the trainer refused a non-finite update
+                skipped.append(step)
+                if len(skipped) > max_skipped_nonfinite_steps:
+                    save(step - 1, force=True, position=position)  # no-op if already on disk
+                    ckpt.wait_until_finished()
+                    raise T5ForgeError(_nonfinite_message(step, skipped, ckpt.step_dir(step - 1)))
+                print(f"warning: step {step} gave non-finite values; its batch is skipped "
+                      f"({len(skipped)} of at most {max_skipped_nonfinite_steps})", file=sys.stderr)
+                state = state.replace(
+                    step=jax.device_put(state.step + 1, trainer.state_shardings.step))
             preempted = stop.after_step(step)
             if step % stats_period == 0 or step == total_steps or preempted:
                 host = metrics_to_host(metrics)
-                good = int(jax.device_get(state.step))
-                if good != step or not np.isfinite(host["loss"]):
-                    save(good, force=True)
-                    ckpt.wait_until_finished()
-                    raise T5ForgeError(
-                        f"loss became non-finite ({step - good} of the steps up to {step} were "
-                        f"skipped); the last good state (step {good}) is saved in "
-                        f"{ckpt.step_dir(good)}. Lower the learning rate or use float32 "
-                        "activations, then rerun to resume from it")
+                if max_skipped_nonfinite_steps:
+                    host["nonfinite_steps_skipped"] = float(len(skipped))
                 elapsed = time.perf_counter() - window_start
                 host.update({
                     "timing/steps_per_second": window_steps / elapsed,
@@ -233,6 +271,9 @@ def train(
                     "timing/target_tokens_per_second": counts["target_tokens"] / elapsed,
                     "non_padding_fraction/loss_weights": counts["target_tokens"] / max(counts["all_tokens"], 1),
                 })
+                if peak_flops is not None:  # accelerators only: no CPU has a known peak
+                    host["timing/mfu"] = flops.mfu(step_flops * window_steps, elapsed, peak_flops,
+                                                   jax.device_count())
                 writer.write_scalars(step, host, split="train")
                 last_metrics = host
                 for hook in hooks:
@@ -253,7 +294,7 @@ def train(
             else:
                 save(step)
             if preempted:
-                print(f"SIGTERM: saving step {step} and exiting", file=sys.stderr)
+                print(f"{_signal_name(stop.signum)}: saving step {step} and exiting", file=sys.stderr)
                 break
             if context.stop_reason:
                 print(f"{context.stop_reason}; saving step {step}", file=sys.stderr)
@@ -266,14 +307,80 @@ def train(
                  force=True)
         for hook in hooks:
             hook.on_end(context, step)
+        ckpt.wait_until_finished()
+    except (OSError, ValueError) as error:
+        if storage_errno(error) is None:
+            raise
+        raise T5ForgeError(_storage_message(error, model_dir, ckpt)) from None
     finally:
         stop.restore()
-        ckpt.wait_until_finished()
-        ckpt.close()
+        _close_quietly(ckpt)
         writer.close()
         if bar is not None:
             bar.close()
+        lock.release()
+    if stop.received and step < total_steps:
+        raise Preempted(stop.signum, step, ckpt.step_dir(step))
     return {**last_metrics, **eval_results}
+
+
+def _signal_name(signum: int | None) -> str:
+    import signal
+
+    return signal.Signals(signum).name if signum else "SIGTERM"
+
+
+def _nonfinite_message(step: int, skipped: list[int], last_good: Path) -> str:
+    allowed = len(skipped) - 1
+    return (f"step {step} gave a non-finite loss, parameter or optimizer value"
+            + (f" (after {allowed} skipped: steps {skipped[:-1]})" if allowed else "")
+            + f"; it was not applied, and the last good state (step {step - 1}) is in "
+            f"{last_good}. Lower the learning rate or use float32 activations, then rerun the "
+            "same command to resume from it (or allow skipping a few bad batches with "
+            "--gin.train.max_skipped_nonfinite_steps=N)")
+
+
+def _storage_message(error: Exception, model_dir: Path, ckpt) -> str:
+    """Disk full or read-only, as one line: what failed, what survives, what to do."""
+    finished = [step for step in ckpt.all_steps() if ckpt.step_dir(step).is_dir()]
+    latest = finished[-1] if finished else None  # orbax lists a failed save's step too
+    kept = (f"the last good checkpoint is {ckpt.step_dir(latest)}" if latest is not None
+            else "no checkpoint was saved yet")
+    what = (f"{error.filename or model_dir}: {error.strerror}" if isinstance(error, OSError)
+            else f"checkpoint files in {model_dir}: {os.strerror(storage_errno(error))}")
+    return (f"cannot write {what}; {kept}. "
+            f"Free space in (or make writable) {model_dir}, then rerun the same command to "
+            "resume")
+
+
+def _close_quietly(ckpt) -> None:
+    """Closes the checkpointer; a save that failed for lack of space was reported already."""
+    try:
+        ckpt.wait_until_finished()
+        ckpt.close()
+    except (OSError, ValueError) as error:
+        if storage_errno(error) is None:
+            raise
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)  # its never-retrieved writes
+        logger.info("the last checkpoint save failed: %s", str(error)[:300])
+
+
+def _directory_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _warn_if_low_on_space(model_dir: Path, abstract_state, ckpt) -> None:
+    """Warns at start-up when MODEL_DIR's disk has room for fewer than two more checkpoints."""
+    latest = ckpt.latest_step()
+    if latest is not None:
+        size = _directory_bytes(ckpt.step_dir(latest))
+    else:
+        size = sum(int(np.prod(x.shape)) * x.dtype.itemsize
+                   for x in jax.tree.leaves(abstract_state))
+    free = shutil.disk_usage(model_dir).free
+    if free < 2 * size:
+        logger.warning("warning: %s has %.1f MB free, less than two checkpoints (%.1f MB each); "
+                       "the run stops when the disk is full", model_dir, free / 1e6, size / 1e6)
 
 
 def _flat(results: dict) -> dict:
@@ -288,13 +395,13 @@ def _flat(results: dict) -> dict:
     return flat
 
 
-def _data_positions(train_iter) -> dict:
+def _data_positions(local_state: dict) -> dict:
     """Every process's iterator state, for the checkpoint (each process reads its own shard).
 
     Orbax writes JSON items from process 0 only, so the states are all-gathered first (as
     padded UTF-8 bytes: collectives need equal shapes on every process).
     """
-    local = json.dumps(train_iter.get_state()).encode()
+    local = json.dumps(local_state).encode()
     if jax.process_count() == 1:
         encoded = [local]
     else:

@@ -48,10 +48,6 @@ def seal(step_dir: str | os.PathLike) -> None:
     os.replace(temporary, step_dir / CHECKSUMS_FILE)
 
 
-def is_sealed(step_dir: str | os.PathLike) -> bool:
-    return (Path(step_dir) / CHECKSUMS_FILE).is_file()
-
-
 def verify(step_dir: str | os.PathLike) -> int:
     """Raises CheckpointError naming the first missing or changed file; returns files checked.
 

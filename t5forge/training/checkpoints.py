@@ -245,7 +245,7 @@ class Checkpointer:
         abstract_params = _params_of(abstract_state)
         for step in reversed(steps):
             try:
-                checkpoint_integrity.verify(self.step_dir(step))
+                verified = checkpoint_integrity.verify(self.step_dir(step))
                 stored = _stored_param_shapes(self.step_dir(step)) if abstract_params else None
             except CheckpointError as error:
                 self._skip_damaged(step, error)
@@ -254,8 +254,14 @@ class Checkpointer:
                 _check_shapes(self.step_dir(step), stored, abstract_params)  # wrong model: fail
             try:
                 return self.restore(step, abstract_state, shardings)
-            except Exception as error:  # noqa: BLE001 - any unreadable checkpoint is skipped
-                self._skip_damaged(step, error)
+            except Exception as error:  # noqa: BLE001 - TensorStore and orbax raise many types
+                if verified:  # the files are as saved: the run's state differs, nothing is damaged
+                    first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+                    raise CheckpointError(
+                        f"{self.step_dir(step)} does not fit this run's train state ({first}); "
+                        "resume with the optimizer and model it was trained with, or start a "
+                        "new MODEL_DIR from it with INITIAL_CHECKPOINT_PATH") from None
+                self._skip_damaged(step, error, move_aside=False)
         if steps:
             raise CheckpointError(
                 f"no readable checkpoint in {self.model_dir} (tried steps {steps}); "
@@ -263,16 +269,18 @@ class Checkpointer:
             )
         return None
 
-    def _skip_damaged(self, step: int, error: Exception) -> None:
-        """Warns naming the damage and moves the checkpoint aside (process 0 renames it)."""
+    def _skip_damaged(self, step: int, error: Exception, move_aside: bool = True) -> None:
+        """Warns naming the damage and moves the checkpoint aside (process 0 renames it); one
+        without checksums that fails to restore is only skipped, as damage and a mismatch with
+        this run look alike there."""
         lines = str(error).strip().splitlines()
         where = self.step_dir(step)
-        if jax.process_index() == 0 and where.is_dir():
+        if move_aside and jax.process_index() == 0 and where.is_dir():
             where = checkpoint_integrity.quarantine(where)
             self._manager.reload()  # orbax caches the step list
-        logger.warning("skipping unreadable checkpoint %s, moved to %s (%s: %s)",
-                       self.step_dir(step), where.name, type(error).__name__,
-                       lines[0][:300] if lines else "")
+        logger.warning("skipping unreadable checkpoint %s%s (%s: %s)", self.step_dir(step),
+                       f", moved to {where.name}" if where != self.step_dir(step) else "",
+                       type(error).__name__, lines[0][:300] if lines else "")
 
     def check_matches(self, abstract_params) -> None:
         """Fails early if this directory's newest readable checkpoint was made for a different

@@ -92,18 +92,30 @@ class MetricsWriter:
 
     `split` is T5X's summary directory name: 'train', 'training_eval/<task>' or
     'inference_eval'. Only process 0 should write; pass `enabled=False` elsewhere.
+
+    A training run calls `forget_after(step)` when it starts from a checkpoint of that step
+    (-1 when it starts afresh): an earlier attempt's rows past it would otherwise repeat.
     """
 
     def __init__(self, model_dir: str | os.PathLike, enabled: bool = True):
         self.model_dir = Path(model_dir)
         self.enabled = enabled
         self._writers: dict[str, object] = {}
+        self._purge_step: int | None = None
+
+    def forget_after(self, step: int) -> None:
+        """Drops metrics.jsonl rows logged after `step` and hides the TensorBoard events past it
+        (TensorBoard's purge step), as the run is about to log those steps again."""
+        if self.enabled and (self.model_dir / METRICS_FILE).exists():
+            purge_metrics_after(self.model_dir, step)
+            self._purge_step = step + 1
 
     def _writer(self, split: str):
         if split not in self._writers:
             from tensorboardX import SummaryWriter
 
-            self._writers[split] = SummaryWriter(str(self.model_dir / split))
+            self._writers[split] = SummaryWriter(str(self.model_dir / split),
+                                                 purge_step=self._purge_step)
         return self._writers[split]
 
     def write_scalars(self, step: int, metrics: Mapping[str, float], split: str = "train"):
@@ -126,6 +138,25 @@ class MetricsWriter:
         for writer in self._writers.values():
             writer.close()
         self._writers.clear()
+
+
+def purge_metrics_after(model_dir: str | os.PathLike, step: int) -> int:
+    """Drops metrics.jsonl rows logged after `step` (rewritten atomically); returns how many."""
+    path = Path(model_dir) / METRICS_FILE
+    lines = path.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if line.strip() and _row_step(line) <= step]
+    if len(kept) != len(lines):
+        temporary = path.with_name(f".{METRICS_FILE}.tmp")
+        temporary.write_text("".join(kept))
+        os.replace(temporary, path)
+    return len(lines) - len(kept)
+
+
+def _row_step(line: str) -> float:
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return math.inf  # a torn last line from a killed run: dropped
 
 
 def _json_number(value: float):

@@ -131,9 +131,10 @@ class Trainer:
         loss, metrics, grads = self._loss_and_grads(state.params, batch, rng)
         grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, state.params)
         new_state = state.apply_gradients(grads, self.optimizer)
-        # A non-finite loss leaves the state as it was (step counter included), so the last
-        # good state survives for the loop to save; the loop notices the lagging step.
-        finite = jnp.isfinite(loss)
+        # A non-finite loss, parameter or optimizer value leaves the state as it was (step
+        # counter included), so the last good state survives for the loop to save; the loop
+        # notices the lagging step. (A finite loss can still overflow the parameters.)
+        finite = jnp.isfinite(loss) & _all_finite((new_state.params, new_state.opt_state))
         new_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), new_state, state)
         metrics = dict(metrics)
         metrics["loss"] = loss
@@ -179,6 +180,13 @@ class Trainer:
             raise ConfigError(
                 f"batch size {size} is not divisible by num_microbatches={self.num_microbatches}"
             )
+
+
+def _all_finite(tree) -> jax.Array:
+    """One boolean: every floating-point value in `tree` is finite."""
+    checks = [jnp.isfinite(leaf).all() for leaf in jax.tree.leaves(tree)
+              if jnp.issubdtype(leaf.dtype, jnp.inexact)]
+    return jnp.all(jnp.stack(checks)) if checks else jnp.bool_(True)
 
 
 def metrics_to_host(metrics) -> dict[str, float]:

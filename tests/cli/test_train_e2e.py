@@ -184,7 +184,8 @@ def test_non_finite_loss_stops_with_the_last_good_state_saved(workdir):
                             env=_env(workdir), capture_output=True, text=True, timeout=600)
     assert result.returncode == 2, result.stderr[-2000:]
     message = result.stderr.strip().splitlines()[-1]
-    assert message.startswith("error: loss became non-finite") and "last good state" in message
+    assert message.startswith("error: step ") and "non-finite loss" in message
+    assert "last good state" in message
     saved = sorted(model_dir.glob("checkpoint_*"))
     assert len(saved) == 1
     import t5forge
@@ -194,7 +195,7 @@ def test_non_finite_loss_stops_with_the_last_good_state_saved(workdir):
 
 
 @pytest.mark.slow
-def test_sigterm_saves_a_checkpoint_and_exits_cleanly(workdir):
+def test_sigterm_saves_a_checkpoint_and_exits_143(workdir):
     model_dir = workdir / "preempted"
     flags = ["--gin.EVAL_PERIOD=0", "--gin.CHECKPOINT_PERIOD=100000", "--gin.train.stats_period=1",
              "--gin.train.infer_eval_dataset_cfg=None", "--gin.train.train_eval_dataset_cfg=None"]
@@ -207,7 +208,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(workdir):
         time.sleep(0.1)
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=300)
-    assert process.returncode == 0, stderr[-2000:]
+    assert process.returncode == 143, stderr[-2000:]  # preempted and saved, not finished
     assert "SIGTERM: saving step" in stderr
     saved = [int(p.name.split("_")[1]) for p in model_dir.glob("checkpoint_*")]
     assert len(saved) == 1 and saved[0] == max(_losses(model_dir)) >= 3

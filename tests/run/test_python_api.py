@@ -128,3 +128,18 @@ def test_model_argument_is_checked():
     with pytest.raises(ConfigError, match="model must be a t5forge model"):
         t5forge.evaluate(model=None, dataset_cfg=_data(), output_dir="/nonexistent",
                          restore_checkpoint_cfg=RestoreCheckpointConfig(path="x"))
+
+
+def test_mfu_is_logged_where_the_device_peak_is_known(monkeypatch, tmp_path):
+    # No CPU has a peak FLOP/s, so pretend this one is an accelerator with a known peak.
+    from t5forge.training import flops
+
+    peak = 1e12
+    monkeypatch.setattr(flops, "local_peak_flops", lambda dtype: peak)
+    metrics = t5forge.train(model=TINY, model_dir=tmp_path / "run", total_steps=2,
+                            train_dataset_cfg=_data(), stats_period=2, eval_period=0,
+                            checkpoint_cfg=SaveCheckpointConfig(period=2, async_save=False),
+                            progress=False)
+    step_flops = flops.model_flops_per_step(TINY, 8, LENGTHS["inputs"], LENGTHS["targets"])
+    seconds_per_step = 1 / metrics["timing/steps_per_second"]
+    assert metrics["timing/mfu"] == pytest.approx(step_flops / (seconds_per_step * peak))

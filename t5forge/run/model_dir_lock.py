@@ -1,0 +1,133 @@
+"""One writer per MODEL_DIR: a lease file that a second `train` into the same directory respects.
+
+Two runs writing one model dir interleave their metrics, overwrite each other's checkpoints and
+config.gin, and both exit 0. So a run first creates MODEL_DIR/train.lock (host, pid, start
+time, lease expiry) and renews the lease while it runs; a second run is refused with one line
+naming the holder. A lock whose process is gone (same host) or whose lease expired (another
+host, whose processes cannot be checked) is taken over with a warning; `take_over=True` takes
+any lock. The lease expiry, not `fcntl`, is what decides across hosts, so the scheme needs only
+create-if-absent and overwrite: it works on network file systems and object storage too.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from t5forge.errors import ConfigError
+
+logger = logging.getLogger("t5forge")
+
+LOCK_FILE = "train.lock"
+LEASE_SECONDS = 600.0
+_HELD: dict[Path, ModelDirLock] = {}
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by another user
+        return True
+    return True
+
+
+class ModelDirLock:
+    """The lease on one model dir; `acquire()` or refuse, `release()` at the end of the run."""
+
+    def __init__(self, model_dir: str | os.PathLike, take_over: bool = False,
+                 lease_seconds: float = LEASE_SECONDS):
+        self.path = Path(model_dir).absolute() / LOCK_FILE
+        self.take_over = take_over
+        self.lease_seconds = lease_seconds
+        self._record = {"host": socket.gethostname(), "pid": os.getpid(),
+                        "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    def _payload(self) -> str:
+        return json.dumps({**self._record, "expires": time.time() + self.lease_seconds})
+
+    def _holder(self) -> dict | None:
+        try:
+            holder = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return None
+        except (ValueError, UnicodeDecodeError):
+            return {}  # half-written or garbage: nobody can be shown to hold it
+        return holder if isinstance(holder, dict) else {}
+
+    def _is_ours(self, holder: dict | None) -> bool:
+        return bool(holder) and all(holder.get(k) == self._record[k] for k in ("host", "pid"))
+
+    def _live(self, holder: dict) -> bool:
+        """Whether the holder may still be running: its pid on this host, its lease elsewhere."""
+        if holder.get("host") == self._record["host"] and isinstance(holder.get("pid"), int):
+            return holder["pid"] != os.getpid() and _process_alive(holder["pid"])
+        return float(holder.get("expires", 0)) > time.time()
+
+    def acquire(self) -> None:
+        """Takes the lock, or raises ConfigError naming the run that holds it."""
+        try:
+            with open(self.path, "x") as f:
+                f.write(self._payload())
+        except FileExistsError:
+            holder = self._holder() or {}
+            if self._live(holder) and not self.take_over:
+                raise ConfigError(
+                    f"{self.path.parent} is in use by another training run (pid "
+                    f"{holder.get('pid')} on {holder.get('host')}, started "
+                    f"{holder.get('started')}); wait for it to finish, use another MODEL_DIR, "
+                    f"or, if that run is gone, pass --gin.train.take_over_lock=True") from None
+            if holder.get("pid") != os.getpid() or holder.get("host") != self._record["host"]:
+                why = "taken over on request" if self._live(holder) else "its process is gone"
+                logger.warning("taking over the lock %s of pid %s on %s (%s)", self.path,
+                               holder.get("pid"), holder.get("host"), why)
+            self._write()
+        if not self._is_ours(self._holder()):
+            raise ConfigError(f"another training run took {self.path} at the same moment; "
+                              "only one run may write a MODEL_DIR")
+        _HELD[self.path] = self
+        self._stop.clear()
+        self._renewer = threading.Thread(target=self._renew, name="t5forge-lock", daemon=True)
+        self._renewer.start()
+
+    def _write(self) -> None:
+        temporary = self.path.with_name(f".{LOCK_FILE}.{os.getpid()}")
+        temporary.write_text(self._payload())
+        os.replace(temporary, self.path)
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.lease_seconds / 4):
+            if not self._is_ours(self._holder()):
+                logger.warning("lost the lock %s to another run", self.path)
+                return
+            try:
+                self._write()
+            except OSError as error:  # a full disk must not kill the run from this thread
+                logger.warning("could not renew the lock %s: %s", self.path, error)
+
+    def release(self) -> None:
+        """Gives the lock up (idempotent; a lock taken over by another run is left to it)."""
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join()
+            self._renewer = None
+        _HELD.pop(self.path, None)
+        if self._is_ours(self._holder()):
+            self.path.unlink(missing_ok=True)
+
+
+@atexit.register
+def _release_all() -> None:
+    """A run that failed before its loop started still leaves no lock behind."""
+    for lock in list(_HELD.values()):
+        lock.release()

@@ -1,0 +1,132 @@
+"""Bad data, vocabularies and configurations: one `error:` line naming the file (and line) or
+the binding, exit status 2, before any training happens."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+
+import pytest
+
+from .conftest import REPO, TASK, error_line
+
+ROWS = [{"en": f"Click button {i}.", "de": f"Klicken Sie auf Knopf {i}."} for i in range(6)]
+
+
+def _jsonl(rows) -> bytes:
+    return b"".join(json.dumps(row).encode() + b"\n" for row in rows)
+
+
+def _numbered_text(lines: int) -> bytes:
+    """Text that compresses poorly enough for a cut to land inside the gzip stream."""
+    return "".join(f"line {i} holds {i * 7919 % 104729}\n" for i in range(lines)).encode()
+
+
+BAD_FILES = {  # what train.jsonl.gz holds -> what the error line must name
+    "non-UTF-8 byte": (gzip.compress(_jsonl(ROWS[:2]) + b'{"en": "caf\xe9", "de": "x"}\n'),
+                       "train.jsonl.gz:3: not UTF-8"),
+    "truncated gzip": (gzip.compress(_jsonl({"en": line, "de": line} for line in
+                                            _numbered_text(2000).decode().splitlines()))[:4000],
+                       "train.jsonl.gz: the gzip data"),
+    "not gzip at all": (_jsonl(ROWS), "train.jsonl.gz: the gzip data"),
+    "missing field": (gzip.compress(_jsonl(ROWS[:2]) + b'{"en": "only english"}\n'),
+                      "train.jsonl.gz:3: no field de"),
+    "malformed JSON": (gzip.compress(_jsonl(ROWS[:1]) + b'{"en": "a", \n'),
+                       "train.jsonl.gz:2: malformed JSON"),
+    "JSON array row": (gzip.compress(_jsonl(ROWS[:1]) + b'["en", "de"]\n'),
+                       "train.jsonl.gz:2: expected a JSON object"),
+}
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    """A T5FORGE_DATA_DIR whose en_de_lohelp dataset a case may spoil."""
+    folder = tmp_path / "data" / "en_de_lohelp"
+    shutil.copytree(REPO / "t5forge/tasks/data/en_de_lohelp", folder)
+    return folder
+
+
+@pytest.mark.parametrize("fault", sorted(BAD_FILES))
+def test_bad_data_file_names_file_and_line(faults, data_dir, fault):
+    content, expected = BAD_FILES[fault]
+    (data_dir / "train.jsonl.gz").write_bytes(content)
+    result = faults.run("tasks", "preview", TASK, "--split", "train", "-n", "2",
+                        env=faults.env(T5FORGE_DATA_DIR=data_dir.parent))
+    line = error_line(result)
+    assert expected in line and str(data_dir) in line, line
+
+
+def test_missing_data_file_names_the_pattern(faults, data_dir):
+    (data_dir / "train.jsonl.gz").unlink()
+    result = faults.run("tasks", "preview", TASK, "--split", "train",
+                        env=faults.env(T5FORGE_DATA_DIR=data_dir.parent))
+    assert "no file matches" in error_line(result)
+
+
+@pytest.mark.slow
+def test_training_on_a_file_with_a_missing_field_stops_before_the_first_step(faults, data_dir,
+                                                                               tmp_path):
+    (data_dir / "train.jsonl.gz").write_bytes(BAD_FILES["missing field"][0])
+    result = faults.train(tmp_path / "run", 5, env=faults.env(T5FORGE_DATA_DIR=data_dir.parent))
+    assert "train.jsonl.gz:3: no field de" in error_line(result)
+    assert not list((tmp_path / "run").glob("checkpoint_*"))
+
+
+VOCAB_INPUTS = {
+    "non-UTF-8 text file": ("corpus.txt", b"hello world\nna\xefve\n", "corpus.txt:2: not UTF-8"),
+    "truncated gzip": ("corpus.txt.gz", gzip.compress(_numbered_text(2000))[:4000],
+                       "corpus.txt.gz: the gzip data"),
+    "missing JSON field": ("rows.jsonl", b'{"text": "a"}\n{"body": "b"}\n', "rows.jsonl:2: no field"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(VOCAB_INPUTS))
+def test_vocab_train_names_the_bad_input(faults, tmp_path, fault):
+    name, content, expected = VOCAB_INPUTS[fault]
+    (tmp_path / name).write_bytes(content)
+    result = faults.run("vocab", "train", "--input", tmp_path / name, "--vocab_size", "50",
+                        "--output", tmp_path / "spiece.model")
+    assert expected in error_line(result)
+    assert not (tmp_path / "spiece.model").exists()
+
+
+CONFIG_FAULTS = {  # extra train flags -> what the error line must say
+    "unknown task": (["--gin.MIXTURE_OR_TASK_NAME=no_such_task"], "no_such_task"),
+    "misspelt binding": (["--gin.train.total_stepz=5"], "total_stepz"),
+    "unknown configurable": (["--gin.NoSuchThing.x=1"], "NoSuchThing"),
+    "missing gin file": (["--gin_file=no/such/file.gin"], "no/such/file.gin"),
+    "negative TRAIN_STEPS": (["--gin.TRAIN_STEPS=-3"], "TRAIN_STEPS"),
+    "vocabulary larger than the model": (["--gin.T5Config.vocab_size=512"], "vocab_size"),
+    "checkpoint period 0": (["--gin.CHECKPOINT_PERIOD=0"], "period"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(CONFIG_FAULTS))
+def test_bad_configuration_is_one_line(faults, tmp_path, fault):
+    flags, expected = CONFIG_FAULTS[fault]
+    assert expected in error_line(faults.train(tmp_path / "run", 5, *flags))
+
+
+def test_missing_vocabulary_file_is_one_line(faults, tmp_path):
+    result = faults.train(tmp_path / "run", 5, env=faults.env(T5FORGE_VOCAB=tmp_path / "none.model"))
+    assert "none.model" in error_line(result)
+
+
+def test_unknown_command_is_one_line(faults):
+    assert "unknown command" in error_line(faults.run("trian"))
+
+
+@pytest.mark.slow
+def test_decoder_only_finetune_decodes_past_its_inputs_by_default(faults, tmp_path):
+    """runs/finetune.gin as it ships, a decoder-only model: evaluation decodes inputs + targets."""
+    result = faults.run(
+        "train", "--gin_file=models/decoder_only/tiny.gin", f"--gin_file={faults.gin}",
+        "--gin_file=runs/finetune.gin", "--gin.T5Config.num_encoder_layers=0",
+        "--gin.T5Config.architecture='decoder_only'", f"--gin.MODEL_DIR={tmp_path / 'run'}",
+        f"--gin.MIXTURE_OR_TASK_NAME={TASK}", "--gin.TASK_FEATURE_LENGTHS={'inputs': 16, 'targets': 8}",
+        "--gin.TRAIN_STEPS=2", "--gin.BATCH_SIZE=4", "--gin.INITIAL_CHECKPOINT_PATH=None",
+        "--gin.DROPOUT_RATE=0.0", "--gin.EVAL_PERIOD=2", "--gin.train.train_eval_dataset_cfg=None",
+        "--gin.infer_eval/utils.DatasetConfig.batch_size=400")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert list((tmp_path / "run" / "inference_eval").glob("*predictions*"))
