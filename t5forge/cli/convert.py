@@ -127,11 +127,12 @@ def _check_and_write(args, config, params, vocab, bar) -> Path:
 
 
 def _print_summary(args, params, output: Path) -> None:
-    flat = jax.tree_util.tree_flatten_with_path(params)[0]
+    from t5forge.models.param_names import named_leaves
+
+    tensors = named_leaves(params)
     total = 0
-    for path, leaf in flat:
-        name = "/".join(str(getattr(k, "key", k)) for k in path)
+    for name, leaf in tensors.items():
         total += int(np.prod(np.shape(leaf)))
         print(f"  {name:<70} {tuple(np.shape(leaf))}")
-    print(f"converted {len(flat)} tensors ({total:,} parameters) from {args.source} "
+    print(f"converted {len(tensors)} tensors ({total:,} parameters) from {args.source} "
           f"{args.input} to {args.target} {output}")

@@ -20,6 +20,7 @@ import numpy as np
 from t5forge.errors import CheckpointError, ConfigError
 from t5forge.models.configs import T5Config
 from t5forge.models.param_layout import stack_layers, unstack_layers
+from t5forge.models.param_names import path_name
 
 # HF `feed_forward_proj` <-> T5X `mlp_activations`. HF's plain "gelu" is the exact erf GELU while
 # T5X's is the tanh approximation, which HF calls "gelu_new" (and uses for "gated-gelu").
@@ -211,7 +212,7 @@ def params_from_hf_state_dict(state_dict: dict, config: T5Config) -> dict:
     for hf_name, path, shape, transposed in _tensor_map(config):
         if hf_name not in state_dict:
             raise CheckpointError(f"Hugging Face checkpoint lacks tensor {hf_name!r} "
-                                  f"(needed for {'/'.join(path)} {shape}); it was saved from a "
+                                  f"(needed for {path_name(path)} {shape}); it was saved from a "
                                   f"model with another config")
         value = np.asarray(state_dict[hf_name], dtype=np.float32)
         if transposed:
@@ -242,7 +243,7 @@ def _leaf(params: dict, path: tuple):
     node = params
     for key in path:
         if not isinstance(node, dict) or key not in node:
-            raise CheckpointError(f"params lack {'/'.join(path)}; they do not belong to a "
+            raise CheckpointError(f"params lack {path_name(path)}; they do not belong to a "
                                   f"model with this config")
         node = node[key]
     return node
@@ -258,7 +259,7 @@ def params_to_hf_state_dict(params: dict, config: T5Config) -> dict[str, np.ndar
     for hf_name, path, shape, transposed in _tensor_map(config):
         value = np.asarray(_leaf(params, path), dtype=np.float32)
         if value.shape != shape:
-            raise CheckpointError(f"param {'/'.join(path)} has shape {value.shape} but the "
+            raise CheckpointError(f"param {path_name(path)} has shape {value.shape} but the "
                                   f"config needs {shape}; the config does not match the params")
         state_dict[hf_name] = np.ascontiguousarray(value.T if transposed else value)
     return state_dict

@@ -24,6 +24,7 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint.checkpoint_managers import preservation_policy
 
 from t5forge.errors import CheckpointError
+from t5forge.models import param_names
 from t5forge.training import checkpoint_integrity
 
 logger = logging.getLogger(__name__)
@@ -70,20 +71,6 @@ def _with_shardings(abstract_tree, shardings):
     return jax.tree.map(
         lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract_tree, shardings
     )
-
-
-def _flat_names(tree) -> dict[str, Any]:
-    """'encoder/layers_0/mlp/wi/kernel' -> leaf, the names T5X users write in assignment maps."""
-    flat = jax.tree_util.tree_flatten_with_path(tree)[0]
-    def key_name(key) -> str:
-        return str(getattr(key, "key", getattr(key, "name", getattr(key, "idx", key))))
-
-    return {"/".join(key_name(k) for k in path): leaf for path, leaf in flat}
-
-
-def _unflatten_like(tree, named: dict[str, Any]):
-    names = list(_flat_names(tree))
-    return jax.tree.unflatten(jax.tree.structure(tree), [named[name] for name in names])
 
 
 class Checkpointer:
@@ -306,7 +293,7 @@ def _stored_param_shapes(step_dir: Path) -> dict[str, tuple[int, ...]]:
         ) from error
     if "params" not in tree:
         raise CheckpointError(f"{state_dir} holds no 'params'; it is not a t5forge train state")
-    return {name: tuple(meta.shape) for name, meta in _flat_names(tree["params"]).items()}
+    return param_names.shapes(tree["params"])
 
 
 def _params_of(abstract_state):
@@ -322,18 +309,13 @@ def check_params_match(step_dir: Path, abstract_params) -> None:
 
 
 def _check_shapes(step_dir: Path, stored: dict[str, tuple[int, ...]], abstract_params) -> None:
-    for name, leaf in _flat_names(abstract_params).items():
-        if name not in stored:
-            raise CheckpointError(
-                f"checkpoint {step_dir} does not match the model: it has no parameter {name!r}; "
-                "use a fresh MODEL_DIR or the model config the checkpoint was trained with"
-            )
-        if stored[name] != tuple(leaf.shape):
-            raise CheckpointError(
-                f"checkpoint {step_dir} does not match the model: {name!r} has shape "
-                f"{stored[name]} in the checkpoint but {tuple(leaf.shape)} in the model; "
-                "use a fresh MODEL_DIR or the model config the checkpoint was trained with"
-            )
+    """Every model parameter must be stored with its shape; extra stored ones are harmless."""
+    mismatch = param_names.shape_mismatch(param_names.shapes(abstract_params), stored,
+                                          allow_extra=True)
+    if mismatch:
+        raise CheckpointError(
+            f"checkpoint {step_dir} does not match the model: it {mismatch}; use a fresh "
+            "MODEL_DIR or the model config the checkpoint was trained with")
 
 
 def resolve_step_dir(path: str | Path) -> Path:
@@ -376,7 +358,7 @@ def restore_params(
     step_dir = resolve_step_dir(path)
     checkpoint_integrity.verify(step_dir)
     stored = _stored_param_shapes(step_dir)
-    targets = _flat_names(target_params)
+    targets = param_names.named_leaves(target_params)
     report = RestoreReport()
     wanted: dict[str, Any] = {}
     for name, leaf in targets.items():
@@ -405,7 +387,7 @@ def restore_params(
     values = {name: targets[name] for name in report.fresh}
     for target, source in report.restored:
         values[target] = _like(loaded[source], targets[target])
-    return _unflatten_like(target_params, values), report
+    return param_names.unflatten_like(target_params, values), report
 
 
 def _like(array: jax.Array, target) -> jax.Array:
@@ -446,7 +428,7 @@ def _load_named_params(step_dir: Path, wanted: dict[str, Any]) -> dict[str, jax.
         first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
         raise CheckpointError(f"cannot read the parameters of {step_dir} ({first}); the "
                               "checkpoint is damaged: use an earlier checkpoint_<step>") from None
-    return _flat_names(restored["params"])
+    return param_names.named_leaves(restored["params"])
 
 
 def verify_checkpoint(path: str | Path) -> str:
@@ -465,7 +447,7 @@ def verify_checkpoint(path: str | Path) -> str:
     except Exception as error:  # noqa: BLE001 - TensorStore and orbax raise many types
         first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
         raise CheckpointError(f"cannot read the arrays of {step_dir} ({first})") from None
-    tensors = _flat_names(restored)
+    tensors = param_names.named_leaves(restored)
     bad = [name for name, value in tensors.items()
            if np.issubdtype(np.asarray(value).dtype, np.inexact)
            and not np.isfinite(np.asarray(value)).all()]

@@ -22,22 +22,17 @@ PLOT_FILE = "training_curves.png"
 _CURVE_METRICS = ["loss", "loss_per_nonpadding_target_token", "accuracy", "learning_rate"]
 
 
-def _key_name(key) -> str:
-    return str(getattr(key, "key", getattr(key, "name", getattr(key, "idx", key))))
-
-
 def _flatten(tree) -> dict[str, object]:
     """Flattens any pytree (nested dicts, optimizer states) into {'a/b/c': leaf}, T5X's naming.
 
     Tuples of axis names and shape tuples count as leaves, not containers.
     """
-    import jax
+    from t5forge.models import param_names
 
     def is_leaf(node):
         return isinstance(node, tuple) and all(isinstance(x, (str, int, type(None))) for x in node)
 
-    flat, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_leaf)
-    return {"/".join(_key_name(k) for k in path): leaf for path, leaf in flat}
+    return param_names.named_leaves(tree, is_leaf=is_leaf)
 
 
 def _shape_text(shape, axes) -> str:

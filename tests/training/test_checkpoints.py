@@ -175,7 +175,7 @@ def test_checkpoint_shape_mismatch_names_the_tensor(tmp_path):
     ckpt.check_matches(jax.eval_shape(make_params))
     wider = jax.eval_shape(lambda: make_params(width=10))
     with pytest.raises(CheckpointError, match=(
-            r"'encoder/encoder_norm/scale' has shape \(8,\) in the checkpoint but \(10,\)")):
+            r"'encoder/encoder_norm/scale' with shape \(8,\) but the model expects \(10,\)")):
         ckpt.check_matches(wider)
     renamed = {"decoder": jax.eval_shape(make_params)["encoder"]}
     with pytest.raises(CheckpointError, match="has no parameter 'decoder/"):
