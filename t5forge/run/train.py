@@ -44,7 +44,7 @@ from t5forge.run.preemption import Preempted, StopSignal
 from t5forge.run.storage_errors import storage_errno
 from t5forge.training import checkpoints, flops, optimizers, schedules, summaries
 from t5forge.training.partitioning import PjitPartitioner
-from t5forge.training.trainer import Trainer, metrics_to_host
+from t5forge.training.trainer import APPLIED, Trainer, metrics_to_host
 
 logger = logging.getLogger("t5forge")
 
@@ -211,10 +211,12 @@ def train(
             hook.on_eval(context, step_now, flat)
         return flat
 
-    def save(at_step, metrics=None, force=False, position=None):
+    def save(at_step, metrics=None, force=False, position=None, of=None):
+        """Saves `of` (default: the loop's state) as `at_step`, at the checkpoint period or
+        when forced; `position` is the data position to record (default: the current one)."""
         if not force and at_step % checkpoint_cfg.period:
             return False  # skip gathering the data positions for a step that is not saved
-        return ckpt.save(at_step, state, _data_positions(
+        return ckpt.save(at_step, state if of is None else of, _data_positions(
             train_iter.get_state() if position is None else position),
                          metadata=metadata, metrics=metrics, force=force)
 
@@ -238,6 +240,33 @@ def train(
     window_start, window_steps = time.perf_counter(), 0
     skipped: list[int] = []
     peak_flops, step_flops = flops.local_peak_flops(model.config.dtype), None
+
+    def settle(state, done_step, applied, position):
+        """Acts on whether step `done_step` was applied: a refused (non-finite) step stops the
+        run with the last good state saved, or is skipped within the allowed budget."""
+        if bool(jax.device_get(applied)):
+            return state
+        skipped.append(done_step)
+        if len(skipped) > max_skipped_nonfinite_steps:
+            # The steps dispatched after the refused one were refused too: `state` is the last
+            # good one, and `position` the data position it had reached.
+            state = state.replace(step=jax.device_put(done_step - 1, trainer.state_shardings.step))
+            save(done_step - 1, force=True, position=position, of=state)  # no-op if on disk
+            ckpt.wait_until_finished()
+            raise T5ForgeError(_nonfinite_message(done_step, skipped, ckpt.step_dir(done_step - 1)))
+        print(f"warning: step {done_step} gave non-finite values; its batch is skipped "
+              f"({len(skipped)} of at most {max_skipped_nonfinite_steps})", file=sys.stderr)
+        return state.replace(step=jax.device_put(done_step, trainer.state_shardings.step))
+
+    def state_needed(at_step) -> bool:
+        """Whether anything after step `at_step` reads the state or metrics (so it must be
+        settled now); otherwise the check waits a step and the device stays busy."""
+        return bool(max_skipped_nonfinite_steps or at_step == total_steps
+                    or at_step % stats_period == 0 or at_step % checkpoint_cfg.period == 0
+                    or (eval_period and at_step % eval_period == 0)
+                    or any(at_step % max(hook.every, 1) == 0 for hook in hooks))
+
+    pending = None  # (step, its `applied` flag on device, the data position before it)
     try:
         while step < total_steps:
             position = train_iter.get_state()  # the data position of `step`, in case it is last good
@@ -246,20 +275,15 @@ def train(
                 step_flops = _step_flops(model.config, batch, process_count)
             for key, value in _batch_counts(batch).items():
                 counts[key] += value * process_count
-            state, metrics = trainer.train_step(state, batch)
+            state, metrics = trainer.train_step(state, batch, expected_step=step)
             step += 1
             window_steps += 1
-            if int(jax.device_get(state.step)) != step:  # the trainer refused a non-finite update
-                skipped.append(step)
-                if len(skipped) > max_skipped_nonfinite_steps:
-                    save(step - 1, force=True, position=position)  # no-op if already on disk
-                    ckpt.wait_until_finished()
-                    raise T5ForgeError(_nonfinite_message(step, skipped, ckpt.step_dir(step - 1)))
-                print(f"warning: step {step} gave non-finite values; its batch is skipped "
-                      f"({len(skipped)} of at most {max_skipped_nonfinite_steps})", file=sys.stderr)
-                state = state.replace(
-                    step=jax.device_put(state.step + 1, trainer.state_shardings.step))
+            if pending is not None:
+                state = settle(state, *pending)
+            pending = (step, metrics.pop(APPLIED), position)
             preempted = stop.after_step(step)
+            if preempted or state_needed(step):
+                state, pending = settle(state, *pending), None
             if step % stats_period == 0 or step == total_steps or preempted:
                 host = metrics_to_host(metrics)
                 if max_skipped_nonfinite_steps:

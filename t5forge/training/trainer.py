@@ -20,6 +20,9 @@ from t5forge.errors import ConfigError
 from t5forge.training import partitioning
 from t5forge.training.train_state import TrainState, train_state_logical_axes
 
+# The metric saying whether a step's update was applied (False: refused as non-finite).
+APPLIED = "step_applied"
+
 
 class Trainer:
     """Owns the model and the optimizer; builds state and runs steps on batches.
@@ -126,35 +129,47 @@ class Trainer:
             grads = jax.tree.map(lambda g: g / k, grads)
         return loss, metrics, grads
 
-    def _train_step_fn(self, state: TrainState, batch):
+    def _train_step_fn(self, state: TrainState, batch, expected_step):
         rng = jax.random.fold_in(jax.random.PRNGKey(self.seed), state.step)
         loss, metrics, grads = self._loss_and_grads(state.params, batch, rng)
         grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, state.params)
         new_state = state.apply_gradients(grads, self.optimizer)
         # A non-finite loss, parameter or optimizer value leaves the state as it was (step
-        # counter included), so the last good state survives for the loop to save; the loop
-        # notices the lagging step. (A finite loss can still overflow the parameters.)
-        finite = jnp.isfinite(loss) & _all_finite((new_state.params, new_state.opt_state))
-        new_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), new_state, state)
+        # counter included), so the last good state survives for the loop to save. (A finite
+        # loss can still overflow the parameters.) Once a step was refused the counter lags
+        # `expected_step`, and every later step is refused too: the state stays the last good
+        # one until the loop, which checks `applied` a step late to keep the device busy,
+        # notices.
+        applied = jnp.isfinite(loss) & _all_finite((new_state.params, new_state.opt_state))
+        if expected_step is not None:
+            applied &= state.step == expected_step
+        new_state = jax.tree.map(lambda new, old: jnp.where(applied, new, old), new_state, state)
         metrics = dict(metrics)
         metrics["loss"] = loss
+        metrics[APPLIED] = applied
         if self.learning_rate_fn is not None:
             metrics["learning_rate"] = self.learning_rate_fn(state.step)
         return new_state, metrics
 
-    def train_step(self, state: TrainState, batch: Mapping[str, Any]):
-        """One optimizer step on a global batch; returns (new_state, metrics on device)."""
+    def train_step(self, state: TrainState, batch: Mapping[str, Any], expected_step=None):
+        """One optimizer step on a global batch; returns (new_state, metrics on device).
+
+        Metrics carry `APPLIED`: False when the step was refused as non-finite. Given the step
+        the caller expects `state` to be at, a step after a refused one is refused as well.
+        """
         if self._train_step is None:
             if self.state_shardings is None:
                 self.state_shardings = self.shardings_for(self.abstract_state())
             self._train_step = self.partitioner.partition(
                 self._train_step_fn,
-                in_shardings=(self.state_shardings, "batch"),
+                in_shardings=(self.state_shardings, "batch", None),
                 out_shardings=(self.state_shardings, None),
                 donate_argnums=(0,),
             )
         self._check_microbatches(batch)
-        return self._train_step(state, self._to_global(batch))
+        if expected_step is not None:
+            expected_step = np.asarray(expected_step, np.int32)
+        return self._train_step(state, self._to_global(batch), expected_step)
 
     def eval_step(self, params, batch: Mapping[str, Any]):
         """Loss and accuracy of a batch without dropout (T5X's training_eval)."""

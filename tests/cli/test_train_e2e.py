@@ -7,6 +7,7 @@ bit for bit.
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -109,6 +110,7 @@ def test_sigkill_between_checkpoints_then_restart_is_bitwise_identical(workdir):
                                env=_env(workdir), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 600
     while not (killed / "checkpoint_10").exists() and time.time() < deadline:
+        assert process.poll() is None, "the run ended before checkpoint_10"
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
     process.wait()
@@ -188,6 +190,10 @@ def test_non_finite_loss_stops_with_the_last_good_state_saved(workdir):
     assert "last good state" in message
     saved = sorted(model_dir.glob("checkpoint_*"))
     assert len(saved) == 1
+    # Steps run ahead of the check (stats every 5) were refused too: the step before the first
+    # bad one is what was saved.
+    bad_step = int(re.match(r"error: step (\d+) ", message).group(1))
+    assert saved[0].name == f"checkpoint_{bad_step - 1}"
     import t5forge
 
     logits = t5forge.load(saved[0]).logits([[5, 6, 1]], [[0, 7]])
@@ -205,6 +211,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_143(workdir):
     deadline = time.time() + 600
     metrics = model_dir / "metrics.jsonl"
     while time.time() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+        assert process.poll() is None, process.communicate()[1][-2000:]
         time.sleep(0.1)
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=300)

@@ -61,6 +61,7 @@ def test_two_real_runs_into_one_dir(faults, tmp_path):
     first = faults.popen(*faults.train_args(model_dir, 100000, period=100000))
     deadline = time.time() + 300
     while not (model_dir / "train.lock").exists() and time.time() < deadline:
+        assert first.poll() is None, "the first run ended before taking its lock"
         time.sleep(0.05)
     second = faults.train(model_dir, 10, "--gin.RANDOM_SEED=7")
     first.send_signal(signal.SIGTERM)

@@ -109,6 +109,7 @@ def test_sigterm_before_training_starts_leaves_no_lock(faults, tmp_path):
     process = faults.popen(*faults.train_args(model_dir, 5))
     deadline = time.time() + 300
     while not (model_dir / "train.lock").exists() and time.time() < deadline:
+        assert process.poll() is None, "the run ended before taking its lock"
         time.sleep(0.02)
     process.send_signal(signal.SIGTERM)
     try:
