@@ -1,9 +1,9 @@
 """The small Python API: `t5forge.load(path)` and a `Model` to get logits, scores and generations.
 
-Users arrive with a checkpoint in one of three formats and want answers without writing a
+Users arrive with a checkpoint in one of four formats and want answers without writing a
 batch dict or a jit: `load` recognises Hugging Face model directories, t5forge training
-checkpoints and T5X checkpoints, and `Model` takes strings (through the checkpoint's
-SentencePiece vocabulary) or token arrays. Batches are padded to power-of-two buckets (batch
+checkpoints, T5X and Mesh TF checkpoints (t5forge.interop.formats), and `Model` takes strings
+(through the checkpoint's SentencePiece vocabulary) or token arrays. Batches are padded to power-of-two buckets (batch
 size and lengths) so a stream of differently sized requests reuses a handful of compilations.
 
 Lengths are policies, never an out-of-memory or a hang: every model knows its maximum input
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -29,10 +30,9 @@ import numpy as np
 
 from t5forge.data.vocabularies import EOS_ID, SentencePieceVocabulary
 from t5forge.errors import CheckpointError, ConfigError, DataError
-from t5forge.interop import huggingface
+from t5forge.interop import formats, huggingface
 from t5forge.models.configs import PRESETS, T5Config, config_from_gin, get_config
 from t5forge.models.model import PREDICT_METHODS, build_model
-from t5forge.models.param_layout import stack_layers
 
 logger = logging.getLogger(__name__)
 
@@ -403,22 +403,11 @@ def recorded_feature_lengths(step_dir: Path, metadata: dict) -> dict[str, int]:
     return {k: int(v) for k, v in lengths.items() if isinstance(v, int) and v > 0}
 
 
-def _is_t5forge_checkpoint(path: Path) -> bool:
-    from t5forge.training.checkpoints import resolve_step_dir
-
-    try:
-        resolve_step_dir(path)
-    except CheckpointError:
-        return False
-    return True
-
-
 def _load_t5forge(path: Path, config: T5Config | None) -> Model:
-    from t5forge.training.checkpoints import METADATA, resolve_step_dir, restore_params
+    from t5forge.training.checkpoints import read_metadata, resolve_step_dir, restore_params
 
     step_dir = resolve_step_dir(path)
-    metadata_file = step_dir / METADATA / METADATA
-    metadata = json.loads(metadata_file.read_text()) if metadata_file.is_file() else {}
+    metadata = read_metadata(step_dir)
     if config is None:
         if "model_config" in metadata:
             config = T5Config(**metadata["model_config"])
@@ -436,36 +425,26 @@ def _load_t5forge(path: Path, config: T5Config | None) -> Model:
                  max_input_length=recorded_feature_lengths(step_dir, metadata).get("inputs"))
 
 
-def _load_t5x(path: Path, config: T5Config | None) -> Model:
-    from t5forge.interop.t5x import load_t5x_checkpoint
-
+def _load_params_only(fmt: str, path: Path, config: T5Config | None) -> Model:
+    """T5X and Mesh TF checkpoints store parameters but no config: `config` must say it."""
     if config is None:
-        raise ConfigError(f"T5X checkpoint {path} does not record its model config; pass "
+        name = {formats.T5X: "T5X", formats.MESH_TF: "Mesh TF"}[fmt]
+        raise ConfigError(f"{name} checkpoint {path} does not record its model config; pass "
                           f"config= a preset name (e.g. 't5_1_1/base') or a model gin file")
-    params, _, _ = load_t5x_checkpoint(path)
-    return Model(config, stack_layers(params, config))
+    return Model(config, formats.read_params(path, fmt, config))
 
 
-def _is_t5x_checkpoint(path: Path) -> bool:
-    from t5forge.interop.t5x import is_t5x_checkpoint
-
-    return is_t5x_checkpoint(path)
-
-
-# (name, predicate, loader), tried in order; T5X last since it accepts generic Orbax trees.
-_FORMATS = (
-    ("Hugging Face (config.json + model.safetensors or pytorch_model.bin)",
-     huggingface.is_hf_dir, _load_hf),
-    ("t5forge (checkpoint_<step>/state)", _is_t5forge_checkpoint, _load_t5forge),
-    ("T5X (msgpack, tensorstore or Orbax checkpoint)", _is_t5x_checkpoint, _load_t5x),
-)
+_LOADERS = {formats.HF: _load_hf, formats.T5FORGE: _load_t5forge,
+            formats.T5X: functools.partial(_load_params_only, formats.T5X),
+            formats.MESH_TF: functools.partial(_load_params_only, formats.MESH_TF)}
 
 
 def load(path, config=None) -> Model:
-    """Loads a Hugging Face model dir, a t5forge checkpoint or a T5X checkpoint as a Model.
+    """Loads a Hugging Face model dir, a t5forge, T5X or Mesh TF checkpoint as a Model.
 
     `config` (a preset name like 't5_1_1/small', a model gin file or a T5Config) is needed for
-    T5X checkpoints, which do not record it; for the others it overrides the stored config.
+    T5X and Mesh TF checkpoints (the latter read with TensorFlow), which do not record it; for
+    the others it overrides the stored config.
     The model's `max_input_length` is the inputs length a t5forge run trained with (its
     checkpoint metadata or config.gin), a Hugging Face config's `n_positions`, or
     DEFAULT_MAX_INPUT_LENGTH.
@@ -479,8 +458,7 @@ def load(path, config=None) -> Model:
         raise CheckpointError(f"{path} does not exist; pass a Hugging Face model directory, a "
                               f"t5forge checkpoint or a T5X checkpoint")
     config = _resolve_config(config)
-    for _, is_format, loader in _FORMATS:
-        if is_format(path):
-            return loader(path, config)
-    tried = "; ".join(name for name, _, _ in _FORMATS)
-    raise CheckpointError(f"{path} is not a checkpoint t5forge recognises; tried {tried}")
+    fmt = formats.detect_format(path)
+    if fmt is None:
+        raise formats.unrecognised(path)
+    return _LOADERS[fmt](path, config)

@@ -55,10 +55,16 @@ def _config(args, params):
 
 def _read(args):
     """(config, params, vocab_path) from the input in its format."""
+    from t5forge.interop import formats
+
     source = Path(args.input)
     if not source.exists():
         raise ConfigError(f"--input {source} does not exist")
-    if args.source in ("hf", "t5forge"):
+    detected = formats.detect_format(source)
+    if detected not in (None, args.source):
+        raise ConfigError(f"--input {source} is a {detected} checkpoint, not {args.source}; "
+                          f"pass --from {detected}")
+    if args.source in (formats.HF, formats.T5FORGE):
         import t5forge
 
         model = t5forge.load(source, config=args.config or (args.gin_file[0] if args.gin_file else None))
@@ -66,14 +72,7 @@ def _read(args):
         if vocab:
             args.extra_ids = model.vocabulary.extra_ids
         return model.config, model.params, vocab
-    if args.source == "t5x":
-        from t5forge.interop.t5x import load_t5x_checkpoint
-
-        params = load_t5x_checkpoint(source)[0]
-    else:
-        from t5forge.interop.mesh_tf import load_mesh_tf_checkpoint
-
-        params = load_mesh_tf_checkpoint(source)[0]
+    params = formats.read_params(source, args.source)
     return _config(args, params), params, None
 
 

@@ -13,6 +13,7 @@ import jax
 import numpy as np
 
 from t5forge.errors import CheckpointError, ConfigError
+from t5forge.interop import formats
 from t5forge.models.configs import T5Config, get_config
 from t5forge.models.model import BaseModel, build_model
 from t5forge.run.configs import RestoreCheckpointConfig
@@ -40,19 +41,8 @@ def register_tasks(*dataset_cfgs) -> None:
     import_task_modules([cfg.module for cfg in dataset_cfgs if cfg is not None and cfg.module])
 
 
-def _read_foreign_params(path: Path):
-    """Params (numpy, T5X names) from a T5X checkpoint or a Hugging Face directory, else None."""
-    from t5forge.interop import huggingface, t5x
-
-    if (path / "config.json").is_file():
-        return huggingface.load_hf_dir(path)[1]
-    if t5x.is_t5x_checkpoint(path):
-        return t5x.load_t5x_checkpoint(path)[0]
-    return None
-
-
 def load_params(path: str, model, target_params=None, assignment_map=()):
-    """Parameters for `model` from a t5forge, T5X or Hugging Face checkpoint.
+    """Parameters for `model` from a t5forge, T5X, Mesh TF or Hugging Face checkpoint.
 
     `target_params` (freshly initialised, maybe sharded) is needed for a partial restore with
     an assignment map; the report says what was restored and what stayed fresh.
@@ -60,8 +50,9 @@ def load_params(path: str, model, target_params=None, assignment_map=()):
     location = Path(path)
     if not location.exists():
         raise CheckpointError(f"checkpoint path {path} does not exist; check INITIAL_CHECKPOINT_PATH / CHECKPOINT_PATH")
-    foreign = _read_foreign_params(location)
-    if foreign is not None:
+    fmt = formats.detect_format(location)
+    if fmt in formats.FOREIGN:
+        foreign = formats.read_params(location, fmt, model.config)
         model.check_params_match(foreign)
         return jax.tree.map(np.asarray, foreign), f"loaded every parameter from {path}"
     target = model.abstract_params() if target_params is None else target_params

@@ -11,6 +11,7 @@ flipped bit never costs the whole run.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
@@ -333,6 +334,19 @@ def resolve_step_dir(path: str | Path) -> Path:
             "directory containing one"
         )
     return steps[-1][1]
+
+
+def read_metadata(step_dir: str | Path) -> dict:
+    """What a checkpoint was saved with (step, model config, vocabulary, data settings), read
+    without orbax or a train state; {} for a checkpoint saved without metadata."""
+    file = Path(step_dir) / METADATA / METADATA
+    if not file.is_file():
+        return {}
+    try:
+        return json.loads(file.read_text())
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"cannot read {file} ({error}); the checkpoint is damaged: use an "
+                              "earlier checkpoint_<step>") from None
 
 
 def _source_name(target: str, assignment_map: AssignmentMap) -> str | None:
