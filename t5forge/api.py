@@ -31,7 +31,7 @@ import numpy as np
 from t5forge.data.vocabularies import EOS_ID, SentencePieceVocabulary
 from t5forge.errors import CheckpointError, ConfigError, DataError
 from t5forge.interop import formats, huggingface
-from t5forge.models.configs import PRESETS, T5Config, config_from_gin, get_config
+from t5forge.models.configs import PRESETS, T5Config, get_config
 from t5forge.models.model import PREDICT_METHODS, build_model
 
 logger = logging.getLogger(__name__)
@@ -354,10 +354,9 @@ def _resolve_config(config) -> T5Config | None:
     if str(config) in PRESETS:
         return get_config(str(config))
     if Path(config).is_file():
-        import gin
+        from t5forge.cli.gin_registry import config_from_gin_file  # gin's names live there
 
-        gin.parse_config_file(str(config), skip_unknown=True)
-        return config_from_gin()
+        return config_from_gin_file(config)
     return get_config(str(config))  # raises ConfigError naming the closest presets
 
 

@@ -13,13 +13,29 @@ from __future__ import annotations
 
 import gin
 
-from t5forge.models.configs import T5Config, config_from_gin
+from t5forge.models.configs import T5Config
 from t5forge.models.model import DecoderOnlyModel, EncoderDecoderModel, build_model
 from t5forge.run import configs
 from t5forge.run.evaluate import evaluate as run_evaluate
 from t5forge.run.infer import infer as run_infer
 from t5forge.run.train import train as run_train
 from t5forge.training import optimizers, partitioning, schedules
+
+# The model config under the name model gin files bind (`T5Config.emb_dim = 512`); its module
+# stays t5forge.models.configs, so `configs.T5Config.*` in a run's config.gin reads back.
+T5ConfigConfigurable = gin.external_configurable(T5Config, name="T5Config")
+
+
+def config_from_gin() -> T5Config:
+    """The T5Config the parsed gin files bind (`T5Config.<field> = ...`)."""
+    return T5ConfigConfigurable()
+
+
+def config_from_gin_file(path) -> T5Config:
+    """The T5Config a model gin file (or a run's config.gin) binds, for `t5forge.load(...,
+    config=file)`; bindings of names not registered here are skipped."""
+    gin.parse_config_file(str(path), skip_unknown=True)
+    return config_from_gin()
 
 
 def _model(

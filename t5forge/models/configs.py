@@ -11,8 +11,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 
-import gin
-
 from t5forge.errors import ConfigError
 
 ARCHITECTURES = ("encoder_decoder", "decoder_only")
@@ -95,15 +93,6 @@ class T5Config:
     def is_decoder_only(self) -> bool:
         """True for the decoder-only (LM / prefix-LM) architecture."""
         return self.architecture == "decoder_only"
-
-
-# gin sees the class under the name users write in gin files: `T5Config.emb_dim = 512`.
-gin_t5_config = gin.external_configurable(T5Config, name="T5Config")
-
-
-def config_from_gin() -> T5Config:
-    """The T5Config the parsed gin files bind (`T5Config.<field> = ...`)."""
-    return gin_t5_config()
 
 
 _T5_1_1 = dict(vocab_size=32128, head_dim=64, mlp_activations=("gelu", "linear"),

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 import t5forge
+from t5forge.cli.gin_registry import config_from_gin, config_from_gin_file
 from t5forge.errors import ConfigError
-from t5forge.models.configs import PRESETS, T5Config, config_from_gin, get_config
+from t5forge.models.configs import PRESETS, T5Config, get_config
 from t5forge.models.model import build_model
 
 GIN_ROOT = Path(t5forge.__file__).parent / "configs" / "models"
@@ -102,6 +103,20 @@ def test_gin_file_binds_exactly_the_preset(name):
         assert config_from_gin() == PRESETS[name]
         gin.bind_parameter("%DROPOUT_RATE", 0.1)
         assert config_from_gin().dropout_rate == 0.1
+    finally:
+        gin.clear_config()
+
+
+def test_a_written_config_gin_reads_back(tmp_path):
+    """A run's config.gin names the class with its module (`configs.T5Config.*`) once T5X's
+    `network.T5Config` is registered beside it; `t5forge.load(config=...)` reads it back here."""
+    tiny = PRESETS["t5_1_1/tiny"]
+    (tmp_path / "config.gin").write_text("".join(
+        f"configs.T5Config.{field.name} = {getattr(tiny, field.name)!r}\n"
+        for field in dataclasses.fields(tiny)))
+    gin.clear_config()
+    try:
+        assert config_from_gin_file(tmp_path / "config.gin") == tiny
     finally:
         gin.clear_config()
 
