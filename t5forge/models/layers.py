@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
+from t5forge.models import axes
 from t5forge.models.attention import attend
 
 # Large enough to zero a softmax weight, small enough to stay finite in bfloat16.
@@ -26,9 +27,9 @@ LAYER_NORM_EPSILON = 1e-6
 default_kernel_init = nn.initializers.variance_scaling(1.0, "fan_in", "truncated_normal")
 
 
-def constrain(x, *axes):
+def constrain(x, *names):
     """Names the logical axes of an activation so a mesh (when active) can shard it."""
-    return nn.with_logical_constraint(x, axes)
+    return nn.with_logical_constraint(x, names)
 
 
 def activation_fn(name: str):
@@ -87,7 +88,7 @@ class RMSNorm(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        scale = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
+        scale = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, (axes.EMBED,)),
                            (x.shape[-1],), jnp.float32)
         x = x.astype(jnp.float32)
         x = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True)
@@ -105,7 +106,7 @@ class Embed(nn.Module):
     def setup(self):
         self.embedding = self.param(
             "embedding",
-            nn.with_logical_partitioning(nn.initializers.normal(stddev=1.0), ("vocab", "embed")),
+            nn.with_logical_partitioning(nn.initializers.normal(stddev=1.0), (axes.VOCAB, axes.EMBED)),
             (self.num_embeddings, self.features), jnp.float32)
 
     def __call__(self, token_ids):
@@ -153,7 +154,7 @@ class RelativePositionBias(nn.Module):
             "rel_embedding",
             nn.with_logical_partitioning(
                 nn.initializers.variance_scaling(1.0, "fan_avg", "uniform"),
-                ("heads", "relpos_buckets")),
+                (axes.HEADS, axes.RELPOS_BUCKETS)),
             (self.num_heads, self.num_buckets), jnp.float32)
         buckets = relative_position_bucket(key_positions[None, :] - query_positions[:, None],
                                            self.bidirectional, self.num_buckets,
@@ -209,10 +210,10 @@ class MultiHeadAttention(nn.Module):
         def query_init(*args):
             return default_kernel_init(*args) / math.sqrt(self.head_dim)
 
-        self.query = Dense(inner, ("embed", "joined_kv"), self.dtype, query_init)
-        self.key = Dense(inner, ("embed", "joined_kv"), self.dtype)
-        self.value = Dense(inner, ("embed", "joined_kv"), self.dtype)
-        self.out = Dense(self.emb_dim, ("joined_kv", "embed"), self.dtype)
+        self.query = Dense(inner, (axes.EMBED, axes.JOINED_KV), self.dtype, query_init)
+        self.key = Dense(inner, (axes.EMBED, axes.JOINED_KV), self.dtype)
+        self.value = Dense(inner, (axes.EMBED, axes.JOINED_KV), self.dtype)
+        self.out = Dense(self.emb_dim, (axes.JOINED_KV, axes.EMBED), self.dtype)
         self.dropout = Dropout(self.dropout_rate)
 
     def _heads(self, dense, x):
@@ -220,7 +221,7 @@ class MultiHeadAttention(nn.Module):
         y = dense(x)
         y = checkpoint_name(y, f"{dense.name}_proj")
         y = y.reshape(y.shape[:-1] + (self.num_heads, self.head_dim)).transpose(0, 2, 1, 3)
-        return constrain(y, "batch", "heads", "length", "kv")
+        return constrain(y, axes.BATCH, axes.HEADS, axes.LENGTH, axes.KV)
 
     def _attend(self, inputs_q, key, value, bias, deterministic):
         query = self._heads(self.query, inputs_q)
@@ -230,7 +231,7 @@ class MultiHeadAttention(nn.Module):
                 return self.dropout(weights, deterministic=False)
         context = attend(query, key, value, bias, self.implementation, dropout)
         context = context.reshape(context.shape[:2] + (self.num_heads * self.head_dim,))
-        return constrain(self.out(context), "batch", "length", "embed")
+        return constrain(self.out(context), axes.BATCH, axes.LENGTH, axes.EMBED)
 
     def __call__(self, inputs_q, inputs_kv, bias, deterministic=True):
         """Full attention of inputs_q [B, q, E] over inputs_kv [B, k, E] plus bias [., ., q, k]."""
@@ -298,10 +299,10 @@ class MlpBlock(nn.Module):
         hidden = None
         for i, name in enumerate(self.activations):
             dense_name = "wi" if len(self.activations) == 1 else f"wi_{i}"
-            h = activation_fn(name)(Dense(self.mlp_dim, ("embed", "mlp"), self.dtype,
+            h = activation_fn(name)(Dense(self.mlp_dim, (axes.EMBED, axes.MLP), self.dtype,
                                           name=dense_name)(x))
             hidden = h if hidden is None else hidden * h
-        hidden = constrain(hidden, "batch", "length", "mlp")
+        hidden = constrain(hidden, axes.BATCH, axes.LENGTH, axes.MLP)
         hidden = Dropout(self.dropout_rate, broadcast_dims=(-2,))(
             hidden, deterministic=deterministic)
-        return Dense(self.emb_dim, ("mlp", "embed"), self.dtype, name="wo")(hidden)
+        return Dense(self.emb_dim, (axes.MLP, axes.EMBED), self.dtype, name="wo")(hidden)

@@ -16,6 +16,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from t5forge.models import axes
 from t5forge.models.configs import T5Config
 from t5forge.models.layers import (
     Dense,
@@ -100,13 +101,13 @@ class EncoderLayer(nn.Module):
         cfg, det = self.config, self.deterministic
         positions = jnp.arange(x.shape[1])
         bias = _with_layer_relpos(cfg, bias, True, positions, positions)
-        x = constrain(x, "batch", "length", "embed")
+        x = constrain(x, axes.BATCH, axes.LENGTH, axes.EMBED)
         h = RMSNorm(_dtype(cfg), name="pre_attention_layer_norm")(x)
         h = _attention(cfg, "attention")(h, h, bias, det)
         x = x + _dropout(cfg, h, det)
         h = RMSNorm(_dtype(cfg), name="pre_mlp_layer_norm")(x)
         h = _mlp(cfg)(h, det)
-        x = constrain(x + _dropout(cfg, h, det), "batch", "length", "embed")
+        x = constrain(x + _dropout(cfg, h, det), axes.BATCH, axes.LENGTH, axes.EMBED)
         return _layer_output(cfg, x)
 
 
@@ -135,7 +136,7 @@ class DecoderLayer(nn.Module):
         else:
             query_positions = key_positions = jnp.arange(x.shape[1])
         self_bias = _with_layer_relpos(cfg, self_bias, False, query_positions, key_positions)
-        x = constrain(x, "batch", "length", "embed")
+        x = constrain(x, axes.BATCH, axes.LENGTH, axes.EMBED)
         h = RMSNorm(_dtype(cfg), name="pre_self_attention_layer_norm")(x)
         if mode == "step":
             h = self_attention.decode_step(h, self_bias, index, write)
@@ -153,7 +154,7 @@ class DecoderLayer(nn.Module):
             x = x + _dropout(cfg, h, det)
         h = RMSNorm(_dtype(cfg), name="pre_mlp_layer_norm")(x)
         h = _mlp(cfg)(h, det)
-        x = constrain(x + _dropout(cfg, h, det), "batch", "length", "embed")
+        x = constrain(x + _dropout(cfg, h, det), axes.BATCH, axes.LENGTH, axes.EMBED)
         return _layer_output(cfg, x)
 
 
@@ -172,7 +173,7 @@ def _layer_stack(config: T5Config, layer_cls, num_layers: int, num_args: int, ch
     scanned = nn.scan(layer_cls, variable_axes={"params": 1, "cache": 1},
                       split_rngs={"params": True, "dropout": True},
                       in_axes=(nn.broadcast,) * num_args, length=num_layers,
-                      metadata_params={nn.PARTITION_NAME: "layers"})
+                      metadata_params={nn.PARTITION_NAME: axes.LAYERS})
     return scanned(config, name="layers", **layer_kwargs)
 
 
@@ -237,7 +238,7 @@ class Decoder(nn.Module):
         self.embed_dropout = Dropout(cfg.dropout_rate, broadcast_dims=(-2,))
         self.output_dropout = Dropout(cfg.dropout_rate, broadcast_dims=(-2,))
         if not cfg.logits_via_embedding:
-            self.logits_dense = Dense(cfg.vocab_size, ("embed", "vocab"), jnp.float32)
+            self.logits_dense = Dense(cfg.vocab_size, (axes.EMBED, axes.VOCAB), jnp.float32)
 
     def _logits(self, y):
         y = self.decoder_norm(y)
@@ -246,7 +247,7 @@ class Decoder(nn.Module):
             logits = self.embed.attend(y) / jnp.sqrt(jnp.float32(y.shape[-1]))
         else:
             logits = self.logits_dense(y)
-        return constrain(logits, "batch", "length", "vocab")
+        return constrain(logits, axes.BATCH, axes.LENGTH, axes.VOCAB)
 
     def __call__(self, tokens, encoded=None, self_mask=None, cross_mask=None):
         """Teacher-forced (or prefill) logits [B, T, vocab] float32 for tokens [B, T]."""

@@ -19,6 +19,7 @@ from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from t5forge.errors import ConfigError
+from t5forge.models import axes
 
 DATA_AXIS = "data"
 MODEL_AXIS = "model"
@@ -26,8 +27,8 @@ MODEL_AXIS = "model"
 LogicalAxisRules = Sequence[tuple[str, str | tuple[str, ...] | None]]
 
 # Logical names that are never sharded (T5X's "replicated" rules).
-_REPLICATED_NAMES = ("relpos_buckets", "abspos_buckets", "length", "layers", "stack",
-                     "mlp_activations", "kv")
+_REPLICATED_NAMES = (axes.RELPOS_BUCKETS, "abspos_buckets", axes.LENGTH, axes.LAYERS, "stack",
+                     "mlp_activations", axes.KV)
 
 
 def standard_logical_axis_rules(
@@ -41,12 +42,12 @@ def standard_logical_axis_rules(
     win over the standard rules.
     """
     rules = [
-        ("batch", DATA_AXIS),
-        ("vocab", MODEL_AXIS),
-        ("mlp", MODEL_AXIS),
-        ("heads", MODEL_AXIS),
-        ("joined_kv", MODEL_AXIS),
-        ("embed", DATA_AXIS if fsdp else None),
+        (axes.BATCH, DATA_AXIS),
+        (axes.VOCAB, MODEL_AXIS),
+        (axes.MLP, MODEL_AXIS),
+        (axes.HEADS, MODEL_AXIS),
+        (axes.JOINED_KV, MODEL_AXIS),
+        (axes.EMBED, DATA_AXIS if fsdp else None),
     ]
     rules += [(name, None) for name in _REPLICATED_NAMES]
     return tuple(overrides) + tuple(rules)
@@ -120,11 +121,12 @@ def logical_to_mesh_sharding(axes_tree, mesh: Mesh, rules: LogicalAxisRules, sha
     """
     if shapes is None:
         return jax.tree.map(
-            lambda axes: NamedSharding(mesh, logical_to_mesh_spec(axes, mesh, rules)),
+            lambda names: NamedSharding(mesh, logical_to_mesh_spec(names, mesh, rules)),
             axes_tree, is_leaf=is_logical_axes,
         )
     return jax.tree.map(
-        lambda leaf, axes: NamedSharding(mesh, logical_to_mesh_spec(axes, mesh, rules, leaf.shape)),
+        lambda leaf, names: NamedSharding(mesh, logical_to_mesh_spec(names, mesh, rules,
+                                                                     leaf.shape)),
         shapes, axes_tree,
     )
 
@@ -143,8 +145,8 @@ def create_sharded(
     shardings on as the step's in/out shardings so the layout never changes (no recompiles).
     """
     abstract = jax.eval_shape(init_fn, *init_args)
-    axes = logical_axes(abstract) if callable(logical_axes) else logical_axes
-    shardings = logical_to_mesh_sharding(axes, mesh, rules, shapes=abstract)
+    axes_tree = logical_axes(abstract) if callable(logical_axes) else logical_axes
+    shardings = logical_to_mesh_sharding(axes_tree, mesh, rules, shapes=abstract)
     return jax.jit(init_fn, out_shardings=shardings)(*init_args), shardings
 
 
@@ -236,7 +238,7 @@ class PjitPartitioner:
 
     def _resolve(self, shardings):
         batch = batch_sharding(self.mesh)
-        return jax.tree.map(lambda s: batch if s == "batch" else s, shardings,
+        return jax.tree.map(lambda s: batch if s == axes.BATCH else s, shardings,
                             is_leaf=lambda s: s is None or isinstance(s, str))
 
 
