@@ -159,26 +159,6 @@ def _json_number(value: float):
     return value if math.isfinite(value) else str(value)
 
 
-def read_event_scalars(path: str | os.PathLike) -> dict[str, list[tuple[int, float]]]:
-    """{tag: [(step, value)]} from a TensorBoard event file, without TensorFlow or TensorBoard.
-
-    Event files are TFRecord-framed Event protos: 8-byte length, 4-byte CRC, data, 4-byte CRC.
-    """
-    import struct
-
-    from tensorboardX.proto import event_pb2
-
-    scalars: dict[str, list[tuple[int, float]]] = {}
-    data, offset = Path(path).read_bytes(), 0
-    while offset < len(data):
-        (length,) = struct.unpack("<Q", data[offset : offset + 8])
-        event = event_pb2.Event.FromString(data[offset + 12 : offset + 12 + length])
-        offset += 12 + length + 4
-        for value in event.summary.value:
-            scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
-    return scalars
-
-
 def read_metrics(model_dir: str | os.PathLike) -> list[dict]:
     """All records of metrics.jsonl, in the order they were written."""
     path = Path(model_dir) / METRICS_FILE

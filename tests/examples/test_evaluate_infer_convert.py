@@ -9,8 +9,7 @@ import json
 
 import numpy as np
 import pytest
-
-from t5forge.training.summaries import read_event_scalars
+from event_files import read_event_scalars
 
 TASK = "en_de_lohelp_translate"
 pytestmark = pytest.mark.slow

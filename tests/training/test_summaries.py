@@ -1,12 +1,12 @@
 """The files T5X users read: model-info.txt, metrics.jsonl, TensorBoard events, the curve plot."""
 
 import numpy as np
+from event_files import read_event_scalars
 
 from t5forge.training.summaries import (
     MetricsWriter,
     curve_series,
     plot_training_curves,
-    read_event_scalars,
     read_metrics,
     write_model_info,
 )
