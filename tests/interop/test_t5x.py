@@ -14,6 +14,7 @@ from flax import serialization
 
 from t5forge.errors import CheckpointError
 from t5forge.interop import t5x
+from t5forge.models.param_names import named_leaves
 
 
 @pytest.fixture(scope="module")
@@ -31,13 +32,8 @@ def tiny(testdata):
     return params, opt_state
 
 
-def _flat(tree):
-    return {"/".join(str(k.key) for k in path): leaf for path, leaf in
-            jax.tree_util.tree_flatten_with_path(tree)[0]}
-
-
 def _assert_trees_equal(actual, expected):
-    actual, expected = _flat(actual), _flat(expected)
+    actual, expected = named_leaves(actual), named_leaves(expected)
     assert actual.keys() == expected.keys()
     for name, value in expected.items():
         assert actual[name].dtype == np.float32, name
@@ -54,7 +50,7 @@ def _random_like(tree, seed):
 
 def test_single_file_msgpack_reads_the_tiny_t5(testdata, tiny):
     params, opt_state = tiny
-    leaves = _flat(params)
+    leaves = named_leaves(params)
     assert t5x.detect_format(testdata / "test_t5_tiny.checkpoint_0") == t5x.FORMAT_MSGPACK
     assert len(leaves) == 52
     assert sum(x.size for x in leaves.values()) == 518_240

@@ -6,15 +6,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from t5forge.models import param_names
 from t5forge.models.configs import get_config
 from t5forge.models.layers import relative_position_bucket
 from t5forge.models.model import build_model
 from t5forge.models.param_layout import stack_layers, unstack_layers
-
-
-def _tree_paths(tree):
-    return {jax.tree_util.keystr(p): np.shape(v)
-            for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
 def _encdec_batch(rng, batch=2, inputs=7, targets=6, vocab=60):
@@ -39,7 +35,7 @@ def test_param_tree_equals_t5x_test_checkpoint(shared_data):
     raw = (shared_data / "t5x_testdata" / "test_t5_tiny.checkpoint_0").read_bytes()
     t5x_params = flax.serialization.msgpack_restore(raw)["optimizer"]["target"]
     model = build_model(get_config("t5_1_1/tiny"))
-    assert _tree_paths(model.abstract_params()) == _tree_paths(t5x_params)
+    assert param_names.shapes(model.abstract_params()) == param_names.shapes(t5x_params)
     batch = _encdec_batch(np.random.RandomState(0), vocab=32128)
     logits = model.logits(t5x_params, batch)
     assert logits.shape == (2, 6, 32128) and logits.dtype == jnp.float32
@@ -49,14 +45,14 @@ def test_param_tree_equals_t5x_test_checkpoint(shared_data):
 def test_logical_axes_name_every_param_dimension():
     for scan in (False, True):
         model = build_model(get_config("t5_1_0/tiny", scan_layers=scan))
-        shapes = _tree_paths(model.abstract_params())
-        axes = {jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_flatten_with_path(
-            model.param_logical_axes(), is_leaf=lambda x: isinstance(x, tuple))[0]}
+        shapes = param_names.shapes(model.abstract_params())
+        axes = param_names.named_leaves(model.param_logical_axes(),
+                                        is_leaf=lambda x: isinstance(x, tuple))
         assert shapes.keys() == axes.keys()
         assert all(len(axes[k]) == len(shapes[k]) for k in shapes)
-        assert axes["['token_embedder']['embedding']"] == ("vocab", "embed")
-        layer = "['layers']" if scan else "['layers_0']"
-        wi = axes[f"['encoder']{layer}['mlp']['wi']['kernel']"]
+        assert axes["token_embedder/embedding"] == ("vocab", "embed")
+        layer = "layers" if scan else "layers_0"
+        wi = axes[f"encoder/{layer}/mlp/wi/kernel"]
         assert wi == (("embed", "layers", "mlp") if scan else ("embed", "mlp"))
 
 
