@@ -1,0 +1,164 @@
+"""benchmarks/harness.py and report.py without any model: statistics, the shared-CPU label,
+the results file and the README block (benchmarks themselves never run in tests)."""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import harness  # noqa: E402
+import report  # noqa: E402
+
+from t5forge.errors import T5ForgeError  # noqa: E402
+
+
+def test_cpu_model_is_read_from_cpuinfo():
+    cpuinfo = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\n"
+    assert harness.cpu_model(cpuinfo) == "AMD EPYC 7B13"
+    assert harness.cpu_model("processor\t: 0\n") == "unknown"
+
+
+def test_load_above_threshold_means_shared_cpu():
+    assert harness.is_shared(0.31)
+    assert not harness.is_shared(0.3)
+    assert not harness.is_shared(0.0)
+
+
+def test_wait_for_idle_polls_until_the_load_settles(monkeypatch):
+    loads = iter([0.9, 0.5, 0.2, 5.0])
+    monkeypatch.setattr(harness, "load_average", lambda: next(loads))
+    monkeypatch.setattr(harness.time, "sleep", lambda seconds: None)
+    assert harness.wait_for_idle(settle_seconds=60) == 0.2
+    assert harness.wait_for_idle(settle_seconds=0) == 5.0  # no wait asked: as it is
+
+
+def test_summary_is_median_min_max_and_throughput_of_the_median():
+    samples = harness.Samples(seconds=[3.0, 1.0, 2.0, 5.0, 4.0],
+                              cpu_seconds=[6.0, 2.0, 4.0, 10.0, 8.0])
+    summary = harness.summarize(samples, work=300, unit="tokens/s")
+    assert summary == {"repeats": 5, "median_s": 3.0, "min_s": 1.0, "max_s": 5.0,
+                       "cpu_seconds": 6.0, "throughput": 100.0, "unit": "tokens/s"}
+
+
+def test_ratio_is_higher_when_ours_is_faster_for_both_metrics():
+    ours = {"median_s": 1.0, "throughput": 40.0}
+    peer = {"median_s": 4.0, "throughput": 10.0}
+    assert harness.ratio(ours, peer, "throughput") == 4.0
+    assert harness.ratio(ours, peer, "latency") == 4.0
+
+
+def test_fewer_than_five_repetitions_are_refused():
+    assert harness.repeats("5") == 5
+    with pytest.raises(argparse.ArgumentTypeError, match="at least 5"):
+        harness.repeats("4")
+
+
+def test_sides_take_turns_after_their_warm_up():
+    calls, clock = [], iter(range(100))
+    sides = {name: (lambda name=name: calls.append(name) or name) for name in ("a", "b")}
+    samples = harness.time_interleaved(sides, repeats=5, warmup=1,
+                                       cpu_clock=lambda: float(next(clock)))
+    assert calls == ["a", "b"] + ["a", "b"] * 5
+    assert [len(samples[name].seconds) for name in "ab"] == [5, 5]
+    assert samples["a"].cpu_seconds == [1.0] * 5  # one clock tick inside each timed call
+    assert samples["b"].output == "b"
+
+
+def _benchmark(tmp_path, monkeypatch, load: float) -> harness.Benchmark:
+    monkeypatch.setattr(harness, "load_average", lambda: load)
+    bench = harness.Benchmark("decode", {"batch": 8, "work_dir": tmp_path},
+                              results=tmp_path / "results" / "decode.json")
+    fast = harness.Samples([1.0, 1.0, 2.0, 1.0, 1.0], [0.5] * 5)
+    slow = harness.Samples([4.0, 4.0, 4.0, 5.0, 3.0], [1.0] * 5)
+    bench.record("greedy: t5forge", fast, 512, "new tokens/s")
+    bench.record("greedy: transformers", slow, 512, "new tokens/s")
+    bench.compare("greedy decode, batch 8", "greedy: t5forge", "greedy: transformers",
+                  peer_label="transformers")
+    bench.peer_missing("greedy decode, batch 8", "greedy: t5forge", "ctranslate2 int8",
+                       "not installed (pip install -e .[bench])")
+    return bench
+
+
+def test_results_file_names_machine_load_commit_and_every_side(tmp_path, monkeypatch):
+    path = _benchmark(tmp_path, monkeypatch, load=0.1).finish()
+    result = json.loads(path.read_text())
+    assert result["name"] == "decode"
+    assert result["machine"]["cores"] >= 1 and result["machine"]["cpu"]
+    assert result["load_before"] == result["load_after"] == 0.1
+    assert result["shared_cpu"] is False
+    assert isinstance(result["commit"], str) and isinstance(result["dirty"], bool)
+    assert result["date"][:2] == "20"
+    assert result["settings"] == {"batch": 8, "work_dir": str(tmp_path)}
+    ours = result["sides"]["greedy: t5forge"]
+    assert (ours["median_s"], ours["min_s"], ours["max_s"]) == (1.0, 1.0, 2.0)
+    assert ours["throughput"] == 512.0 and ours["cpu_seconds"] == 0.5
+    assert [c["ratio"] for c in result["comparisons"]] == [4.0, None]
+
+
+def test_readme_block_names_provenance_and_the_missing_peer(tmp_path, monkeypatch):
+    result = json.loads(_benchmark(tmp_path, monkeypatch, load=0.1).finish().read_text())
+    block = report.readme_block([result])
+    assert block.startswith(report.BLOCK_START) and block.endswith(report.BLOCK_END)
+    assert ("| greedy decode, batch 8 (`benchmarks/decode.py`) | 512.0 new tokens/s | "
+            "transformers 128.0 new tokens/s | 4.00x |") in block
+    assert "ctranslate2 int8: not installed (pip install -e .[bench]) | n/a |" in block
+    assert f"commit {result['commit']}" in block and result["date"] in block
+    assert f"({result['machine']['cores']} cores)" in block
+    assert "load average 0.10 before / 0.10 after" in block
+    assert harness.SHARED_LABEL not in block
+
+
+def test_shared_cpu_results_are_refused_unless_allowed_and_then_marked(tmp_path, monkeypatch):
+    result = json.loads(_benchmark(tmp_path, monkeypatch, load=2.5).finish().read_text())
+    assert result["shared_cpu"] is True
+    with pytest.raises(T5ForgeError, match="the decode results were measured on a shared CPU"):
+        report.readme_block([result])
+    rows = report.rows(result)
+    assert all(row[-1].endswith("(shared CPU)") for row in rows)
+    assert "4.00x (shared CPU)" in report.readme_block([result], allow_shared=True)
+
+
+def test_write_readme_replaces_only_the_marked_block(tmp_path, monkeypatch, capsys):
+    _benchmark(tmp_path, monkeypatch, load=2.5).finish()
+    readme = tmp_path / "README.md"
+    original = (f"# t5forge\n\n## How it compares\n\n{report.BLOCK_START}\nold sentence\n"
+                f"{report.BLOCK_END}\n\n| feature table | stays |\n")
+    readme.write_text(original)
+    argv = ["--results_dir", str(tmp_path / "results"), "--readme", str(readme), "--write-readme"]
+    assert report.main(argv) == 1
+    assert "error: " in capsys.readouterr().err and readme.read_text() == original
+    assert report.main([*argv, "--allow-shared"]) == 0
+    written = readme.read_text()
+    assert "old sentence" not in written and "4.00x (shared CPU)" in written
+    assert written.startswith("# t5forge\n\n## How it compares\n\n<!-- bench:start -->")
+    assert written.endswith("<!-- bench:end -->\n\n| feature table | stays |\n")
+
+
+def test_missing_markers_and_missing_results_are_one_line_errors():
+    with pytest.raises(T5ForgeError, match="no <!-- bench:start -->"):
+        report.replace_block("# README without markers\n", "block")
+    with pytest.raises(T5ForgeError, match="run `make bench` first"):
+        report.readme_block([])
+
+
+def test_project_readme_has_one_bench_block():
+    text = (BENCHMARKS.parent / "README.md").read_text()
+    assert text.count(report.BLOCK_START) == text.count(report.BLOCK_END) == 1
+    compares = text.index("## How it compares")
+    assert compares < text.index(report.BLOCK_START) < text.index(report.BLOCK_END)
+
+
+def test_latency_rows_show_milliseconds_of_the_median():
+    side = {"median_s": 0.05, "throughput": 80.0, "unit": "new tokens/s"}
+    peer = {"median_s": 0.2, "throughput": 20.0, "unit": "new tokens/s"}
+    result = {"name": "decode", "shared_cpu": False, "sides": {"ours": side, "peer": peer},
+              "comparisons": [{"row": "batch-1 greedy latency", "ours": "ours", "peer": "peer",
+                               "peer_label": "transformers", "metric": "latency",
+                               "ratio": 4.0}]}
+    assert report.rows(result) == [["batch-1 greedy latency (`benchmarks/decode.py`)", "50.0 ms",
+                                    "transformers 200.0 ms", "4.00x"]]
