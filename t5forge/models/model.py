@@ -23,7 +23,7 @@ from t5forge.errors import CheckpointError, ConfigError, DataError
 from t5forge.models import decoding, param_names
 from t5forge.models.configs import T5Config
 from t5forge.models.losses import loss_and_metrics, token_cross_entropy
-from t5forge.models.network import build_network
+from t5forge.models.network import DECODE_STEP, INIT_CACHE, PREFILL, build_network
 
 PREDICT_METHODS = ("greedy", "beam", "sample", "labels")
 _TOKEN_FEATURES = ("encoder_input_tokens", "decoder_input_tokens", "decoder_target_tokens")
@@ -272,12 +272,12 @@ class EncoderDecoderModel(BaseModel):
 
     def decoding_state(self, params, batch, max_decode_length: int):
         encoder_tokens = jnp.asarray(batch["encoder_input_tokens"], jnp.int32)
-        init_network = build_network(self.config, decode_mode="init",
+        init_network = build_network(self.config, decode_mode=INIT_CACHE,
                                      cache_length=max_decode_length)
         _, variables = init_network.apply({"params": params}, encoder_tokens,
                                           method="init_cache", mutable=["cache"])
         cache = {"network": variables["cache"], "encoder_valid": encoder_tokens > 0}
-        step_network = build_network(self.config, decode_mode="step",
+        step_network = build_network(self.config, decode_mode=DECODE_STEP,
                                      cache_length=max_decode_length)
 
         def tokens_to_logits(token_ids, cache, step):
@@ -320,12 +320,12 @@ class DecoderOnlyModel(BaseModel):
                               f"decoder inputs ({tokens.shape[1]}); raise it")
         prompt = jnp.pad(tokens * causal, ((0, 0), (0, pad)))
         causal = jnp.pad(causal, ((0, 0), (0, pad)))
-        prefill_network = build_network(self.config, decode_mode="prefill")
+        prefill_network = build_network(self.config, decode_mode=PREFILL)
         _, variables = prefill_network.apply({"params": params}, prompt, causal,
                                              method="prefill", mutable=["cache"])
         cache = {"network": variables["cache"],
                  "prefix_length": jnp.sum(causal, axis=1, dtype=jnp.int32)}
-        step_network = build_network(self.config, decode_mode="step",
+        step_network = build_network(self.config, decode_mode=DECODE_STEP,
                                      cache_length=max_decode_length)
 
         def tokens_to_logits(token_ids, cache, step):

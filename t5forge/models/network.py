@@ -32,7 +32,9 @@ from t5forge.models.layers import (
     pairwise_mask,
 )
 
-DECODE_MODES = ("none", "init", "prefill", "step")
+# decode_mode values: how a call uses the key/value cache (see the module docstring).
+TEACHER_FORCED, INIT_CACHE, PREFILL, DECODE_STEP = "none", "init", "prefill", "step"
+DECODE_MODES = (TEACHER_FORCED, INIT_CACHE, PREFILL, DECODE_STEP)
 # What a rematerialized layer saves for the backward pass (the rest is recomputed):
 # 'minimal' keeps the weight matmuls' outputs (not the attention logits, which have batch dims),
 # 'proj' only the q/k/v projections, 'dots_saveable' every matmul output, 'full' nothing.
@@ -116,7 +118,7 @@ class DecoderLayer(nn.Module):
 
     config: T5Config
     deterministic: bool = True
-    decode_mode: str = "none"
+    decode_mode: str = TEACHER_FORCED
     cache_length: int = 0
 
     @nn.compact
@@ -125,12 +127,12 @@ class DecoderLayer(nn.Module):
         cross = not cfg.is_decoder_only
         self_attention = _attention(cfg, "self_attention")
         cross_attention = _attention(cfg, "encoder_decoder_attention") if cross else None
-        if mode == "init":
+        if mode == INIT_CACHE:
             self_attention.zero_cache(encoded.shape[0], self.cache_length)
             cross_attention.fill_cache(encoded)
             return _layer_output(cfg, x)
 
-        if mode == "step":
+        if mode == DECODE_STEP:
             query_positions = jnp.reshape(index, (1,))
             key_positions = jnp.arange(self.cache_length)
         else:
@@ -138,16 +140,16 @@ class DecoderLayer(nn.Module):
         self_bias = _with_layer_relpos(cfg, self_bias, False, query_positions, key_positions)
         x = constrain(x, axes.BATCH, axes.LENGTH, axes.EMBED)
         h = RMSNorm(_dtype(cfg), name="pre_self_attention_layer_norm")(x)
-        if mode == "step":
+        if mode == DECODE_STEP:
             h = self_attention.decode_step(h, self_bias, index, write)
-        elif mode == "prefill":
+        elif mode == PREFILL:
             h = self_attention.prefill(h, self_bias, det)
         else:
             h = self_attention(h, h, self_bias, det)
         x = x + _dropout(cfg, h, det)
         if cross:
             h = RMSNorm(_dtype(cfg), name="pre_cross_attention_layer_norm")(x)
-            if mode == "step":
+            if mode == DECODE_STEP:
                 h = cross_attention.decode_step(h, cross_bias)
             else:
                 h = cross_attention(h, encoded, cross_bias, det)
@@ -223,7 +225,7 @@ class Decoder(nn.Module):
     config: T5Config
     embed: nn.Module
     deterministic: bool = True
-    decode_mode: str = "none"
+    decode_mode: str = TEACHER_FORCED
     cache_length: int = 0
 
     def setup(self):
@@ -231,7 +233,7 @@ class Decoder(nn.Module):
         if not cfg.relative_attention_per_layer:
             self.relpos_bias = _relative_bias(cfg, bidirectional=False)
         self.layers = _layer_stack(cfg, DecoderLayer, cfg.num_decoder_layers, 5,
-                                   checkpointed=self.decode_mode == "none",
+                                   checkpointed=self.decode_mode == TEACHER_FORCED,
                                    deterministic=self.deterministic,
                                    decode_mode=self.decode_mode, cache_length=self.cache_length)
         self.decoder_norm = RMSNorm(_dtype(cfg))
@@ -256,7 +258,7 @@ class Decoder(nn.Module):
         self_bias = _with_stack_relpos(self, mask_to_bias(self_mask), positions, positions)
         cross_bias = None if cross_mask is None else mask_to_bias(cross_mask)
         y = _run_stack(self.config, self.layers, y, encoded, self_bias, cross_bias, None, None)
-        if self.decode_mode == "prefill":
+        if self.decode_mode == PREFILL:
             return None
         return self._logits(y)
 
@@ -284,7 +286,7 @@ class _Network(nn.Module):
 
     config: T5Config
     deterministic: bool = True
-    decode_mode: str = "none"
+    decode_mode: str = TEACHER_FORCED
     cache_length: int = 0
 
     def setup(self):
