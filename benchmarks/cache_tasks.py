@@ -3,11 +3,12 @@
 Caches the cached steps of the span-corruption recipe (rekey -> tokenize, as the built-in
 english_span_corruption task) over --documents documents: english_corpus's train split
 repeated until it has that many (200k by default). Each configuration runs in its own
-interpreter (its start-up included, as a user's command would), and is reported as examples/s
-(wall clock) and CPU-seconds (the interpreter and the worker processes it waited for).
-DirectRunner's 2 workers are processes (`--direct_running_mode=multi_processing`), the mode
-that can use two cores. The load average before each run is printed; above 0.3 the figures
-are labelled "shared CPU": take publishable numbers on an idle machine only.
+interpreter (its start-up included, as a user's command would), the configurations taking
+turns for --runs repetitions after a warm-up (benchmarks/harness.py), and is reported as
+examples/s (wall clock) and CPU-seconds (the interpreter and the worker processes it waited
+for). DirectRunner's 2 workers are processes (`--direct_running_mode=multi_processing`), the
+mode that can use two cores. Started above a load average of 0.3, the run is labelled
+"shared CPU": take publishable numbers on an idle machine only.
 
 Results go to benchmarks/results/cache_tasks.json.
 """
@@ -19,20 +20,19 @@ import gzip
 import itertools
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+import harness
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("T5FORGE_SHARED_DATA", REPO.parent / "shared" / "data"))
-RESULTS = Path(__file__).resolve().parent / "results" / "cache_tasks.json"
-IDLE_LOAD = 0.3
+LOCAL = "local writer"
 CONFIGURATIONS = {
-    "local writer": [],
+    LOCAL: [],
     "DirectRunner, 1 worker": ["--runner=DirectRunner", "--direct_num_workers=1"],
     "DirectRunner, 2 workers": [
         "--runner=DirectRunner",
@@ -79,46 +79,31 @@ def vocabulary(args, work_dir: Path) -> Path:
     return path
 
 
-def measure(name: str, beam_flags: list[str], work_dir: Path, timeout: int) -> dict:
+def cache_command(beam_flags: list[str], work_dir: Path, timeout: int):
+    """A call running `t5forge cache-tasks` once; it returns the number of examples cached."""
     output = work_dir / "cache"
-    shutil.rmtree(output, ignore_errors=True)
-    load = os.getloadavg()[0]
     command = [
         sys.executable, "-m", "t5forge.cache_tasks", "--tasks=bench_corpus",
         f"--output_cache_dir={output}", "--module_import=bench_task", "--no_progress",
         *beam_flags,
     ]  # fmt: skip
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.perf_counter()
-    subprocess.run(command, check=True, timeout=timeout, cwd=work_dir, capture_output=True)
-    seconds = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    examples = json.loads((output / "bench_corpus" / "stats.train.json").read_text())["examples"]
-    result = {
-        "configuration": name,
-        "examples": examples,
-        "seconds": round(seconds, 1),
-        "examples_per_second": round(examples / seconds, 1),
-        "cpu_seconds": round(cpu, 1),
-        "load_average_before": round(load, 2),
-        "shared_cpu": load > IDLE_LOAD,
-    }
-    label = " (shared CPU)" if result["shared_cpu"] else ""
-    print(
-        f"{name:24s} {result['examples_per_second']:9.0f} examples/s  "
-        f"{result['cpu_seconds']:7.1f} CPU-s  load {load:.1f}{label}",
-        flush=True,
-    )
-    return result
+
+    def run() -> int:
+        shutil.rmtree(output, ignore_errors=True)
+        subprocess.run(command, check=True, timeout=timeout, cwd=work_dir, capture_output=True)
+        return json.loads((output / "bench_corpus" / "stats.train.json").read_text())["examples"]
+
+    return run
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--documents", type=int, default=200_000)
     parser.add_argument("--vocab", help="SentencePiece model (default: $T5FORGE_VOCAB or train)")
-    parser.add_argument("--timeout", type=int, default=3600, help="seconds per configuration")
-    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--timeout", type=int, default=3600, help="seconds per run")
+    parser.add_argument("--runs", type=harness.repeats, default=harness.MIN_REPEATS,
+                        help="timed runs of each configuration")
+    harness.add_arguments(parser, "cache_tasks")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="t5forge-bench-cache-") as tmp:
         work_dir = Path(tmp)
@@ -129,15 +114,18 @@ def main() -> int:
             T5FORGE_VOCAB=str(vocabulary(args, work_dir)),
             PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
         )
-        print(f"{args.documents} documents; {os.cpu_count()} CPUs", flush=True)
-        results = [
-            measure(name, flags, work_dir, args.timeout) for name, flags in CONFIGURATIONS.items()
-        ]
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(
-        json.dumps({"documents": args.documents, "runs": results}, indent=2) + "\n"
-    )
-    print(f"wrote {args.results}")
+        bench = harness.Benchmark.from_args("cache_tasks", args)
+        print(f"{args.documents} documents", flush=True)
+        calls = {name: cache_command(flags, work_dir, args.timeout)
+                 for name, flags in CONFIGURATIONS.items()}
+        samples = harness.time_interleaved(calls, args.runs,
+                                           cpu_clock=harness.children_cpu_seconds)
+    for name, runs in samples.items():
+        bench.record(name, runs, runs.output, "examples/s", examples=runs.output)
+    for name in CONFIGURATIONS:
+        if name != LOCAL:
+            bench.compare(f"cache-tasks, {args.documents} documents", LOCAL, name)
+    bench.finish()
     return 0
 
 

@@ -3,26 +3,25 @@
 Measures examples/s and tokens/s of the pipeline a T5 pretraining run reads from:
 tokenize -> span_corruption -> append_eos_after_trim at inputs 512 / targets 114, then the
 encoder-decoder feature converter without packing and batches of 32, on the real
-english_corpus (../shared/data). Tokens/s counts non-padding input and target tokens.
-Examples per CPU-second (all threads of this process) is printed too: on a shared machine
-wall-clock rates mostly measure the neighbours.
+english_corpus (../shared/data). Tokens/s counts non-padding input and target tokens. Each side
+builds its pipeline once, reads one batch (start-up is not throughput), then is timed by
+benchmarks/harness.py: --runs repetitions of --num_batches batches after one warm-up
+repetition; CPU-seconds are the side's interpreter's (t5forge's --worker_count worker processes
+are not counted, hence 0 workers by default).
 
 The vocabulary is a SentencePiece unigram model of --vocab_size pieces (default 8000, not
 T5's 32000: training 32000 pieces here takes too long) trained by this script on the first
 --vocab_documents documents, plus 100 sentinels; it is cached under --work_dir.
 
-The peer is SeqIO on TensorFlow with the same vocabulary, data, steps and lengths, run in
-its own interpreter. SeqIO is never a dependency: set up a side environment (~3.2 GB) as
-REFERENCE.md describes
+The peer is SeqIO on TensorFlow with the same vocabulary, data, steps and lengths, run after
+t5forge in its own interpreter (which imports benchmarks/harness.py for the same timing).
+SeqIO is never a dependency: set up a side environment (~3.2 GB) as REFERENCE.md describes
     python3 -m venv /tmp/seqio_env && /tmp/seqio_env/bin/pip install seqio tensorflow-cpu
     /tmp/seqio_env/bin/pip install --no-deps t5==0.9.4
     /tmp/seqio_env/bin/pip install babel gin-config sacrebleu rouge-score scikit-learn pandas nltk
 and pass --seqio_python /tmp/seqio_env/bin/python (or run this script inside that
-environment). Without it the script prints the SeqIO number recorded in REFERENCE.md for
-this machine, clearly labelled as a reference value and not a same-run measurement.
-
-Each of --runs rounds measures t5forge and then SeqIO, so both see the same neighbours;
-the ratio is of the medians.
+environment). Without it the comparison says that SeqIO was not measured, and prints the
+number REFERENCE.md records for this machine as a reference, not a ratio.
 """
 
 from __future__ import annotations
@@ -31,8 +30,6 @@ import argparse
 import gzip
 import itertools
 import json
-import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,7 +39,10 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(REPO))
+
+import harness  # noqa: E402  (same directory)
 
 from t5forge.data.feature_converters import EncDecFeatureConverter  # noqa: E402
 from t5forge.data.pipeline import make_batch_iterator  # noqa: E402
@@ -55,11 +55,14 @@ EXTRA_IDS = 100
 SEQIO_REFERENCE_EXAMPLES_PER_SECOND = 2140  # REFERENCE.md "Peer numbers", this machine
 
 SEQIO_MEASUREMENT = r"""
-import functools, gzip, json, sys, time
+import functools, gzip, itertools, json, sys
 import numpy as np, seqio, tensorflow as tf
 from t5.data import preprocessors as t5_preprocessors
 
-corpus, vocab_path, batch_size, num_batches = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+harness_dir, corpus, vocab_path, batch_size, num_batches, runs = sys.argv[1:7]
+sys.path.insert(0, harness_dir)
+import harness
+
 with gzip.open(corpus, "rt", encoding="utf-8") as f:
     texts = [json.loads(line)["text"] for line in f]
 vocabulary = seqio.SentencePieceVocabulary(vocab_path, extra_ids=100)
@@ -75,15 +78,14 @@ task = seqio.Task(
     output_features={"inputs": seqio.Feature(vocabulary), "targets": seqio.Feature(vocabulary)})
 lengths = {"inputs": 512, "targets": 114}
 ds = task.get_dataset(lengths, split="train", shuffle=True, seed=0, num_epochs=None)
-ds = seqio.EncDecFeatureConverter(pack=False)(ds, lengths).batch(batch_size).as_numpy_iterator()
+ds = seqio.EncDecFeatureConverter(pack=False)(ds, lengths).batch(int(batch_size)).as_numpy_iterator()
 next(ds)
-start, cpu_start, tokens = time.perf_counter(), time.process_time(), 0
-for batch in (next(ds) for _ in range(num_batches)):
-    tokens += int((batch["encoder_input_tokens"] != 0).sum() + (batch["decoder_target_tokens"] != 0).sum())
-seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
-print(json.dumps({"examples_per_second": batch_size * num_batches / seconds,
-                  "tokens_per_second": tokens / seconds,
-                  "examples_per_cpu_second": batch_size * num_batches / cpu_seconds}))
+tokens = []
+def read():
+    tokens.append(sum(int((b["encoder_input_tokens"] != 0).sum() + (b["decoder_target_tokens"] != 0).sum())
+                      for b in itertools.islice(ds, int(num_batches))))
+samples = harness.time_interleaved({"seqio": read}, int(runs))["seqio"]
+print(json.dumps({"seconds": samples.seconds, "cpu_seconds": samples.cpu_seconds, "tokens": tokens}))
 """
 
 
@@ -103,34 +105,26 @@ def build_vocabulary(corpus: Path, work_dir: Path, vocab_size: int, documents: i
     return path
 
 
-def measure_t5forge(
-    data_dir: Path, vocab_path: Path, batch_size: int, num_batches: int, worker_count: int
-) -> dict[str, float]:
+def count_tokens(batches, num_batches: int) -> int:
+    """Non-padding input and target tokens of the next `num_batches` batches."""
+    return sum(int(np.count_nonzero(batch["encoder_input_tokens"]))
+               + int(np.count_nonzero(batch["decoder_target_tokens"]))
+               for batch in itertools.islice(batches, num_batches))
+
+
+def measure_t5forge(data_dir: Path, vocab_path: Path, args) -> tuple[harness.Samples, list[int]]:
+    """(timings, tokens read per call, warm-up first) of --num_batches batches per repetition."""
     vocabulary = SentencePieceVocabulary(vocab_path, extra_ids=EXTRA_IDS)
     task = span_corruption_task("bench_span_corruption", data_dir, "english_corpus", vocabulary)
-    converter = EncDecFeatureConverter(pack=False)
-    with make_batch_iterator(
-        task,
-        "train",
-        LENGTHS,
-        batch_size,
-        converter,
-        seed=0,
-        num_epochs=None,
-        worker_count=worker_count,
-    ) as batches:
+    tokens = []
+    with make_batch_iterator(task, "train", LENGTHS, args.batch_size,
+                             EncDecFeatureConverter(pack=False), seed=0, num_epochs=None,
+                             worker_count=args.worker_count) as batches:
         next(batches)  # start-up (file reading, workers) is not throughput
-        started, cpu_started, tokens = time.perf_counter(), time.process_time(), 0
-        for batch in itertools.islice(batches, num_batches):
-            tokens += int(np.count_nonzero(batch["encoder_input_tokens"]))
-            tokens += int(np.count_nonzero(batch["decoder_target_tokens"]))
-        seconds = time.perf_counter() - started
-        cpu_seconds = time.process_time() - cpu_started
-    return {
-        "examples_per_second": batch_size * num_batches / seconds,
-        "tokens_per_second": tokens / seconds,
-        "examples_per_cpu_second": batch_size * num_batches / cpu_seconds,
-    }
+        samples = harness.time_interleaved(
+            {"t5forge": lambda: tokens.append(count_tokens(batches, args.num_batches))},
+            args.runs)["t5forge"]
+    return samples, tokens
 
 
 def seqio_is_importable(python: str) -> bool:
@@ -138,37 +132,21 @@ def seqio_is_importable(python: str) -> bool:
     return probe.returncode == 0
 
 
-def measure_seqio(
-    python: str, corpus: Path, vocab_path: Path, batch_size: int, num_batches: int
-) -> dict[str, float]:
-    """Runs the SeqIO pipeline in `python` (an interpreter with seqio + t5 installed)."""
-    result = subprocess.run(
-        [
-            python,
-            "-c",
-            SEQIO_MEASUREMENT,
-            str(corpus),
-            str(vocab_path),
-            str(batch_size),
-            str(num_batches),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(result.stdout.strip().splitlines()[-1])
+def measure_seqio(corpus: Path, vocab_path: Path, args) -> tuple[harness.Samples, list[int]]:
+    """The SeqIO pipeline timed in `args.seqio_python` (an interpreter with seqio + t5)."""
+    command = [args.seqio_python, "-c", SEQIO_MEASUREMENT, str(HERE), str(corpus),
+               str(vocab_path), str(args.batch_size), str(args.num_batches), str(args.runs)]
+    result = subprocess.run(command, capture_output=True, text=True, check=True)
+    measured = json.loads(result.stdout.strip().splitlines()[-1])
+    return harness.Samples(measured["seconds"], measured["cpu_seconds"]), measured["tokens"]
 
 
-def describe(name: str, rates: dict[str, float]) -> str:
-    return (
-        f"{name}: {rates['examples_per_second']:,.0f} examples/s, "
-        f"{rates['tokens_per_second']:,.0f} tokens/s, "
-        f"{rates['examples_per_cpu_second']:,.0f} examples per CPU-second"
-    )
-
-
-def median(runs: list[dict[str, float]]) -> dict[str, float]:
-    return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+def record(bench: harness.Benchmark, side: str, samples: harness.Samples, tokens: list[int],
+           batch_size: int, num_batches: int) -> None:
+    """Examples/s as the throughput; tokens/s over the timed repetitions (not the warm-up)."""
+    timed_tokens = tokens[-len(samples.seconds):]
+    bench.record(side, samples, batch_size * num_batches, "examples/s",
+                 tokens_per_s=sum(timed_tokens) / sum(samples.seconds))
 
 
 def main() -> None:
@@ -182,59 +160,38 @@ def main() -> None:
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--num_batches", type=int, default=100)
     parser.add_argument("--worker_count", type=int, default=0)
-    parser.add_argument("--runs", type=int, default=3, help="rounds; medians are compared")
+    parser.add_argument("--runs", type=harness.repeats, default=harness.MIN_REPEATS,
+                        help="timed repetitions of --num_batches batches per side")
     parser.add_argument(
         "--seqio_python",
         default=sys.executable,
         help="interpreter of a side environment with seqio + t5 installed",
     )
+    harness.add_arguments(parser, "data_pipeline")
     args = parser.parse_args()
 
     corpus = args.data_dir / "english_corpus" / "train.jsonl.gz"
     args.work_dir.mkdir(parents=True, exist_ok=True)
     vocab_path = build_vocabulary(corpus, args.work_dir, args.vocab_size, args.vocab_documents)
+    bench = harness.Benchmark.from_args("data_pipeline", args)
     print(
         f"span corruption 512/114, no packing, batch {args.batch_size} x {args.num_batches} "
-        f"batches, {args.vocab_size}-piece vocabulary, {args.worker_count} t5forge workers, "
-        f"{os.cpu_count()} cores"
+        f"batches, {args.vocab_size}-piece vocabulary, {args.worker_count} t5forge workers"
     )
-    with_seqio = seqio_is_importable(args.seqio_python)
-    ours_runs, peer_runs = [], []
-    for run in range(1, args.runs + 1):
-        print(f"run {run} (load average {os.getloadavg()[0]:.1f})")
-        ours_runs.append(
-            measure_t5forge(
-                args.data_dir, vocab_path, args.batch_size, args.num_batches, args.worker_count
-            )
-        )
-        print("  " + describe("t5forge", ours_runs[-1]))
-        if with_seqio:
-            peer_runs.append(
-                measure_seqio(
-                    args.seqio_python, corpus, vocab_path, args.batch_size, args.num_batches
-                )
-            )
-            print("  " + describe("seqio", peer_runs[-1]))
-
-    ours = median(ours_runs)
-    print(f"median of {args.runs}: " + describe("t5forge", ours))
-    if with_seqio:
-        peer = median(peer_runs)
-        print(f"median of {args.runs}: " + describe("seqio, same runs", peer))
-        wall = ours["examples_per_second"] / peer["examples_per_second"]
-        cpu = ours["examples_per_cpu_second"] / peer["examples_per_cpu_second"]
-        print(
-            f"ratio t5forge / seqio: {wall:.2f}x examples/s, {cpu:.2f}x examples per "
-            "CPU-second (seqio measured in the same runs)"
-        )
+    row = "span-corruption pipeline, 512/114"
+    record(bench, "t5forge", *measure_t5forge(args.data_dir, vocab_path, args),
+           args.batch_size, args.num_batches)
+    if seqio_is_importable(args.seqio_python):
+        record(bench, "seqio", *measure_seqio(corpus, vocab_path, args), args.batch_size,
+               args.num_batches)
+        bench.compare(row, "t5forge", "seqio")
     else:
-        peer_rate = SEQIO_REFERENCE_EXAMPLES_PER_SECOND
-        label = "REFERENCE value from REFERENCE.md, not measured in this run"
-        print(
-            f"seqio: not importable with {args.seqio_python} (see --seqio_python); "
-            f"{label}: ~{peer_rate:,} examples/s"
-        )
-        print(f"ratio t5forge / seqio: {ours['examples_per_second'] / peer_rate:.2f}x ({label})")
+        print(f"seqio is not importable with {args.seqio_python}: see --seqio_python")
+        bench.peer_missing(
+            row, "t5forge", "seqio",
+            "not installed (a side environment, see benchmarks/data_pipeline.py), not measured; "
+            f"REFERENCE.md records ~{SEQIO_REFERENCE_EXAMPLES_PER_SECOND:,} examples/s here")
+    bench.finish()
 
 
 if __name__ == "__main__":

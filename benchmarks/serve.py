@@ -5,14 +5,14 @@ For each model (the `make demo` model's config and T5 1.1 small, random weights,
 real `t5forge serve` process is started on a Hugging Face directory written here, then for
 each concurrency level C (1, 8, 32, 64) C clients send greedy /v1/predict requests back to
 back, one sentence each from the bundled en-de validation split, until --requests answers
-arrived (or --seconds passed). The EOS column of the output projection is zeroed (as in
-benchmarks/decode.py) so every request generates exactly --new_tokens tokens on both sides.
-Reported per level: requests/s, p50/p99 latency, errors, and the mean rows per device batch
-read from the server's /metrics. Results go to benchmarks/results/serve.json and a plot to
-docs/images/serve_throughput.png.
-
-The 1-minute load average is printed before and after; results taken while it is above 0.3
-are labelled "shared CPU" and are not for publishing.
+arrived (a round, cut short after --seconds). The EOS column of the output projection is
+zeroed (as in benchmarks/decode.py) so every request generates exactly --new_tokens tokens on
+both sides. Each level is timed by benchmarks/harness.py (--runs rounds after a warm-up round;
+CPU-seconds are the server process's) and reported as requests/s, p50/p99 latency over the
+timed rounds, errors, and the mean rows per device batch read from the server's /metrics;
+batching on is compared with off at the highest concurrency (every level's ratio is printed).
+Results go to benchmarks/results/serve.json (labelled "shared CPU" when the load average was
+above 0.3 at the start) and a plot to docs/images/serve_throughput.png.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import gzip
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -37,18 +36,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-RESULTS = ROOT / "benchmarks" / "results" / "serve.json"
+import harness  # noqa: E402  (same directory)
+
 PLOT = ROOT / "docs" / "images" / "serve_throughput.png"
 DATA = ROOT / "t5forge" / "tasks" / "data" / "en_de_lohelp"
 DEMO_GIN = ROOT / "t5forge" / "configs" / "examples" / "demo_en_de.gin"
 MODELS = {"demo": "the make-demo model (T5 1.1 layout, width 256, 3+3 layers, 4k vocabulary)",
           "t5_1_1_small": "T5 1.1 small (512 wide, 8+8 layers, 32k vocabulary)"}
-IDLE_LOAD = 0.3
 EOS_ID = 1
-
-
-def _load_average() -> float:
-    return os.getloadavg()[0]
 
 
 def _config(name: str):
@@ -103,7 +98,7 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def _server(model_dir: Path, max_batch_size: int, args):
-    """A `t5forge serve` process; yields (base url, seconds until ready)."""
+    """A `t5forge serve` process; yields (base url, seconds until ready, pid)."""
     port = _free_port()
     command = [sys.executable, "-m", "t5forge.serve", "--checkpoint", str(model_dir),
                "--port", str(port), "--max_batch_size", str(max_batch_size),
@@ -123,7 +118,7 @@ def _server(model_dir: Path, max_batch_size: int, args):
                 if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
                     break
             time.sleep(0.5)
-        yield url, time.perf_counter() - started
+        yield url, time.perf_counter() - started, process.pid
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=120)
@@ -142,7 +137,7 @@ def _batch_stats(url: str) -> tuple[float, float]:
 
 
 async def _load(url: str, concurrency: int, total: int, seconds: float, sentences, new_tokens):
-    """C clients back to back until `total` answers or `seconds`; latencies and errors."""
+    """C clients back to back until `total` answers or `seconds`; (latencies, errors)."""
     latencies, errors, sent = [], 0, 0
     deadline = time.perf_counter() + seconds
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
@@ -161,57 +156,65 @@ async def _load(url: str, concurrency: int, total: int, seconds: float, sentence
                 else:
                     errors += 1
 
-        began = time.perf_counter()
         await asyncio.gather(*(one_client() for _ in range(concurrency)))
-        wall = time.perf_counter() - began
-    return latencies, errors, wall
+    return latencies, errors
 
 
-def _level(url: str, concurrency: int, args, sentences) -> dict:
+def _level(bench, side: str, url: str, pid: int, concurrency: int, args, sentences) -> dict:
+    """Times --runs rounds of `total` requests at one concurrency; records the side."""
     total = max(args.requests, 2 * concurrency)
+    rounds = []
+
+    def one_round():
+        rounds.append(asyncio.run(_load(url, concurrency, total, args.seconds, sentences,
+                                        args.new_tokens)))
+
     batches, rows = _batch_stats(url)
-    latencies, errors, wall = asyncio.run(_load(url, concurrency, total, args.seconds,
-                                                sentences, args.new_tokens))
+    samples = harness.time_interleaved({side: one_round}, args.runs,
+                                       cpu_clock=harness.pid_cpu_seconds(pid))[side]
     batches_after, rows_after = _batch_stats(url)
-    latencies = np.array(latencies) * 1000
-    return {
-        "concurrency": concurrency, "requests": len(latencies), "errors": errors,
-        "seconds": round(wall, 2), "requests_per_s": round(len(latencies) / wall, 2),
-        "tokens_per_s": round(len(latencies) * args.new_tokens / wall, 1),
-        "p50_ms": round(float(np.percentile(latencies, 50)), 1) if len(latencies) else None,
-        "p99_ms": round(float(np.percentile(latencies, 99)), 1) if len(latencies) else None,
-        "mean_batch_rows": round((rows_after - rows) / max(batches_after - batches, 1), 2),
-    }
+    timed = rounds[-args.runs:]
+    latencies = np.array([latency for answers, _ in timed for latency in answers]) * 1000
+    short = sum(len(answers) + errors < total for answers, errors in timed)
+    if short:
+        print(f"  {side}: {short} rounds were cut short by --seconds; requests/s is an "
+              "overestimate", flush=True)
+    return bench.record(
+        side, samples, total, "requests/s", concurrency=concurrency,
+        errors=sum(errors for _, errors in timed), rounds_cut_short=short,
+        p50_ms=float(np.percentile(latencies, 50)) if len(latencies) else None,
+        p99_ms=float(np.percentile(latencies, 99)) if len(latencies) else None,
+        mean_batch_rows=(rows_after - rows) / max(batches_after - batches, 1))
 
 
-def _plot(results: dict) -> None:
+def _plot(levels: dict, new_tokens: int, label: str) -> None:
+    """Requests/s and p50/p99 latency by concurrency; `levels[model][mode]` lists summaries."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    models = list(results["models"])
-    figure, axes = plt.subplots(1, 2 * len(models), figsize=(6 * len(models), 3.6),
+    figure, axes = plt.subplots(1, 2 * len(levels), figsize=(6 * len(levels), 3.6),
                                 squeeze=False)
-    for column, model in enumerate(models):
+    for column, (model, modes) in enumerate(levels.items()):
         throughput, latency = axes[0][2 * column], axes[0][2 * column + 1]
-        for color, (mode, runs) in zip(("C0", "C1"), results["models"][model]["modes"].items()):
-            levels = [r["concurrency"] for r in runs["levels"]]
-            throughput.plot(levels, [r["requests_per_s"] for r in runs["levels"]], "o-",
-                            color=color, label=mode)
-            latency.plot(levels, [r["p99_ms"] for r in runs["levels"]], "o-", color=color,
+        for color, (mode, runs) in zip(("C0", "C1"), modes.items()):
+            clients = [r["concurrency"] for r in runs]
+            throughput.plot(clients, [r["throughput"] for r in runs], "o-", color=color,
+                            label=mode)
+            latency.plot(clients, [r["p99_ms"] for r in runs], "o-", color=color,
                          label=f"{mode}: p99")
-            latency.plot(levels, [r["p50_ms"] for r in runs["levels"]], "o--", color=color,
+            latency.plot(clients, [r["p50_ms"] for r in runs], "o--", color=color,
                          label=f"{mode}: p50")
-        for axis, label in ((throughput, "requests/s"), (latency, "latency (ms)")):
+        for axis, name in ((throughput, "requests/s"), (latency, "latency (ms)")):
             axis.set_xscale("log", base=2)
-            axis.set_xticks(levels, [str(level) for level in levels])
+            axis.set_xticks(clients, [str(c) for c in clients])
             axis.set_xlabel("concurrent clients")
-            axis.set_ylabel(label)
-            axis.set_title(f"{model}: {label}")
+            axis.set_ylabel(name)
+            axis.set_title(f"{model}: {name}")
             axis.legend(fontsize=7)
-    figure.suptitle(f"t5forge serve, greedy, {results['new_tokens']} new tokens per request "
-                    f"({results['cpu']})", fontsize=9)
+    figure.suptitle(f"t5forge serve, greedy, {new_tokens} new tokens per request ({label})",
+                    fontsize=9)
     figure.tight_layout()
     PLOT.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(PLOT, dpi=110)
@@ -221,51 +224,45 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 8, 32, 64])
-    parser.add_argument("--requests", type=int, default=128,
-                        help="answers per level (at least 2x the concurrency)")
-    parser.add_argument("--seconds", type=float, default=120, help="time cap per level")
+    parser.add_argument("--requests", type=int, default=64,
+                        help="answers per round (at least 2x the concurrency)")
+    parser.add_argument("--runs", type=harness.repeats, default=harness.MIN_REPEATS,
+                        help="timed rounds per level")
+    parser.add_argument("--seconds", type=float, default=120, help="time cap per round")
     parser.add_argument("--new_tokens", type=int, default=32)
     parser.add_argument("--max_batch_size", type=int, default=32,
                         help="the batching-on server's device batch")
     parser.add_argument("--max_wait_ms", type=float, default=5.0)
+    harness.add_arguments(parser, "serve")
     args = parser.parse_args()
 
-    load_before = _load_average()
-    print(f"1-minute load average before: {load_before:.2f}", flush=True)
+    bench = harness.Benchmark.from_args("serve", args)
     sentences = _sentences()
-    results = {"new_tokens": args.new_tokens, "load_average_before": load_before,
-               "max_wait_ms": args.max_wait_ms, "models": {}}
+    levels = {}
     with tempfile.TemporaryDirectory() as scratch:
         vocab = _vocabulary(Path(scratch))
         for name in args.models:
+            print(f"{name}: {MODELS[name]}", flush=True)
             model_dir = _write_model(name, Path(scratch), vocab)
             modes = {}
             for mode, batch in ((f"batching on (max {args.max_batch_size})",
                                  args.max_batch_size), ("batching off", 1)):
-                with _server(model_dir, batch, args) as (url, ready_s):
+                with _server(model_dir, batch, args) as (url, ready_s, pid):
                     print(f"{name}, {mode}: ready in {ready_s:.0f} s", flush=True)
-                    levels = []
-                    for concurrency in args.concurrency:
-                        levels.append(_level(url, concurrency, args, sentences))
-                        print(f"  {json.dumps(levels[-1])}", flush=True)
-                modes[mode] = {"max_batch_size": batch, "ready_s": round(ready_s, 1),
-                               "levels": levels}
-            on, off = (modes[m]["levels"] for m in modes)
-            ratios = {str(a["concurrency"]): round(a["requests_per_s"] / b["requests_per_s"], 2)
-                      for a, b in zip(on, off) if b["requests_per_s"]}
+                    modes[mode] = [_level(bench, f"{name}, {mode}, {c} clients", url, pid, c,
+                                          args, sentences) for c in args.concurrency]
+            levels[name] = modes
+            (on_mode, on), (off_mode, off) = modes.items()
+            ratios = {r["concurrency"]: round(harness.ratio(r, o, "throughput"), 2)
+                      for r, o in zip(on, off)}
             print(f"{name}: batching on / off requests/s by concurrency: {ratios}", flush=True)
-            results["models"][name] = {"description": MODELS[name], "modes": modes,
-                                       "speedup_by_concurrency": ratios}
-    load_after = _load_average()
-    results["load_average_after"] = load_after
-    results["cpu"] = ("shared CPU" if max(load_before, load_after) > IDLE_LOAD
-                      else "idle CPU") + f", {os.cpu_count()} cores"
-    print(f"1-minute load average after: {load_after:.2f} -> results labelled "
-          f"'{results['cpu']}'", flush=True)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    _plot(results)
-    print(f"wrote {RESULTS.relative_to(ROOT)} and {PLOT.relative_to(ROOT)}")
+            top = max(args.concurrency)
+            bench.compare(f"serve {name}, {top} concurrent clients, batching on vs off",
+                          f"{name}, {on_mode}, {top} clients", f"{name}, {off_mode}, {top} clients",
+                          peer_label=off_mode)
+    bench.finish()
+    _plot(levels, args.new_tokens, harness.SHARED_LABEL if bench.shared else "idle CPU")
+    print(f"wrote {PLOT.relative_to(ROOT)}")
     return 0
 
 

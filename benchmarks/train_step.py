@@ -3,18 +3,17 @@
 T5 1.1 small (float32, dropout 0), batch 8, 512 input and 114 target tokens, no padding. Both
 sides start from the very same weights (converted with t5forge.interop.huggingface) and train
 on the same batch: t5forge with AdamW (or --optimizer adafactor) through the real Trainer,
-transformers' T5ForConditionalGeneration with torch.optim.AdamW. Each timing is the median of
---steps steps after --warmup steps (t5forge's warm-up includes compilation). Tokens/s counts
-inputs + targets of every row. It also prints model FLOPs utilisation (t5forge.training.flops:
+transformers' T5ForConditionalGeneration with torch.optim.AdamW. Timing is
+benchmarks/harness.py's: --steps (alias --runs) steps of each side in turns after --warmup steps
+(t5forge's warm-up includes compilation), median/min/max. Tokens/s counts inputs + targets of
+every row. It also prints model FLOPs utilisation (t5forge.training.flops:
 the step's model FLOPs over the device's peak FLOP/s), 'n/a' where the peak is unknown (CPUs).
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -22,6 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import harness  # noqa: E402  (same directory)
 from decode import _hf_model  # noqa: E402  (same directory; builds HF T5 offline from weights)
 
 from t5forge.models.configs import get_config  # noqa: E402
@@ -31,19 +31,6 @@ from t5forge.training.flops import local_peak_flops, mfu, model_flops_per_step  
 from t5forge.training.trainer import Trainer, metrics_to_host  # noqa: E402
 
 LEARNING_RATE = 1e-4
-
-
-def _timed(step, steps: int, warmup: int) -> tuple[float, object]:
-    """(median seconds per step, last result) over `steps` steps after `warmup` steps."""
-    result = None
-    for _ in range(warmup):
-        result = step()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        result = step()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), result
 
 
 def _forge_step(config, params, batch, optimizer: str):
@@ -75,7 +62,7 @@ def _hf_step(config, params, batch, device):
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        return float(loss)  # waits for the step
+        return loss.item()  # waits for the step
 
     return step
 
@@ -86,12 +73,16 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--input_length", type=int, default=512)
     parser.add_argument("--target_length", type=int, default=114)
-    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--steps", "--runs", type=harness.repeats, default=harness.MIN_REPEATS,
+                        help="timed steps of each side")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--optimizer", choices=("adamw", "adafactor"), default="adamw")
+    harness.add_arguments(parser, "train_step")
     args = parser.parse_args()
 
     import torch
+
+    bench = harness.Benchmark.from_args("train_step", args)
 
     config = get_config(args.config, dtype="float32", dropout_rate=0.0)
     params = jax.device_get(build_model(config).init_params(jax.random.PRNGKey(0)))
@@ -111,17 +102,17 @@ def main() -> int:
           f"{device.device_kind} | torch {torch.__version__} on {torch_device}, "
           f"{torch.get_num_threads()} threads")
 
-    forge_seconds, forge_metrics = _timed(_forge_step(config, params, batch, args.optimizer),
-                                          args.steps, args.warmup)
-    hf_seconds, hf_loss = _timed(_hf_step(config, params, batch, torch_device),
-                                 args.steps, args.warmup)
     tokens = args.batch * (args.input_length + args.target_length)
-    forge_rate, hf_rate = tokens / forge_seconds, tokens / hf_seconds
-    print(f"t5forge ({args.optimizer}) {forge_rate:9.1f} tokens/s ({forge_seconds:.3f} s/step, "
-          f"loss/token {forge_metrics['cross_ent_loss_per_all_target_tokens']:.4f})")
-    print(f"transformers (adamw) {hf_rate:9.1f} tokens/s ({hf_seconds:.3f} s/step, "
-          f"loss/token {hf_loss:.4f})")
-    print(f"ratio t5forge/transformers {forge_rate / hf_rate:.2f}x (target >= 1.3x)")
+    ours, peer = f"t5forge ({args.optimizer})", "transformers (adamw)"
+    outputs = bench.run({ours: _forge_step(config, params, batch, args.optimizer),
+                         peer: _hf_step(config, params, batch, torch_device)},
+                        args.steps, work=tokens, unit="tokens/s", warmup=args.warmup)
+    print(f"  loss/token after the last step: t5forge "
+          f"{outputs[ours]['cross_ent_loss_per_all_target_tokens']:.4f}, transformers "
+          f"{outputs[peer]:.4f}")
+    bench.compare(f"train step, {args.config}, batch {args.batch}, "
+                  f"{args.input_length}/{args.target_length}, fp32", ours, peer)
+    forge_seconds, hf_seconds = bench.sides[ours]["median_s"], bench.sides[peer]["median_s"]
     flops = model_flops_per_step(config, args.batch, args.input_length, args.target_length)
     peak = local_peak_flops(config.dtype)
     if peak is None:
@@ -131,6 +122,7 @@ def main() -> int:
         print(f"MFU t5forge {mfu(flops, forge_seconds, peak):.1%} | transformers "
               f"{mfu(flops, hf_seconds, peak):.1%} ({flops / 1e12:.2f} model TFLOP per step, "
               f"peak {peak / 1e12:.0f} TFLOP/s per device)")
+    bench.finish()
     return 0
 
 
