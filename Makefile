@@ -33,6 +33,7 @@ demo: install
 	$(VENV)/bin/t5forge demo --model_dir=$(DEMO_DIR)
 
 bench: install-test
+	$(PIP) install -q -e '.[bench]'
 	$(PY) benchmarks/run_all.py
 
 lint: install-test
