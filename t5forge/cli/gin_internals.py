@@ -9,7 +9,8 @@ tests/cli/test_gin_internals.py, nowhere else.
    plain `runs/` folder (a namespace package, e.g. a model dir) is in the working directory;
    such a lookup should just mean "not here".
 2. Which files a parse read, in order (the same readers): T5X compatibility names the file
-   and line of every binding it cannot honour.
+   and line of every binding it cannot honour, and the run's binding checks where each
+   binding was written (`files_read_by_last_parse`).
 3. Every scope's bindings of one configurable (`gin.config._CONFIG`), and dropping them:
    T5X compatibility rewrites a T5X configurable's bindings onto t5forge's after parsing.
 4. The import statements gin remembers (`gin.config._IMPORTS`): T5X's module names exist
@@ -28,6 +29,7 @@ import gin
 import gin.config
 
 _files_read: list[str] | None = None
+_last_files_read: list[str] = []
 
 
 def _tolerant(existence_check):
@@ -57,13 +59,18 @@ class RecordFilesRead:
     """`with RecordFilesRead() as files:` lists the gin files parsed inside, includes too."""
 
     def __enter__(self) -> list[str]:
-        global _files_read
-        _files_read = []
+        global _files_read, _last_files_read
+        _files_read = _last_files_read = []
         return _files_read
 
     def __exit__(self, *exc) -> None:
         global _files_read
         _files_read = None
+
+
+def files_read_by_last_parse() -> list[str]:
+    """The files the last `RecordFilesRead` block read, in order (so far, if it failed)."""
+    return list(_last_files_read)
 
 
 def bindings_of(selector: str) -> dict[str, dict]:

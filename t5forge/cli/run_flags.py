@@ -3,23 +3,38 @@
 from __future__ import annotations
 
 import argparse
+import tokenize
 
-from t5forge.cli import gin_flags, gin_registry  # noqa: F401 (gin_registry: names gin files bind)
+from t5forge.cli import (  # gin_registry: the names gin files bind
+    binding_checks,
+    gin_flags,
+    gin_internals,
+    gin_registry,  # noqa: F401
+    gin_syntax,
+)
 from t5forge.errors import ConfigError
 from t5forge.run.task_modules import import_task_modules
 from t5forge.training import partitioning
 
+# command -> the configurable it calls, whose bindings the checks follow.
+ROOTS = {"train": "train", "eval": "evaluate", "infer": "infer"}
 
-def parse_common_flags(rest: list[str], help_text: str, command: str) -> bool:
-    """Handles the non-gin flags all run commands share; False means `--help` was printed.
+
+def parse_common_flags(rest: list[str], help_text: str,
+                       command: str) -> argparse.Namespace | None:
+    """Handles the non-gin flags all run commands share; None means `--help` was printed.
 
     --module_import=MOD (repeatable) imports user task modules; --coordinator_address,
-    --process_count and --process_index join a multi-host run, as in T5X.
+    --process_count and --process_index join a multi-host run, as in T5X; --gin_strict makes
+    an unused gin binding an error.
     """
     parser = argparse.ArgumentParser(
         prog=f"t5forge {command}", description=help_text,
         epilog="gin: --gin_file=FILE (repeatable), --gin.NAME=VALUE, --gin_search_paths=DIR,...",
     )
+    parser.add_argument("--gin_strict", action="store_true",
+                        help="a gin binding no configurable of this command reads is an error "
+                             "(exit 2) instead of a warning")
     parser.add_argument("--module_import", action="append", default=[])
     parser.add_argument("--seqio_additional_cache_dirs", default="",
                         help="comma-separated dirs written by `t5forge cache-tasks` (T5X's flag)")
@@ -28,7 +43,7 @@ def parse_common_flags(rest: list[str], help_text: str, command: str) -> bool:
     parser.add_argument("--process_index", type=int)
     if any(arg in ("-h", "--help") for arg in rest):
         parser.print_help()
-        return False
+        return None
     args, unknown = parser.parse_known_args(rest)
     if unknown:
         raise ConfigError(f"unknown flag {unknown[0]!r}; see --help")
@@ -39,15 +54,25 @@ def parse_common_flags(rest: list[str], help_text: str, command: str) -> bool:
     from t5forge.data.cache_dirs import add_global_cache_dirs
 
     add_global_cache_dirs([d for d in args.seqio_additional_cache_dirs.split(",") if d])
-    return True
+    return args
 
 
 def configure_run(argv: list[str], help_text: str, command: str) -> bool:
-    """Parses `t5forge <command>`'s flags and gin files; False means `--help` was printed instead."""
+    """Parses `t5forge <command>`'s flags and gin files and checks every binding (see
+    binding_checks); False means `--help` was printed instead."""
     flags = gin_flags.split_gin_flags(argv)
-    if not parse_common_flags(flags.rest, help_text, command):
+    args = parse_common_flags(flags.rest, help_text, command)
+    if args is None:
         return False
-    gin_flags.parse_gin(flags)
+    gin_syntax.check_flags(flags.bindings)
+    try:
+        gin_flags.parse_gin(flags)
+    except (ConfigError, tokenize.TokenError) as error:
+        gin_syntax.check_files(gin_internals.files_read_by_last_parse())
+        if isinstance(error, tokenize.TokenError):
+            raise ConfigError(f"malformed gin config: {error}") from None
+        raise
+    binding_checks.check(ROOTS[command], command, flags.bindings, args.gin_strict)
     return True
 
 

@@ -108,6 +108,55 @@ def test_bad_configuration_is_one_line(faults, tmp_path, fault):
     assert expected in error_line(faults.train(tmp_path / "run", 5, *flags))
 
 
+GIN_VALUE_FAULTS = {  # binding -> (its value, what the error line must say after where)
+    "TASK_FEATURE_LENGTHS a string": ("TASK_FEATURE_LENGTHS", "'abc'",
+                                      "TASK_FEATURE_LENGTHS must be a dict of feature name"),
+    "TASK_FEATURE_LENGTHS an int": ("TASK_FEATURE_LENGTHS", "5",
+                                    "TASK_FEATURE_LENGTHS must be a dict of feature name"),
+    "TASK_FEATURE_LENGTHS unclosed": ("TASK_FEATURE_LENGTHS", "{'inputs': 8",
+                                      "malformed gin value"),
+    "BATCH_SIZE a word": ("BATCH_SIZE", "'eight'", "BATCH_SIZE must be an int >= 1"),
+}
+
+
+def _without(args: list[str], binding: str) -> list[str]:
+    return [arg for arg in args if not arg.startswith(f"--gin.{binding}=")]
+
+
+@pytest.mark.parametrize("fault", sorted(GIN_VALUE_FAULTS))
+def test_a_bad_gin_value_on_the_command_line_is_one_line(faults, tmp_path, fault):
+    binding, value, expected = GIN_VALUE_FAULTS[fault]
+    line = error_line(faults.train(tmp_path / "run", 5, f"--gin.{binding}={value}"))
+    assert line.startswith(f"error: --gin.{binding}={value}: ") and expected in line, line
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("fault", sorted(GIN_VALUE_FAULTS))
+def test_a_bad_gin_value_in_a_file_names_file_and_line(faults, tmp_path, fault):
+    binding, value, expected = GIN_VALUE_FAULTS[fault]
+    gin_file = tmp_path / "mine.gin"
+    gin_file.write_text(f"# my settings\nTRAIN_STEPS = 5\n{binding} = {value}\n")
+    args = _without(faults.train_args(tmp_path / "run", 5), binding)
+    line = error_line(faults.run(*args, f"--gin_file={gin_file}"))
+    assert line.startswith(f"error: {gin_file}:3: ") and expected in line, line
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_unused_binding_warns_and_the_run_goes_on(faults, tmp_path):
+    result = faults.train(tmp_path / "run", 0, "--gin.BATCH_SIZ=4")
+    assert result.returncode == 0, result.stderr[-3000:]
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == ["warning: --gin.BATCH_SIZ=4: not used by `t5forge train` (no "
+                        "configurable it calls reads it); remove it or fix its name"]
+
+
+def test_an_unused_binding_is_an_error_with_gin_strict(faults, tmp_path):
+    line = error_line(faults.train(tmp_path / "run", 5, "--gin.infer.mode='score'", "--gin_strict"))
+    assert line.startswith("error: --gin.infer.mode='score': not used by `t5forge train`"), line
+    assert line.endswith("(--gin_strict)")
+    assert not (tmp_path / "run").exists()
+
+
 def test_missing_vocabulary_file_is_one_line(faults, tmp_path):
     result = faults.train(tmp_path / "run", 5, env=faults.env(T5FORGE_VOCAB=tmp_path / "none.model"))
     assert "none.model" in error_line(result)
