@@ -41,7 +41,7 @@ from t5forge.run.evaluation import InferenceEvaluation, converter_for, training_
 from t5forge.run.hooks import Hook, RunContext
 from t5forge.run.model_dir_lock import ModelDirLock
 from t5forge.run.preemption import Preempted, StopSignal
-from t5forge.run.storage_errors import storage_errno
+from t5forge.run.storage_errors import StorageFailureEcho, storage_errno
 from t5forge.training import checkpoints, flops, optimizers, schedules, summaries
 from t5forge.training.partitioning import PjitPartitioner
 from t5forge.training.trainer import APPLIED, Trainer, metrics_to_host
@@ -267,6 +267,8 @@ def train(
                     or any(at_step % max(hook.every, 1) == 0 for hook in hooks))
 
     pending = None  # (step, its `applied` flag on device, the data position before it)
+    echo = StorageFailureEcho()
+    echo.install()
     try:
         while step < total_steps:
             position = train_iter.get_state()  # the data position of `step`, in case it is last good
@@ -343,6 +345,7 @@ def train(
         if bar is not None:
             bar.close()
         lock.release()
+        echo.remove()
     if stop.received and step < total_steps:
         raise Preempted(stop.signum, step, ckpt.step_dir(step))
     return {**last_metrics, **eval_results}
@@ -385,7 +388,6 @@ def _close_quietly(ckpt) -> None:
     except (OSError, ValueError) as error:
         if storage_errno(error) is None:
             raise
-        logging.getLogger("asyncio").setLevel(logging.CRITICAL)  # its never-retrieved writes
         logger.info("the last checkpoint save failed: %s", str(error)[:300])
 
 

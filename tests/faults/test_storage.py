@@ -79,11 +79,6 @@ def test_disk_full_is_one_line_keeps_checkpoints_and_resumes_after_freeing(fault
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "before the one error line, orbax's writer threads log ENOSPC with tracebacks (absl "
-    "logger), TensorStore's C++ callbacks post to orbax's closed event loop and print 'Event "
-    "loop is closed' tracebacks through sys.excepthook, and asyncio logs never-retrieved task "
-    "exceptions: all Python-level, so a filter held for each save could drop them"))
 def test_disk_full_prints_no_traceback(faults, trained, mounts):
     disk = mounts.tmpfs("disk", 8 * MB)
     model_dir = _copy_onto(trained, disk)
