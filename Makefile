@@ -27,6 +27,7 @@ install-test: $(VENV)/.installed-test
 
 test: install-test
 	$(PY) -m ruff check t5forge tests benchmarks examples
+	$(PY) -m ruff format --check t5forge tests benchmarks examples
 	$(PY) -m pytest -q tests
 
 demo: install
@@ -38,7 +39,7 @@ bench: install-test
 
 lint: install-test
 	$(PY) -m ruff check t5forge tests benchmarks examples
-	$(PY) -m ruff format --check t5forge tests benchmarks
+	$(PY) -m ruff format --check t5forge tests benchmarks examples
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

@@ -101,8 +101,12 @@ def main() -> int:
     parser.add_argument("--documents", type=int, default=200_000)
     parser.add_argument("--vocab", help="SentencePiece model (default: $T5FORGE_VOCAB or train)")
     parser.add_argument("--timeout", type=int, default=3600, help="seconds per run")
-    parser.add_argument("--runs", type=harness.repeats, default=harness.MIN_REPEATS,
-                        help="timed runs of each configuration")
+    parser.add_argument(
+        "--runs",
+        type=harness.repeats,
+        default=harness.MIN_REPEATS,
+        help="timed runs of each configuration",
+    )
     harness.add_arguments(parser, "cache_tasks")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="t5forge-bench-cache-") as tmp:
@@ -116,10 +120,11 @@ def main() -> int:
         )
         bench = harness.Benchmark.from_args("cache_tasks", args)
         print(f"{args.documents} documents", flush=True)
-        calls = {name: cache_command(flags, work_dir, args.timeout)
-                 for name, flags in CONFIGURATIONS.items()}
-        samples = harness.time_interleaved(calls, args.runs,
-                                           cpu_clock=harness.children_cpu_seconds)
+        calls = {
+            name: cache_command(flags, work_dir, args.timeout)
+            for name, flags in CONFIGURATIONS.items()
+        }
+        samples = harness.time_interleaved(calls, args.runs, cpu_clock=harness.children_cpu_seconds)
     for name, runs in samples.items():
         bench.record(name, runs, runs.output, "examples/s", examples=runs.output)
     for name in CONFIGURATIONS:

@@ -107,9 +107,11 @@ def build_vocabulary(corpus: Path, work_dir: Path, vocab_size: int, documents: i
 
 def count_tokens(batches, num_batches: int) -> int:
     """Non-padding input and target tokens of the next `num_batches` batches."""
-    return sum(int(np.count_nonzero(batch["encoder_input_tokens"]))
-               + int(np.count_nonzero(batch["decoder_target_tokens"]))
-               for batch in itertools.islice(batches, num_batches))
+    return sum(
+        int(np.count_nonzero(batch["encoder_input_tokens"]))
+        + int(np.count_nonzero(batch["decoder_target_tokens"]))
+        for batch in itertools.islice(batches, num_batches)
+    )
 
 
 def measure_t5forge(data_dir: Path, vocab_path: Path, args) -> tuple[harness.Samples, list[int]]:
@@ -117,13 +119,20 @@ def measure_t5forge(data_dir: Path, vocab_path: Path, args) -> tuple[harness.Sam
     vocabulary = SentencePieceVocabulary(vocab_path, extra_ids=EXTRA_IDS)
     task = span_corruption_task("bench_span_corruption", data_dir, "english_corpus", vocabulary)
     tokens = []
-    with make_batch_iterator(task, "train", LENGTHS, args.batch_size,
-                             EncDecFeatureConverter(pack=False), seed=0, num_epochs=None,
-                             worker_count=args.worker_count) as batches:
+    with make_batch_iterator(
+        task,
+        "train",
+        LENGTHS,
+        args.batch_size,
+        EncDecFeatureConverter(pack=False),
+        seed=0,
+        num_epochs=None,
+        worker_count=args.worker_count,
+    ) as batches:
         next(batches)  # start-up (file reading, workers) is not throughput
         samples = harness.time_interleaved(
-            {"t5forge": lambda: tokens.append(count_tokens(batches, args.num_batches))},
-            args.runs)["t5forge"]
+            {"t5forge": lambda: tokens.append(count_tokens(batches, args.num_batches))}, args.runs
+        )["t5forge"]
     return samples, tokens
 
 
@@ -134,19 +143,39 @@ def seqio_is_importable(python: str) -> bool:
 
 def measure_seqio(corpus: Path, vocab_path: Path, args) -> tuple[harness.Samples, list[int]]:
     """The SeqIO pipeline timed in `args.seqio_python` (an interpreter with seqio + t5)."""
-    command = [args.seqio_python, "-c", SEQIO_MEASUREMENT, str(HERE), str(corpus),
-               str(vocab_path), str(args.batch_size), str(args.num_batches), str(args.runs)]
+    command = [
+        args.seqio_python,
+        "-c",
+        SEQIO_MEASUREMENT,
+        str(HERE),
+        str(corpus),
+        str(vocab_path),
+        str(args.batch_size),
+        str(args.num_batches),
+        str(args.runs),
+    ]
     result = subprocess.run(command, capture_output=True, text=True, check=True)
     measured = json.loads(result.stdout.strip().splitlines()[-1])
     return harness.Samples(measured["seconds"], measured["cpu_seconds"]), measured["tokens"]
 
 
-def record(bench: harness.Benchmark, side: str, samples: harness.Samples, tokens: list[int],
-           batch_size: int, num_batches: int) -> None:
+def record(
+    bench: harness.Benchmark,
+    side: str,
+    samples: harness.Samples,
+    tokens: list[int],
+    batch_size: int,
+    num_batches: int,
+) -> None:
     """Examples/s as the throughput; tokens/s over the timed repetitions (not the warm-up)."""
-    timed_tokens = tokens[-len(samples.seconds):]
-    bench.record(side, samples, batch_size * num_batches, "examples/s",
-                 tokens_per_s=sum(timed_tokens) / sum(samples.seconds))
+    timed_tokens = tokens[-len(samples.seconds) :]
+    bench.record(
+        side,
+        samples,
+        batch_size * num_batches,
+        "examples/s",
+        tokens_per_s=sum(timed_tokens) / sum(samples.seconds),
+    )
 
 
 def main() -> None:
@@ -160,8 +189,12 @@ def main() -> None:
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--num_batches", type=int, default=100)
     parser.add_argument("--worker_count", type=int, default=0)
-    parser.add_argument("--runs", type=harness.repeats, default=harness.MIN_REPEATS,
-                        help="timed repetitions of --num_batches batches per side")
+    parser.add_argument(
+        "--runs",
+        type=harness.repeats,
+        default=harness.MIN_REPEATS,
+        help="timed repetitions of --num_batches batches per side",
+    )
     parser.add_argument(
         "--seqio_python",
         default=sys.executable,
@@ -179,18 +212,31 @@ def main() -> None:
         f"batches, {args.vocab_size}-piece vocabulary, {args.worker_count} t5forge workers"
     )
     row = "span-corruption pipeline, 512/114"
-    record(bench, "t5forge", *measure_t5forge(args.data_dir, vocab_path, args),
-           args.batch_size, args.num_batches)
+    record(
+        bench,
+        "t5forge",
+        *measure_t5forge(args.data_dir, vocab_path, args),
+        args.batch_size,
+        args.num_batches,
+    )
     if seqio_is_importable(args.seqio_python):
-        record(bench, "seqio", *measure_seqio(corpus, vocab_path, args), args.batch_size,
-               args.num_batches)
+        record(
+            bench,
+            "seqio",
+            *measure_seqio(corpus, vocab_path, args),
+            args.batch_size,
+            args.num_batches,
+        )
         bench.compare(row, "t5forge", "seqio")
     else:
         print(f"seqio is not importable with {args.seqio_python}: see --seqio_python")
         bench.peer_missing(
-            row, "t5forge", "seqio",
+            row,
+            "t5forge",
+            "seqio",
             "not installed (a side environment, see benchmarks/data_pipeline.py), not measured; "
-            f"REFERENCE.md records ~{SEQIO_REFERENCE_EXAMPLES_PER_SECOND:,} examples/s here")
+            f"REFERENCE.md records ~{SEQIO_REFERENCE_EXAMPLES_PER_SECOND:,} examples/s here",
+        )
     bench.finish()
 
 

@@ -45,8 +45,9 @@ def _hf_model(config, params):
 
     hf_config = transformers.T5Config(**config_to_hf(config))
     model = transformers.T5ForConditionalGeneration(hf_config).eval()
-    state_dict = {name: torch.tensor(value)
-                  for name, value in params_to_hf_state_dict(params, config).items()}
+    state_dict = {
+        name: torch.tensor(value) for name, value in params_to_hf_state_dict(params, config).items()
+    }
     if not config.logits_via_embedding:
         # transformers 5 ties the head at construction; T5 1.1's is its own tensor.
         model.lm_head.weight = torch.nn.Parameter(state_dict["lm_head.weight"].clone())
@@ -67,20 +68,24 @@ def _ct2_translators(hf_model, vocab_size: int, threads: int) -> dict:
 
     transformers.utils.logging.disable_progress_bar()
     names = _token_names(vocab_size)
-    word_level = tokenizers.Tokenizer(tokenizers.models.WordLevel(
-        {name: i for i, name in enumerate(names)}, unk_token="<unk>"))
+    word_level = tokenizers.Tokenizer(
+        tokenizers.models.WordLevel({name: i for i, name in enumerate(names)}, unk_token="<unk>")
+    )
     word_level.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
     tokenizer = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=word_level, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
+        tokenizer_object=word_level, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    )
     with tempfile.TemporaryDirectory(prefix="t5forge-bench-ct2-") as scratch:
         hf_dir, ct2_dir = Path(scratch) / "hf", Path(scratch) / "ct2"
         hf_model.save_pretrained(hf_dir)
         tokenizer.save_pretrained(hf_dir)
         ctranslate2.converters.TransformersConverter(str(hf_dir)).convert(str(ct2_dir))
-        return {compute_type: ctranslate2.Translator(str(ct2_dir), device="cpu",
-                                                      compute_type=compute_type,
-                                                      intra_threads=threads)
-                for compute_type in CT2_COMPUTE_TYPES}
+        return {
+            compute_type: ctranslate2.Translator(
+                str(ct2_dir), device="cpu", compute_type=compute_type, intra_threads=threads
+            )
+            for compute_type in CT2_COMPUTE_TYPES
+        }
 
 
 def _sides(inputs: np.ndarray, new_tokens: int, beams: int, forge, hf, translators) -> dict:
@@ -94,25 +99,35 @@ def _sides(inputs: np.ndarray, new_tokens: int, beams: int, forge, hf, translato
     source = [[names[i] for i in row] for row in inputs]
 
     def run_forge():
-        return forge.generate(inputs, max_length=new_tokens, method=method, num_beams=beams,
-                              alpha=0.0)
+        return forge.generate(
+            inputs, max_length=new_tokens, method=method, num_beams=beams, alpha=0.0
+        )
 
     def run_hf():
         with torch.no_grad():
-            return hf.generate(input_ids=hf_inputs, attention_mask=torch.ones_like(hf_inputs),
-                               max_new_tokens=new_tokens, num_beams=beams, do_sample=False,
-                               **({"length_penalty": 0.0} if beams > 1 else {})).numpy()[:, 1:]
+            return hf.generate(
+                input_ids=hf_inputs,
+                attention_mask=torch.ones_like(hf_inputs),
+                max_new_tokens=new_tokens,
+                num_beams=beams,
+                do_sample=False,
+                **({"length_penalty": 0.0} if beams > 1 else {}),
+            ).numpy()[:, 1:]
 
     def ct2_call(translator):
         def run_ct2():
-            results = translator.translate_batch(source, beam_size=beams, length_penalty=0.0,
-                                                 max_decoding_length=new_tokens)
-            return np.array([[ids[token] for token in result.hypotheses[0]]
-                             for result in results])
+            results = translator.translate_batch(
+                source, beam_size=beams, length_penalty=0.0, max_decoding_length=new_tokens
+            )
+            return np.array([[ids[token] for token in result.hypotheses[0]] for result in results])
+
         return run_ct2
 
-    return {"t5forge": run_forge, "transformers": run_hf,
-            **{f"ctranslate2 {kind}": ct2_call(t) for kind, t in translators.items()}}
+    return {
+        "t5forge": run_forge,
+        "transformers": run_hf,
+        **{f"ctranslate2 {kind}": ct2_call(t) for kind, t in translators.items()},
+    }
 
 
 def _check(outputs: dict, rows: int, new_tokens: int) -> bool:
@@ -121,8 +136,11 @@ def _check(outputs: dict, rows: int, new_tokens: int) -> bool:
         if tokens.shape != (rows, new_tokens) or (tokens == EOS_ID).any():
             print(f"{side}: rows did not all generate {new_tokens} tokens; not comparable")
             return False
-    same = {side: bool(np.array_equal(tokens, outputs["t5forge"]))
-            for side, tokens in outputs.items() if side != "t5forge"}
+    same = {
+        side: bool(np.array_equal(tokens, outputs["t5forge"]))
+        for side, tokens in outputs.items()
+        if side != "t5forge"
+    }
     print(f"  same tokens as t5forge: {same}")
     return True
 
@@ -152,22 +170,32 @@ def main() -> int:
         translators = _ct2_translators(hf, config.vocab_size, os.cpu_count())
     except ImportError:
         translators = {}
-    print(f"T5 1.1 small fp32, inputs {args.input_length}, {args.new_tokens} new tokens, torch "
-          f"threads {torch.get_num_threads()}, jax {jax.__version__} on "
-          f"{jax.devices()[0].platform}, ctranslate2 "
-          f"{'float32 + int8' if translators else CT2_MISSING}", flush=True)
+    print(
+        f"T5 1.1 small fp32, inputs {args.input_length}, {args.new_tokens} new tokens, torch "
+        f"threads {torch.get_num_threads()}, jax {jax.__version__} on "
+        f"{jax.devices()[0].platform}, ctranslate2 "
+        f"{'float32 + int8' if translators else CT2_MISSING}",
+        flush=True,
+    )
 
     shape = f"{args.input_length} in / {args.new_tokens} new"
-    settings = (("greedy", f"greedy decode, batch {args.batch}, {shape}", inputs, 1, "throughput"),
-                ("beam 4", f"beam 4 decode, batch {args.batch}, {shape}", inputs, 4, "throughput"),
-                ("batch-1 greedy", f"batch-1 greedy latency, {shape}", inputs[:1], 1, "latency"))
+    settings = (
+        ("greedy", f"greedy decode, batch {args.batch}, {shape}", inputs, 1, "throughput"),
+        ("beam 4", f"beam 4 decode, batch {args.batch}, {shape}", inputs, 4, "throughput"),
+        ("batch-1 greedy", f"batch-1 greedy latency, {shape}", inputs[:1], 1, "latency"),
+    )
     for prefix, row, rows, beams, metric in settings:
         sides = _sides(rows, args.new_tokens, beams, forge, hf, translators)
         print(row, flush=True)
-        outputs = bench.run({f"{prefix}: {side}": fn for side, fn in sides.items()}, args.runs,
-                            work=len(rows) * args.new_tokens, unit="new tokens/s")
-        if not _check({side.split(": ")[1]: out for side, out in outputs.items()}, len(rows),
-                      args.new_tokens):
+        outputs = bench.run(
+            {f"{prefix}: {side}": fn for side, fn in sides.items()},
+            args.runs,
+            work=len(rows) * args.new_tokens,
+            unit="new tokens/s",
+        )
+        if not _check(
+            {side.split(": ")[1]: out for side, out in outputs.items()}, len(rows), args.new_tokens
+        ):
             return 1
         for peer in ("transformers", *(f"ctranslate2 {kind}" for kind in CT2_COMPUTE_TYPES)):
             if f"{prefix}: {peer}" in bench.sides:

@@ -66,8 +66,11 @@ def wait_for_idle(settle_seconds: float, poll_seconds: float = 5.0) -> float:
     deadline = time.monotonic() + settle_seconds
     load = load_average()
     if load > IDLE_LOAD and settle_seconds > 0:
-        print(f"load average {load:.2f} > {IDLE_LOAD}: waiting up to {settle_seconds:.0f} s "
-              "for it to settle", flush=True)
+        print(
+            f"load average {load:.2f} > {IDLE_LOAD}: waiting up to {settle_seconds:.0f} s "
+            "for it to settle",
+            flush=True,
+        )
         while load > IDLE_LOAD and time.monotonic() < deadline:
             time.sleep(poll_seconds)
             load = load_average()
@@ -76,12 +79,16 @@ def wait_for_idle(settle_seconds: float, poll_seconds: float = 5.0) -> float:
 
 def git_commit() -> tuple[str, bool]:
     """(short commit, whether tracked files differ from it); ('unknown', False) outside git."""
+
     def git(*args):
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", *args], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
+
     try:
-        return git("rev-parse", "--short", "HEAD"), bool(git("status", "--porcelain",
-                                                              "--untracked-files=no"))
+        return git("rev-parse", "--short", "HEAD"), bool(
+            git("status", "--porcelain", "--untracked-files=no")
+        )
     except (OSError, subprocess.CalledProcessError):
         return "unknown", False
 
@@ -107,14 +114,19 @@ def repeats(text: str) -> int:
     """argparse type of a repetition count: median/min/max need at least MIN_REPEATS."""
     value = int(text)
     if value < MIN_REPEATS:
-        raise argparse.ArgumentTypeError(f"at least {MIN_REPEATS} timed repetitions are needed "
-                                         f"(got {value})")
+        raise argparse.ArgumentTypeError(
+            f"at least {MIN_REPEATS} timed repetitions are needed (got {value})"
+        )
     return value
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
-    parser.add_argument("--settle_seconds", type=float, default=150,
-                        help=f"wait this long at most for the load average to reach {IDLE_LOAD}")
+    parser.add_argument(
+        "--settle_seconds",
+        type=float,
+        default=150,
+        help=f"wait this long at most for the load average to reach {IDLE_LOAD}",
+    )
     parser.add_argument("--results", type=Path, default=RESULTS_DIR / f"{name}.json")
 
 
@@ -127,8 +139,12 @@ class Samples:
     output: object = None
 
 
-def time_interleaved(fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1,
-                     cpu_clock: Callable[[], float] = time.process_time) -> dict[str, Samples]:
+def time_interleaved(
+    fns: dict[str, Callable[[], object]],
+    repeats: int,
+    warmup: int = 1,
+    cpu_clock: Callable[[], float] = time.process_time,
+) -> dict[str, Samples]:
     """Runs every side `warmup` times, then `repeats` rounds in which each side runs once."""
     samples = {name: Samples() for name in fns}
     for name, fn in fns.items():
@@ -146,9 +162,15 @@ def time_interleaved(fns: dict[str, Callable[[], object]], repeats: int, warmup:
 def summarize(samples: Samples, work: float, unit: str) -> dict:
     """Median/min/max seconds, median CPU-seconds and `work` per median second."""
     median = statistics.median(samples.seconds)
-    return {"repeats": len(samples.seconds), "median_s": median, "min_s": min(samples.seconds),
-            "max_s": max(samples.seconds), "cpu_seconds": statistics.median(samples.cpu_seconds),
-            "throughput": work / median, "unit": unit}
+    return {
+        "repeats": len(samples.seconds),
+        "median_s": median,
+        "min_s": min(samples.seconds),
+        "max_s": max(samples.seconds),
+        "cpu_seconds": statistics.median(samples.cpu_seconds),
+        "throughput": work / median,
+        "unit": unit,
+    }
 
 
 def ratio(ours: dict, peer: dict, metric: str) -> float:
@@ -161,29 +183,44 @@ def ratio(ours: dict, peer: dict, metric: str) -> float:
 class Benchmark:
     """One run of one benchmark script: its sides, their comparisons and its results file."""
 
-    def __init__(self, name: str, settings: dict, settle_seconds: float = 0.0,
-                 results: Path | None = None):
+    def __init__(
+        self, name: str, settings: dict, settle_seconds: float = 0.0, results: Path | None = None
+    ):
         self.name, self.results = name, results or RESULTS_DIR / f"{name}.json"
-        self.settings = {key: str(value) if isinstance(value, Path) else value
-                         for key, value in settings.items()}
+        self.settings = {
+            key: str(value) if isinstance(value, Path) else value for key, value in settings.items()
+        }
         self.machine = machine()
         self.load_before = wait_for_idle(settle_seconds)
         self.shared = is_shared(self.load_before)
         self.sides: dict[str, dict] = {}
         self.comparisons: list[dict] = []
-        print(f"{name}: {self.machine['cpu']}, {self.machine['cores']} cores, 1-minute load "
-              f"average {self.load_before:.2f} before", flush=True)
+        print(
+            f"{name}: {self.machine['cpu']}, {self.machine['cores']} cores, 1-minute load "
+            f"average {self.load_before:.2f} before",
+            flush=True,
+        )
         if self.shared:
-            print(f"load average {self.load_before:.2f} > {IDLE_LOAD}: results labelled "
-                  f"'{SHARED_LABEL}', not for publishing", flush=True)
+            print(
+                f"load average {self.load_before:.2f} > {IDLE_LOAD}: results labelled "
+                f"'{SHARED_LABEL}', not for publishing",
+                flush=True,
+            )
 
     @classmethod
     def from_args(cls, name: str, args: argparse.Namespace) -> Benchmark:
         settings = {k: v for k, v in vars(args).items() if k not in ("settle_seconds", "results")}
         return cls(name, settings, args.settle_seconds, args.results)
 
-    def run(self, fns: dict[str, Callable[[], object]], repeats: int, work: float, unit: str,
-            warmup: int = 1, cpu_clock: Callable[[], float] = time.process_time) -> dict:
+    def run(
+        self,
+        fns: dict[str, Callable[[], object]],
+        repeats: int,
+        work: float,
+        unit: str,
+        warmup: int = 1,
+        cpu_clock: Callable[[], float] = time.process_time,
+    ) -> dict:
         """Times the sides in turns and records them; returns each side's last output."""
         samples = time_interleaved(fns, repeats, warmup, cpu_clock)
         for side, side_samples in samples.items():
@@ -194,40 +231,75 @@ class Benchmark:
         """Adds a side measured elsewhere (another interpreter, a load generator)."""
         summary = {**summarize(samples, work, unit), **extra}
         self.sides[side] = summary
-        print(f"  {side:36s} {summary['throughput']:10.1f} {unit}  median "
-              f"{summary['median_s']:.3f} s (min {summary['min_s']:.3f}, max "
-              f"{summary['max_s']:.3f}), {summary['cpu_seconds']:.2f} CPU-s", flush=True)
+        print(
+            f"  {side:36s} {summary['throughput']:10.1f} {unit}  median "
+            f"{summary['median_s']:.3f} s (min {summary['min_s']:.3f}, max "
+            f"{summary['max_s']:.3f}), {summary['cpu_seconds']:.2f} CPU-s",
+            flush=True,
+        )
         return summary
 
-    def compare(self, row: str, ours: str, peer: str, metric: str = "throughput",
-                peer_label: str | None = None) -> float:
+    def compare(
+        self,
+        row: str,
+        ours: str,
+        peer: str,
+        metric: str = "throughput",
+        peer_label: str | None = None,
+    ) -> float:
         """Records how many times better side `ours` is than side `peer` (named `peer_label`)."""
         value = ratio(self.sides[ours], self.sides[peer], metric)
-        self.comparisons.append({"row": row, "ours": ours, "peer": peer,
-                                 "peer_label": peer_label or peer, "metric": metric,
-                                 "ratio": value})
+        self.comparisons.append(
+            {
+                "row": row,
+                "ours": ours,
+                "peer": peer,
+                "peer_label": peer_label or peer,
+                "metric": metric,
+                "ratio": value,
+            }
+        )
         print(f"  {ours} / {peer}: {value:.2f}x ({metric})", flush=True)
         return value
 
     def peer_missing(self, row: str, ours: str, peer: str, why: str) -> None:
         """A comparison whose peer could not run here, said so instead of a number."""
-        self.comparisons.append({"row": row, "ours": ours, "peer": peer, "peer_label": peer,
-                                 "ratio": None, "missing": why})
+        self.comparisons.append(
+            {
+                "row": row,
+                "ours": ours,
+                "peer": peer,
+                "peer_label": peer,
+                "ratio": None,
+                "missing": why,
+            }
+        )
         print(f"  {ours} / {peer}: {why}", flush=True)
 
     def to_json(self, load_after: float) -> dict:
         commit, dirty = git_commit()
-        return {"name": self.name, "machine": self.machine, "load_before": self.load_before,
-                "load_after": load_after, "shared_cpu": self.shared, "commit": commit,
-                "dirty": dirty, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
-                    timespec="seconds"), "settings": self.settings, "sides": self.sides,
-                "comparisons": self.comparisons}
+        return {
+            "name": self.name,
+            "machine": self.machine,
+            "load_before": self.load_before,
+            "load_after": load_after,
+            "shared_cpu": self.shared,
+            "commit": commit,
+            "dirty": dirty,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "settings": self.settings,
+            "sides": self.sides,
+            "comparisons": self.comparisons,
+        }
 
     def finish(self) -> Path:
         load_after = load_average()
         self.results.parent.mkdir(parents=True, exist_ok=True)
         self.results.write_text(json.dumps(self.to_json(load_after), indent=2) + "\n")
         label = f" ({SHARED_LABEL})" if self.shared else ""
-        print(f"1-minute load average {self.load_before:.2f} before, {load_after:.2f} after; "
-              f"wrote {self.results}{label}", flush=True)
+        print(
+            f"1-minute load average {self.load_before:.2f} before, {load_after:.2f} after; "
+            f"wrote {self.results}{label}",
+            flush=True,
+        )
         return self.results

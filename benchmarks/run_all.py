@@ -14,8 +14,13 @@ SCRIPTS = ("train_step", "decode", "data_pipeline", "serve", "cache_tasks")
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("scripts", nargs="*", default=list(SCRIPTS), metavar="SCRIPT",
-                        help=f"some of {', '.join(SCRIPTS)} (default: all)")
+    parser.add_argument(
+        "scripts",
+        nargs="*",
+        default=list(SCRIPTS),
+        metavar="SCRIPT",
+        help=f"some of {', '.join(SCRIPTS)} (default: all)",
+    )
     args = parser.parse_args()
     unknown = sorted(set(args.scripts) - set(SCRIPTS))
     if unknown:
@@ -28,8 +33,10 @@ def main() -> int:
     print("=== results", flush=True)
     status = report.main([])
     if failed:
-        print(f"error: {', '.join(failed)} failed; their rows above are from earlier runs",
-              file=sys.stderr)
+        print(
+            f"error: {', '.join(failed)} failed; their rows above are from earlier runs",
+            file=sys.stderr,
+        )
     return 1 if failed else status
 
 

@@ -41,8 +41,10 @@ import harness  # noqa: E402  (same directory)
 PLOT = ROOT / "docs" / "images" / "serve_throughput.png"
 DATA = ROOT / "t5forge" / "tasks" / "data" / "en_de_lohelp"
 DEMO_GIN = ROOT / "t5forge" / "configs" / "examples" / "demo_en_de.gin"
-MODELS = {"demo": "the make-demo model (T5 1.1 layout, width 256, 3+3 layers, 4k vocabulary)",
-          "t5_1_1_small": "T5 1.1 small (512 wide, 8+8 layers, 32k vocabulary)"}
+MODELS = {
+    "demo": "the make-demo model (T5 1.1 layout, width 256, 3+3 layers, 4k vocabulary)",
+    "t5_1_1_small": "T5 1.1 small (512 wide, 8+8 layers, 32k vocabulary)",
+}
 EOS_ID = 1
 
 
@@ -100,13 +102,35 @@ def _free_port() -> int:
 def _server(model_dir: Path, max_batch_size: int, args):
     """A `t5forge serve` process; yields (base url, seconds until ready, pid)."""
     port = _free_port()
-    command = [sys.executable, "-m", "t5forge.serve", "--checkpoint", str(model_dir),
-               "--port", str(port), "--max_batch_size", str(max_batch_size),
-               "--max_wait_ms", str(args.max_wait_ms), "--max_queue", "1024",
-               "--max_input_length", "64", "--max_new_tokens", str(args.new_tokens),
-               "--max_new_tokens_limit", str(args.new_tokens), "--max_target_length", "16",
-               "--warmup_num_beams", "0", "--input_length_policy", "truncate",
-               "--log_level", "warning"]
+    command = [
+        sys.executable,
+        "-m",
+        "t5forge.serve",
+        "--checkpoint",
+        str(model_dir),
+        "--port",
+        str(port),
+        "--max_batch_size",
+        str(max_batch_size),
+        "--max_wait_ms",
+        str(args.max_wait_ms),
+        "--max_queue",
+        "1024",
+        "--max_input_length",
+        "64",
+        "--max_new_tokens",
+        str(args.new_tokens),
+        "--max_new_tokens_limit",
+        str(args.new_tokens),
+        "--max_target_length",
+        "16",
+        "--warmup_num_beams",
+        "0",
+        "--input_length_policy",
+        "truncate",
+        "--log_level",
+        "warning",
+    ]
     started = time.perf_counter()
     process = subprocess.Popen(command, cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
@@ -143,14 +167,16 @@ async def _load(url: str, concurrency: int, total: int, seconds: float, sentence
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
 
     async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as client:
+
         async def one_client():
             nonlocal errors, sent
             while sent < total and time.perf_counter() < deadline:
                 text = sentences[sent % len(sentences)]
                 sent += 1
                 began = time.perf_counter()
-                response = await client.post("/v1/predict", json={
-                    "inputs": [text], "max_new_tokens": new_tokens})
+                response = await client.post(
+                    "/v1/predict", json={"inputs": [text], "max_new_tokens": new_tokens}
+                )
                 if response.status_code == 200:
                     latencies.append(time.perf_counter() - began)
                 else:
@@ -166,25 +192,35 @@ def _level(bench, side: str, url: str, pid: int, concurrency: int, args, sentenc
     rounds = []
 
     def one_round():
-        rounds.append(asyncio.run(_load(url, concurrency, total, args.seconds, sentences,
-                                        args.new_tokens)))
+        rounds.append(
+            asyncio.run(_load(url, concurrency, total, args.seconds, sentences, args.new_tokens))
+        )
 
     batches, rows = _batch_stats(url)
-    samples = harness.time_interleaved({side: one_round}, args.runs,
-                                       cpu_clock=harness.pid_cpu_seconds(pid))[side]
+    samples = harness.time_interleaved(
+        {side: one_round}, args.runs, cpu_clock=harness.pid_cpu_seconds(pid)
+    )[side]
     batches_after, rows_after = _batch_stats(url)
-    timed = rounds[-args.runs:]
+    timed = rounds[-args.runs :]
     latencies = np.array([latency for answers, _ in timed for latency in answers]) * 1000
     short = sum(len(answers) + errors < total for answers, errors in timed)
     if short:
-        print(f"  {side}: {short} rounds were cut short by --seconds; requests/s is an "
-              "overestimate", flush=True)
+        print(
+            f"  {side}: {short} rounds were cut short by --seconds; requests/s is an overestimate",
+            flush=True,
+        )
     return bench.record(
-        side, samples, total, "requests/s", concurrency=concurrency,
-        errors=sum(errors for _, errors in timed), rounds_cut_short=short,
+        side,
+        samples,
+        total,
+        "requests/s",
+        concurrency=concurrency,
+        errors=sum(errors for _, errors in timed),
+        rounds_cut_short=short,
         p50_ms=float(np.percentile(latencies, 50)) if len(latencies) else None,
         p99_ms=float(np.percentile(latencies, 99)) if len(latencies) else None,
-        mean_batch_rows=(rows_after - rows) / max(batches_after - batches, 1))
+        mean_batch_rows=(rows_after - rows) / max(batches_after - batches, 1),
+    )
 
 
 def _plot(levels: dict, new_tokens: int, label: str) -> None:
@@ -194,18 +230,18 @@ def _plot(levels: dict, new_tokens: int, label: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, 2 * len(levels), figsize=(6 * len(levels), 3.6),
-                                squeeze=False)
+    figure, axes = plt.subplots(1, 2 * len(levels), figsize=(6 * len(levels), 3.6), squeeze=False)
     for column, (model, modes) in enumerate(levels.items()):
         throughput, latency = axes[0][2 * column], axes[0][2 * column + 1]
         for color, (mode, runs) in zip(("C0", "C1"), modes.items()):
             clients = [r["concurrency"] for r in runs]
-            throughput.plot(clients, [r["throughput"] for r in runs], "o-", color=color,
-                            label=mode)
-            latency.plot(clients, [r["p99_ms"] for r in runs], "o-", color=color,
-                         label=f"{mode}: p99")
-            latency.plot(clients, [r["p50_ms"] for r in runs], "o--", color=color,
-                         label=f"{mode}: p50")
+            throughput.plot(clients, [r["throughput"] for r in runs], "o-", color=color, label=mode)
+            latency.plot(
+                clients, [r["p99_ms"] for r in runs], "o-", color=color, label=f"{mode}: p99"
+            )
+            latency.plot(
+                clients, [r["p50_ms"] for r in runs], "o--", color=color, label=f"{mode}: p50"
+            )
         for axis, name in ((throughput, "requests/s"), (latency, "latency (ms)")):
             axis.set_xscale("log", base=2)
             axis.set_xticks(clients, [str(c) for c in clients])
@@ -213,8 +249,9 @@ def _plot(levels: dict, new_tokens: int, label: str) -> None:
             axis.set_ylabel(name)
             axis.set_title(f"{model}: {name}")
             axis.legend(fontsize=7)
-    figure.suptitle(f"t5forge serve, greedy, {new_tokens} new tokens per request ({label})",
-                    fontsize=9)
+    figure.suptitle(
+        f"t5forge serve, greedy, {new_tokens} new tokens per request ({label})", fontsize=9
+    )
     figure.tight_layout()
     PLOT.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(PLOT, dpi=110)
@@ -224,14 +261,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 8, 32, 64])
-    parser.add_argument("--requests", type=int, default=64,
-                        help="answers per round (at least 2x the concurrency)")
-    parser.add_argument("--runs", type=harness.repeats, default=harness.MIN_REPEATS,
-                        help="timed rounds per level")
+    parser.add_argument(
+        "--requests", type=int, default=64, help="answers per round (at least 2x the concurrency)"
+    )
+    parser.add_argument(
+        "--runs", type=harness.repeats, default=harness.MIN_REPEATS, help="timed rounds per level"
+    )
     parser.add_argument("--seconds", type=float, default=120, help="time cap per round")
     parser.add_argument("--new_tokens", type=int, default=32)
-    parser.add_argument("--max_batch_size", type=int, default=32,
-                        help="the batching-on server's device batch")
+    parser.add_argument(
+        "--max_batch_size", type=int, default=32, help="the batching-on server's device batch"
+    )
     parser.add_argument("--max_wait_ms", type=float, default=5.0)
     harness.add_arguments(parser, "serve")
     args = parser.parse_args()
@@ -245,21 +285,30 @@ def main() -> int:
             print(f"{name}: {MODELS[name]}", flush=True)
             model_dir = _write_model(name, Path(scratch), vocab)
             modes = {}
-            for mode, batch in ((f"batching on (max {args.max_batch_size})",
-                                 args.max_batch_size), ("batching off", 1)):
+            for mode, batch in (
+                (f"batching on (max {args.max_batch_size})", args.max_batch_size),
+                ("batching off", 1),
+            ):
                 with _server(model_dir, batch, args) as (url, ready_s, pid):
                     print(f"{name}, {mode}: ready in {ready_s:.0f} s", flush=True)
-                    modes[mode] = [_level(bench, f"{name}, {mode}, {c} clients", url, pid, c,
-                                          args, sentences) for c in args.concurrency]
+                    modes[mode] = [
+                        _level(bench, f"{name}, {mode}, {c} clients", url, pid, c, args, sentences)
+                        for c in args.concurrency
+                    ]
             levels[name] = modes
             (on_mode, on), (off_mode, off) = modes.items()
-            ratios = {r["concurrency"]: round(harness.ratio(r, o, "throughput"), 2)
-                      for r, o in zip(on, off)}
+            ratios = {
+                r["concurrency"]: round(harness.ratio(r, o, "throughput"), 2)
+                for r, o in zip(on, off)
+            }
             print(f"{name}: batching on / off requests/s by concurrency: {ratios}", flush=True)
             top = max(args.concurrency)
-            bench.compare(f"serve {name}, {top} concurrent clients, batching on vs off",
-                          f"{name}, {on_mode}, {top} clients", f"{name}, {off_mode}, {top} clients",
-                          peer_label=off_mode)
+            bench.compare(
+                f"serve {name}, {top} concurrent clients, batching on vs off",
+                f"{name}, {on_mode}, {top} clients",
+                f"{name}, {off_mode}, {top} clients",
+                peer_label=off_mode,
+            )
     bench.finish()
     _plot(levels, args.new_tokens, harness.SHARED_LABEL if bench.shared else "idle CPU")
     print(f"wrote {PLOT.relative_to(ROOT)}")

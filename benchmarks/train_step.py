@@ -36,8 +36,11 @@ LEARNING_RATE = 1e-4
 def _forge_step(config, params, batch, optimizer: str):
     """A closure running one t5forge train step on one device (the state is donated)."""
     model = build_model(config)
-    tx = (optimizers.adamw(LEARNING_RATE) if optimizer == "adamw" else
-          optimizers.adafactor(LEARNING_RATE, param_logical_axes=model.param_logical_axes()))
+    tx = (
+        optimizers.adamw(LEARNING_RATE)
+        if optimizer == "adamw"
+        else optimizers.adafactor(LEARNING_RATE, param_logical_axes=model.param_logical_axes())
+    )
     trainer = Trainer(model, tx, partitioning.PjitPartitioner(devices=jax.devices()[:1]))
     holder = {"state": trainer.state_from_params(params)}
 
@@ -73,8 +76,13 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--input_length", type=int, default=512)
     parser.add_argument("--target_length", type=int, default=114)
-    parser.add_argument("--steps", "--runs", type=harness.repeats, default=harness.MIN_REPEATS,
-                        help="timed steps of each side")
+    parser.add_argument(
+        "--steps",
+        "--runs",
+        type=harness.repeats,
+        default=harness.MIN_REPEATS,
+        help="timed steps of each side",
+    )
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--optimizer", choices=("adamw", "adafactor"), default="adamw")
     harness.add_arguments(parser, "train_step")
@@ -89,39 +97,59 @@ def main() -> int:
     rng = np.random.default_rng(0)
     targets = rng.integers(3, config.vocab_size, (args.batch, args.target_length), np.int32)
     batch = {
-        "encoder_input_tokens":
-            rng.integers(3, config.vocab_size, (args.batch, args.input_length), np.int32),
+        "encoder_input_tokens": rng.integers(
+            3, config.vocab_size, (args.batch, args.input_length), np.int32
+        ),
         "decoder_input_tokens": np.pad(targets[:, :-1], ((0, 0), (1, 0))),
         "decoder_target_tokens": targets,
         "decoder_loss_weights": np.ones_like(targets, np.float32),
     }
     device = jax.devices()[0]
     torch_device = "cuda" if torch.cuda.is_available() else "cpu"
-    print(f"{args.config} float32, batch {args.batch}, {args.input_length}/{args.target_length} "
-          f"tokens, {args.steps} timed steps after {args.warmup} | jax {jax.__version__} on "
-          f"{device.device_kind} | torch {torch.__version__} on {torch_device}, "
-          f"{torch.get_num_threads()} threads")
+    print(
+        f"{args.config} float32, batch {args.batch}, {args.input_length}/{args.target_length} "
+        f"tokens, {args.steps} timed steps after {args.warmup} | jax {jax.__version__} on "
+        f"{device.device_kind} | torch {torch.__version__} on {torch_device}, "
+        f"{torch.get_num_threads()} threads"
+    )
 
     tokens = args.batch * (args.input_length + args.target_length)
     ours, peer = f"t5forge ({args.optimizer})", "transformers (adamw)"
-    outputs = bench.run({ours: _forge_step(config, params, batch, args.optimizer),
-                         peer: _hf_step(config, params, batch, torch_device)},
-                        args.steps, work=tokens, unit="tokens/s", warmup=args.warmup)
-    print(f"  loss/token after the last step: t5forge "
-          f"{outputs[ours]['cross_ent_loss_per_all_target_tokens']:.4f}, transformers "
-          f"{outputs[peer]:.4f}")
-    bench.compare(f"train step, {args.config}, batch {args.batch}, "
-                  f"{args.input_length}/{args.target_length}, fp32", ours, peer)
+    outputs = bench.run(
+        {
+            ours: _forge_step(config, params, batch, args.optimizer),
+            peer: _hf_step(config, params, batch, torch_device),
+        },
+        args.steps,
+        work=tokens,
+        unit="tokens/s",
+        warmup=args.warmup,
+    )
+    print(
+        f"  loss/token after the last step: t5forge "
+        f"{outputs[ours]['cross_ent_loss_per_all_target_tokens']:.4f}, transformers "
+        f"{outputs[peer]:.4f}"
+    )
+    bench.compare(
+        f"train step, {args.config}, batch {args.batch}, "
+        f"{args.input_length}/{args.target_length}, fp32",
+        ours,
+        peer,
+    )
     forge_seconds, hf_seconds = bench.sides[ours]["median_s"], bench.sides[peer]["median_s"]
     flops = model_flops_per_step(config, args.batch, args.input_length, args.target_length)
     peak = local_peak_flops(config.dtype)
     if peak is None:
-        print(f"MFU n/a: no peak FLOP/s known for {device.device_kind!r} ({flops / 1e12:.2f} "
-              "model TFLOP per step)")
+        print(
+            f"MFU n/a: no peak FLOP/s known for {device.device_kind!r} ({flops / 1e12:.2f} "
+            "model TFLOP per step)"
+        )
     else:
-        print(f"MFU t5forge {mfu(flops, forge_seconds, peak):.1%} | transformers "
-              f"{mfu(flops, hf_seconds, peak):.1%} ({flops / 1e12:.2f} model TFLOP per step, "
-              f"peak {peak / 1e12:.0f} TFLOP/s per device)")
+        print(
+            f"MFU t5forge {mfu(flops, forge_seconds, peak):.1%} | transformers "
+            f"{mfu(flops, hf_seconds, peak):.1%} ({flops / 1e12:.2f} model TFLOP per step, "
+            f"peak {peak / 1e12:.0f} TFLOP/s per device)"
+        )
     bench.finish()
     return 0
 

@@ -5,8 +5,11 @@ import importlib
 __version__ = "0.1.0"
 
 # The library's run functions, imported on first use so `import t5forge` stays light.
-_RUN_FUNCTIONS = {"train": "t5forge.run.train", "evaluate": "t5forge.run.evaluate",
-                  "infer": "t5forge.run.infer"}
+_RUN_FUNCTIONS = {
+    "train": "t5forge.run.train",
+    "evaluate": "t5forge.run.evaluate",
+    "infer": "t5forge.run.infer",
+}
 
 
 def load(path, config=None):

@@ -56,7 +56,7 @@ def pad_rows(rows: Sequence[Sequence[int]], batch: int, length: int) -> np.ndarr
     """int32 [batch, length]: the rows left-aligned, zeros (padding) elsewhere."""
     out = np.zeros((batch, length), np.int32)
     for i, row in enumerate(rows):
-        out[i, :len(row)] = row
+        out[i, : len(row)] = row
     return out
 
 
@@ -64,8 +64,9 @@ def _shift_right(targets: np.ndarray) -> np.ndarray:
     return np.pad(targets, ((0, 0), (1, 0)))[:, :-1]
 
 
-def score_features(config: T5Config, input_rows, target_rows, batch: int, input_length: int,
-                   target_length: int) -> dict:
+def score_features(
+    config: T5Config, input_rows, target_rows, batch: int, input_length: int, target_length: int
+) -> dict:
     """The batch `score_batch` reads for (input, target) pairs padded to the given sizes.
 
     Encoder-decoder: inputs and targets are padded separately. Decoder-only: one sequence per
@@ -75,16 +76,24 @@ def score_features(config: T5Config, input_rows, target_rows, batch: int, input_
     """
     if not config.is_decoder_only:
         targets = pad_rows(target_rows, batch, target_length)
-        return {"encoder_input_tokens": pad_rows(input_rows, batch, input_length),
-                "decoder_input_tokens": _shift_right(targets), "decoder_target_tokens": targets,
-                "decoder_loss_weights": (targets > 0).astype(np.int32)}
+        return {
+            "encoder_input_tokens": pad_rows(input_rows, batch, input_length),
+            "decoder_input_tokens": _shift_right(targets),
+            "decoder_target_tokens": targets,
+            "decoder_loss_weights": (targets > 0).astype(np.int32),
+        }
     length = input_length + target_length
     sequences = pad_rows([p + t for p, t in zip(input_rows, target_rows)], batch, length)
-    weights = pad_rows([[0] * len(p) + [1] * len(t) for p, t in zip(input_rows, target_rows)],
-                       batch, length)
+    weights = pad_rows(
+        [[0] * len(p) + [1] * len(t) for p, t in zip(input_rows, target_rows)], batch, length
+    )
     causal = pad_rows([[1] * (len(p) + 1) if p else [] for p in input_rows], batch, length)
-    return {"decoder_input_tokens": _shift_right(sequences), "decoder_target_tokens": sequences,
-            "decoder_loss_weights": weights, "decoder_causal_attention": causal}
+    return {
+        "decoder_input_tokens": _shift_right(sequences),
+        "decoder_target_tokens": sequences,
+        "decoder_loss_weights": weights,
+        "decoder_causal_attention": causal,
+    }
 
 
 def predict_features(config: T5Config, rows, batch: int, width: int) -> tuple[dict, int]:
@@ -95,9 +104,10 @@ def predict_features(config: T5Config, rows, batch: int, width: int) -> tuple[di
     """
     if not config.is_decoder_only:
         return {"encoder_input_tokens": pad_rows(rows, batch, width)}, 0
-    return {"decoder_input_tokens": pad_rows([[0] + r for r in rows], batch, width + 1),
-            "decoder_causal_attention": pad_rows([[1] * (len(r) + 1) for r in rows], batch,
-                                                 width + 1)}, width
+    return {
+        "decoder_input_tokens": pad_rows([[0] + r for r in rows], batch, width + 1),
+        "decoder_causal_attention": pad_rows([[1] * (len(r) + 1) for r in rows], batch, width + 1),
+    }, width
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,8 +123,9 @@ def _is_token_row(item) -> bool:
     if hasattr(item, "__array__"):
         array = np.asarray(item)
         return array.ndim == 1 and (array.size == 0 or np.issubdtype(array.dtype, np.integer))
-    return (isinstance(item, (list, tuple))
-            and all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in item))
+    return isinstance(item, (list, tuple)) and all(
+        isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in item
+    )
 
 
 class Model:
@@ -125,9 +136,16 @@ class Model:
     score targets. All three are plain attributes: set them to change the policy.
     """
 
-    def __init__(self, config: T5Config, params: dict, vocabulary=None, *,
-                 max_input_length: int | None = None, input_length_policy: str = "refuse",
-                 max_output_length: int = DEFAULT_MAX_OUTPUT_LENGTH):
+    def __init__(
+        self,
+        config: T5Config,
+        params: dict,
+        vocabulary=None,
+        *,
+        max_input_length: int | None = None,
+        input_length_policy: str = "refuse",
+        max_output_length: int = DEFAULT_MAX_OUTPUT_LENGTH,
+    ):
         self.config = config
         self.vocabulary = vocabulary
         self._model = build_model(config)
@@ -146,8 +164,13 @@ class Model:
 
     # ------------------------------------------------------------------ inputs
 
-    def encode(self, sequences, name: str = "inputs", add_eos: bool = True,
-               apply_length_policy: bool = True) -> EncodedRows:
+    def encode(
+        self,
+        sequences,
+        name: str = "inputs",
+        add_eos: bool = True,
+        apply_length_policy: bool = True,
+    ) -> EncodedRows:
         """Token rows for a list of strings (encoded, + EOS) or of token-id rows (as given).
 
         With `apply_length_policy`, rows longer than `max_input_length` are refused (DataError)
@@ -162,31 +185,44 @@ class Model:
 
     def _token_rows(self, sequences, name: str, add_eos: bool) -> tuple[list[list[int]], bool]:
         """(rows of ids, whether they came from strings); strings are encoded (+EOS)."""
-        if isinstance(sequences, (str, bytes)) or sequences is None or not (
-                hasattr(sequences, "__array__") or isinstance(sequences, Sequence)):
-            raise DataError(f"{name} must be a list of strings or of token-id lists, not "
-                            f"{type(sequences).__name__}; wrap one string in a list")
+        if (
+            isinstance(sequences, (str, bytes))
+            or sequences is None
+            or not (hasattr(sequences, "__array__") or isinstance(sequences, Sequence))
+        ):
+            raise DataError(
+                f"{name} must be a list of strings or of token-id lists, not "
+                f"{type(sequences).__name__}; wrap one string in a list"
+            )
         if hasattr(sequences, "__array__"):  # numpy, jax or torch arrays
             array = np.asarray(sequences)
             if array.ndim != 2 or not np.issubdtype(array.dtype, np.integer):
-                raise DataError(f"{name} must be a 2-D integer token array [batch, length], got "
-                                f"shape {array.shape} dtype {array.dtype}")
+                raise DataError(
+                    f"{name} must be a 2-D integer token array [batch, length], got "
+                    f"shape {array.shape} dtype {array.dtype}"
+                )
             rows, from_strings = [list(map(int, row)) for row in array], False
         else:
             sequences = list(sequences)
             from_strings = bool(sequences) and isinstance(sequences[0], str)
             for i, item in enumerate(sequences):
-                if from_strings != isinstance(item, str) or not (from_strings
-                                                                  or _is_token_row(item)):
-                    raise DataError(f"{name}[{i}] is {type(item).__name__} {item!r:.40}; pass "
-                                    f"all strings or all lists of integer token ids")
+                if from_strings != isinstance(item, str) or not (
+                    from_strings or _is_token_row(item)
+                ):
+                    raise DataError(
+                        f"{name}[{i}] is {type(item).__name__} {item!r:.40}; pass "
+                        f"all strings or all lists of integer token ids"
+                    )
             if from_strings:
                 if self.vocabulary is None:
-                    raise DataError(f"{name} are strings but the model has no vocabulary (no "
-                                    f"{_SPIECE} beside the checkpoint); set model.vocabulary or "
-                                    f"pass token id arrays")
-                rows = [self.vocabulary.encode(s) + ([EOS_ID] if add_eos else [])
-                        for s in sequences]
+                    raise DataError(
+                        f"{name} are strings but the model has no vocabulary (no "
+                        f"{_SPIECE} beside the checkpoint); set model.vocabulary or "
+                        f"pass token id arrays"
+                    )
+                rows = [
+                    self.vocabulary.encode(s) + ([EOS_ID] if add_eos else []) for s in sequences
+                ]
             else:
                 rows = [list(map(int, row)) for row in sequences]
         if not rows:
@@ -194,27 +230,40 @@ class Model:
         for row in rows:
             bad = [t for t in row if t < 0 or t >= self.config.vocab_size]
             if bad:
-                raise DataError(f"{name} holds token id {bad[0]} but the model's vocab_size is "
-                                f"{self.config.vocab_size}; use the model's own vocabulary")
+                raise DataError(
+                    f"{name} holds token id {bad[0]} but the model's vocab_size is "
+                    f"{self.config.vocab_size}; use the model's own vocabulary"
+                )
         return rows, from_strings
 
     def _apply_length_policy(self, rows, name: str) -> tuple[list[list[int]], list[bool]]:
         if self.input_length_policy not in INPUT_LENGTH_POLICIES:
-            raise ConfigError(f"input_length_policy must be one of {INPUT_LENGTH_POLICIES}, got "
-                              f"{self.input_length_policy!r}")
+            raise ConfigError(
+                f"input_length_policy must be one of {INPUT_LENGTH_POLICIES}, got "
+                f"{self.input_length_policy!r}"
+            )
         limit = self.max_input_length
         too_long = [len(row) > limit for row in rows]
         if not any(too_long):
             return rows, too_long
         if self.input_length_policy == "refuse":
             index = too_long.index(True)
-            raise DataError(f"{name}[{index}] has {len(rows[index])} tokens, more than the "
-                            f"model's max_input_length {limit}; shorten it, or set "
-                            f"input_length_policy='truncate' to keep its first {limit} tokens")
-        logger.warning("truncated %d of %d %s to the model's max_input_length %d",
-                       sum(too_long), len(rows), name, limit)
-        cut = [row[:limit - 1] + [EOS_ID] if long and row[-1] == EOS_ID else row[:limit]
-               for row, long in zip(rows, too_long)]
+            raise DataError(
+                f"{name}[{index}] has {len(rows[index])} tokens, more than the "
+                f"model's max_input_length {limit}; shorten it, or set "
+                f"input_length_policy='truncate' to keep its first {limit} tokens"
+            )
+        logger.warning(
+            "truncated %d of %d %s to the model's max_input_length %d",
+            sum(too_long),
+            len(rows),
+            name,
+            limit,
+        )
+        cut = [
+            row[: limit - 1] + [EOS_ID] if long and row[-1] == EOS_ID else row[:limit]
+            for row, long in zip(rows, too_long)
+        ]
         return cut, too_long
 
     def check_output_length(self, length: int, name: str = "max_length") -> None:
@@ -222,9 +271,11 @@ class Model:
         if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 1:
             raise ConfigError(f"{name} must be an integer >= 1, got {length!r}")
         if length > self.max_output_length:
-            raise ConfigError(f"{name} {length} is over the model's max_output_length "
-                              f"{self.max_output_length}; ask for fewer tokens or raise "
-                              f"model.max_output_length")
+            raise ConfigError(
+                f"{name} {length} is over the model's max_output_length "
+                f"{self.max_output_length}; ask for fewer tokens or raise "
+                f"model.max_output_length"
+            )
 
     def _check_encoder_decoder_argument(self, encoder_input_tokens) -> None:
         if self.config.is_decoder_only and encoder_input_tokens is not None:
@@ -248,17 +299,18 @@ class Model:
         features = {
             "decoder_input_tokens": pad_rows(decoder_rows, padded_batch, padded_length),
             # Only a validity marker: every real position is attended causally.
-            "decoder_target_tokens": pad_rows([[1] * length] * batch, padded_batch,
-                                              padded_length),
+            "decoder_target_tokens": pad_rows([[1] * length] * batch, padded_batch, padded_length),
         }
         if encoder_input_tokens is not None:
-            encoder_rows, _ = self._token_rows(encoder_input_tokens, "encoder_input_tokens",
-                                               False)
+            encoder_rows, _ = self._token_rows(encoder_input_tokens, "encoder_input_tokens", False)
             if len(encoder_rows) != batch:
-                raise DataError(f"encoder_input_tokens has {len(encoder_rows)} rows but "
-                                f"decoder_input_tokens has {batch}; pass one row per example")
+                raise DataError(
+                    f"encoder_input_tokens has {len(encoder_rows)} rows but "
+                    f"decoder_input_tokens has {batch}; pass one row per example"
+                )
             features["encoder_input_tokens"] = pad_rows(
-                encoder_rows, padded_batch, _bucket(len(encoder_rows[0]), _MIN_LENGTH_BUCKET))
+                encoder_rows, padded_batch, _bucket(len(encoder_rows[0]), _MIN_LENGTH_BUCKET)
+            )
         logits = self._model.logits(self.params, features)
         return np.asarray(logits[:batch, :length], np.float32)
 
@@ -272,25 +324,44 @@ class Model:
         input_rows = self.encode(inputs, "inputs", not self.config.is_decoder_only).rows
         target_rows = self.encode(targets, "targets", True, apply_length_policy=False).rows
         if len(input_rows) != len(target_rows):
-            raise DataError(f"score got {len(input_rows)} inputs but {len(target_rows)} targets; "
-                            f"pass one target per input")
+            raise DataError(
+                f"score got {len(input_rows)} inputs but {len(target_rows)} targets; "
+                f"pass one target per input"
+            )
         self.check_output_length(max(map(len, target_rows)), "the longest target's length")
         input_length = _bucket(max(map(len, input_rows)), _MIN_LENGTH_BUCKET)
         target_length = _bucket(max(map(len, target_rows)), _MIN_LENGTH_BUCKET)
         if self.config.is_decoder_only:  # one sequence per pair: bucket the total length
-            total = _bucket(max(len(p) + len(t) for p, t in zip(input_rows, target_rows)),
-                            _MIN_LENGTH_BUCKET)
+            total = _bucket(
+                max(len(p) + len(t) for p, t in zip(input_rows, target_rows)), _MIN_LENGTH_BUCKET
+            )
             input_length, target_length = 0, total
-        features = score_features(self.config, input_rows, target_rows, _bucket(len(input_rows)),
-                                  input_length, target_length)
-        return np.asarray(self._model.score_batch(self.params, features)[:len(input_rows)],
-                          np.float32)
+        features = score_features(
+            self.config,
+            input_rows,
+            target_rows,
+            _bucket(len(input_rows)),
+            input_length,
+            target_length,
+        )
+        return np.asarray(
+            self._model.score_batch(self.params, features)[: len(input_rows)], np.float32
+        )
 
     # ------------------------------------------------------------------ generation
 
-    def generate(self, inputs, max_length: int = 64, method: str = "greedy", num_beams: int = 4,
-                 temperature: float = 1.0, top_k: int = 0, top_p: float = 0.0, seed: int = 0,
-                 alpha: float = 0.6):
+    def generate(
+        self,
+        inputs,
+        max_length: int = 64,
+        method: str = "greedy",
+        num_beams: int = 4,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 0.0,
+        seed: int = 0,
+        alpha: float = 0.6,
+    ):
         """Decodes each input: strings in -> strings out; token arrays in -> int32 [B, max_length].
 
         method 'greedy', 'beam' (num_beams, length penalty alpha as T5X) or 'sample'
@@ -299,24 +370,29 @@ class Model:
         """
         self.check_output_length(max_length)
         if method not in PREDICT_METHODS:
-            raise ConfigError(f"unknown generation method {method!r}; use one of "
-                              f"{PREDICT_METHODS}")
+            raise ConfigError(f"unknown generation method {method!r}; use one of {PREDICT_METHODS}")
         if method == "beam" and num_beams < 1:
             raise ConfigError(f"num_beams must be >= 1 for beam search, got {num_beams}")
         if top_k > 0 and top_p > 0:
-            raise ConfigError(f"use top_k or top_p, not both (got top_k={top_k}, "
-                              f"top_p={top_p})")
+            raise ConfigError(f"use top_k or top_p, not both (got top_k={top_k}, top_p={top_p})")
         encoded = self.encode(inputs, "inputs", not self.config.is_decoder_only)
         rows = encoded.rows
         features, prompt_width = predict_features(
-            self.config, rows, _bucket(len(rows)),
-            _bucket(max(map(len, rows)), _MIN_LENGTH_BUCKET))
+            self.config, rows, _bucket(len(rows)), _bucket(max(map(len, rows)), _MIN_LENGTH_BUCKET)
+        )
         tokens = self._model.predict_batch(
-            self.params, features, jax.random.PRNGKey(seed), method=method,
-            num_decodes=num_beams if method == "beam" else 1, alpha=alpha,
-            temperature=temperature, topk=top_k, topp=top_p,
-            max_decode_length=prompt_width + max_length)
-        tokens = np.asarray(tokens, np.int32)[:len(rows), :max_length]
+            self.params,
+            features,
+            jax.random.PRNGKey(seed),
+            method=method,
+            num_decodes=num_beams if method == "beam" else 1,
+            alpha=alpha,
+            temperature=temperature,
+            topk=top_k,
+            topp=top_p,
+            max_decode_length=prompt_width + max_length,
+        )
+        tokens = np.asarray(tokens, np.int32)[: len(rows), :max_length]
         if encoded.from_strings:
             return [self.vocabulary.decode(row.tolist()) for row in tokens]
         return tokens
@@ -330,18 +406,27 @@ class Model:
         the way, no permission, disk full) is one CheckpointError line naming the path.
         """
         if not isinstance(path, (str, os.PathLike)):
-            raise ConfigError(f"save_hf takes a directory path (str or os.PathLike), got "
-                              f"{type(path).__name__} {path!r:.40}")
+            raise ConfigError(
+                f"save_hf takes a directory path (str or os.PathLike), got "
+                f"{type(path).__name__} {path!r:.40}"
+            )
         vocab_path, extra_ids = None, 0
         if isinstance(self.vocabulary, SentencePieceVocabulary):
             vocab_path, extra_ids = self.vocabulary.path, self.vocabulary.extra_ids
         try:
-            return huggingface.save_hf_dir(jax.device_get(self.params), self.config, path,
-                                           vocab_path=vocab_path, extra_ids=extra_ids)
+            return huggingface.save_hf_dir(
+                jax.device_get(self.params),
+                self.config,
+                path,
+                vocab_path=vocab_path,
+                extra_ids=extra_ids,
+            )
         except OSError as error:
-            raise CheckpointError(f"cannot write the Hugging Face directory {path}: "
-                                  f"{error.strerror or error} ({error.filename or path}); pick a "
-                                  f"writable directory") from error
+            raise CheckpointError(
+                f"cannot write the Hugging Face directory {path}: "
+                f"{error.strerror or error} ({error.filename or path}); pick a "
+                f"writable directory"
+            ) from error
 
 
 # ---------------------------------------------------------------------- loading
@@ -377,10 +462,12 @@ def _hf_vocabulary(path: Path, config: T5Config):
 
 def _load_hf(path: Path, config: T5Config | None) -> Model:
     config, params = huggingface.load_hf_dir(path, config)
-    hf_config = json.loads((path / "config.json").read_text()) if (
-        path / "config.json").is_file() else {}
-    return Model(config, params, _hf_vocabulary(path, config),
-                 max_input_length=hf_config.get("n_positions"))
+    hf_config = (
+        json.loads((path / "config.json").read_text()) if (path / "config.json").is_file() else {}
+    )
+    return Model(
+        config, params, _hf_vocabulary(path, config), max_input_length=hf_config.get("n_positions")
+    )
 
 
 _FEATURE_LENGTHS_LINE = re.compile(r"^TASK_FEATURE_LENGTHS\s*=\s*(\{.*\})\s*$", re.MULTILINE)
@@ -413,29 +500,41 @@ def _load_t5forge(path: Path, config: T5Config | None) -> Model:
         elif (step_dir.parent / "config.gin").is_file():
             config = _resolve_config(step_dir.parent / "config.gin")
         else:
-            raise ConfigError(f"{step_dir} records no model config; pass config= a preset "
-                              f"name or a model gin file")
+            raise ConfigError(
+                f"{step_dir} records no model config; pass config= a preset "
+                f"name or a model gin file"
+            )
     params, _ = restore_params(step_dir, build_model(config).abstract_params())
     vocab_file = step_dir.parent / _SPIECE
     extra_ids = metadata.get("vocabulary", {}).get("extra_ids", 0)
-    vocabulary = SentencePieceVocabulary(vocab_file, extra_ids=extra_ids) if (
-        vocab_file.is_file()) else None
-    return Model(config, params, vocabulary,
-                 max_input_length=recorded_feature_lengths(step_dir, metadata).get("inputs"))
+    vocabulary = (
+        SentencePieceVocabulary(vocab_file, extra_ids=extra_ids) if (vocab_file.is_file()) else None
+    )
+    return Model(
+        config,
+        params,
+        vocabulary,
+        max_input_length=recorded_feature_lengths(step_dir, metadata).get("inputs"),
+    )
 
 
 def _load_params_only(fmt: str, path: Path, config: T5Config | None) -> Model:
     """T5X and Mesh TF checkpoints store parameters but no config: `config` must say it."""
     if config is None:
         name = {formats.T5X: "T5X", formats.MESH_TF: "Mesh TF"}[fmt]
-        raise ConfigError(f"{name} checkpoint {path} does not record its model config; pass "
-                          f"config= a preset name (e.g. 't5_1_1/base') or a model gin file")
+        raise ConfigError(
+            f"{name} checkpoint {path} does not record its model config; pass "
+            f"config= a preset name (e.g. 't5_1_1/base') or a model gin file"
+        )
     return Model(config, formats.read_params(path, fmt, config))
 
 
-_LOADERS = {formats.HF: _load_hf, formats.T5FORGE: _load_t5forge,
-            formats.T5X: functools.partial(_load_params_only, formats.T5X),
-            formats.MESH_TF: functools.partial(_load_params_only, formats.MESH_TF)}
+_LOADERS = {
+    formats.HF: _load_hf,
+    formats.T5FORGE: _load_t5forge,
+    formats.T5X: functools.partial(_load_params_only, formats.T5X),
+    formats.MESH_TF: functools.partial(_load_params_only, formats.MESH_TF),
+}
 
 
 def load(path, config=None) -> Model:
@@ -449,13 +548,17 @@ def load(path, config=None) -> Model:
     DEFAULT_MAX_INPUT_LENGTH.
     """
     if not isinstance(path, (str, os.PathLike)):
-        raise CheckpointError(f"load takes a checkpoint path (str or os.PathLike), got "
-                              f"{type(path).__name__} {path!r:.40}; pass a Hugging Face model "
-                              f"directory, a t5forge checkpoint or a T5X checkpoint")
+        raise CheckpointError(
+            f"load takes a checkpoint path (str or os.PathLike), got "
+            f"{type(path).__name__} {path!r:.40}; pass a Hugging Face model "
+            f"directory, a t5forge checkpoint or a T5X checkpoint"
+        )
     path = Path(path)
     if not path.exists():
-        raise CheckpointError(f"{path} does not exist; pass a Hugging Face model directory, a "
-                              f"t5forge checkpoint or a T5X checkpoint")
+        raise CheckpointError(
+            f"{path} does not exist; pass a Hugging Face model directory, a "
+            f"t5forge checkpoint or a T5X checkpoint"
+        )
     config = _resolve_config(config)
     fmt = formats.detect_format(path)
     if fmt is None:

@@ -30,8 +30,11 @@ def to_inputs_and_targets(ex):
 
 
 def exact_match(targets, predictions):
-    return {"exact_match": 100.0 * sum(t == p for t, p in zip(targets, predictions))
-            / max(len(targets), 1)}
+    return {
+        "exact_match": 100.0
+        * sum(t == p for t, p in zip(targets, predictions))
+        / max(len(targets), 1)
+    }
 
 
 VOCABULARY = seqio.SentencePieceVocabulary(os.environ["T5FORGE_VOCAB"])

@@ -39,8 +39,11 @@ def model(hf_dir):
 
 
 def _same_vocabulary(a, b) -> bool:
-    return (a.vocab_size, a.extra_ids, a.encode(TEXTS[0])) == (b.vocab_size, b.extra_ids,
-                                                               b.encode(TEXTS[0]))
+    return (a.vocab_size, a.extra_ids, a.encode(TEXTS[0])) == (
+        b.vocab_size,
+        b.extra_ids,
+        b.encode(TEXTS[0]),
+    )
 
 
 def test_hf_dir_loads_with_its_vocabulary(model, test_spm_path):
@@ -52,8 +55,9 @@ def test_strings_go_through_the_vocabulary_with_eos(model):
     vocab = model.vocabulary
     inputs = [vocab.encode(t) + [1] for t in TEXTS]
     targets = [vocab.encode("is a") + [1]] * 2
-    np.testing.assert_allclose(model.score(TEXTS, ["is a"] * 2),
-                               model.score(inputs, targets), rtol=1e-6)
+    np.testing.assert_allclose(
+        model.score(TEXTS, ["is a"] * 2), model.score(inputs, targets), rtol=1e-6
+    )
     tokens = model.generate(inputs, max_length=6)
     assert model.generate(TEXTS, max_length=6) == [vocab.decode(row) for row in tokens.tolist()]
 
@@ -64,11 +68,17 @@ def test_padding_to_buckets_changes_no_result(model):
     alone = [model.generate([row], max_length=5, method="beam", num_beams=3)[0] for row in rows]
     np.testing.assert_array_equal(together, np.stack(alone))
     decoder_inputs = np.array([[0, 4, 6], [0, 8, 0]], np.int32)
-    exact = build_model(CONFIG).logits(model.params, {
-        "encoder_input_tokens": np.array([[5, 9, 3, 12, 7, 1], [14, 3, 1, 0, 0, 0]], np.int32),
-        "decoder_input_tokens": decoder_inputs, "decoder_target_tokens": np.ones((2, 3), np.int32)})
-    np.testing.assert_allclose(model.logits([[5, 9, 3, 12, 7, 1], [14, 3, 1]], decoder_inputs),
-                               exact, atol=1e-5)
+    exact = build_model(CONFIG).logits(
+        model.params,
+        {
+            "encoder_input_tokens": np.array([[5, 9, 3, 12, 7, 1], [14, 3, 1, 0, 0, 0]], np.int32),
+            "decoder_input_tokens": decoder_inputs,
+            "decoder_target_tokens": np.ones((2, 3), np.int32),
+        },
+    )
+    np.testing.assert_allclose(
+        model.logits([[5, 9, 3, 12, 7, 1], [14, 3, 1]], decoder_inputs), exact, atol=1e-5
+    )
 
 
 def test_lengths_in_one_bucket_share_a_compilation(model):
@@ -89,8 +99,11 @@ def test_save_hf_round_trips_params_and_vocabulary(model, tmp_path):
     again = t5forge.load(tmp_path)
     assert again.config == model.config
     assert _same_vocabulary(again.vocabulary, model.vocabulary)
-    for a, b in zip(jax.tree_util.tree_leaves(model.params), jax.tree_util.tree_leaves(again.params),
-                    strict=True):
+    for a, b in zip(
+        jax.tree_util.tree_leaves(model.params),
+        jax.tree_util.tree_leaves(again.params),
+        strict=True,
+    ):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
@@ -100,9 +113,12 @@ def test_loads_t5x_checkpoint_with_preset_or_gin_file(shared_data, tmp_path):
         t5forge.load(checkpoint)
     by_preset = t5forge.load(checkpoint, config="t5_1_1/tiny")
     gin_file = tmp_path / "tiny.gin"
-    gin_file.write_text("\n".join(
-        f"T5Config.{f.name} = {getattr(by_preset.config, f.name)!r}"
-        for f in dataclasses.fields(by_preset.config)))
+    gin_file.write_text(
+        "\n".join(
+            f"T5Config.{f.name} = {getattr(by_preset.config, f.name)!r}"
+            for f in dataclasses.fields(by_preset.config)
+        )
+    )
     by_gin = t5forge.load(checkpoint, config=gin_file)
     assert by_gin.config == by_preset.config
     logits = by_gin.logits([[5, 9, 1]], [[0, 4]])
@@ -114,13 +130,16 @@ def test_loads_t5forge_checkpoint_with_its_recorded_config(tmp_path):
 
     params = _params(CONFIG, seed=1)
     checkpointer = Checkpointer(tmp_path, async_save=False)
-    checkpointer.save(7, {"params": params}, metadata={"model_config": dataclasses.asdict(CONFIG)},
-                      force=True)
+    checkpointer.save(
+        7, {"params": params}, metadata={"model_config": dataclasses.asdict(CONFIG)}, force=True
+    )
     checkpointer.close()
     loaded = t5forge.load(tmp_path)
     assert loaded.config == CONFIG
-    np.testing.assert_array_equal(np.asarray(loaded.params["token_embedder"]["embedding"]),
-                                  params["token_embedder"]["embedding"])
+    np.testing.assert_array_equal(
+        np.asarray(loaded.params["token_embedder"]["embedding"]),
+        params["token_embedder"]["embedding"],
+    )
 
 
 def test_decoder_only_rows_decode_independently_of_their_batch():
@@ -134,17 +153,34 @@ def test_decoder_only_rows_decode_independently_of_their_batch():
     assert scores.shape == (2,) and (scores < 0).all()
 
 
-@pytest.mark.parametrize("call, error, message", [
-    (lambda m: m.generate([], max_length=4), DataError, "inputs is empty"),
-    (lambda m: m.generate([[3, 1]], max_length=0), ConfigError, "max_length must be an integer"),
-    (lambda m: m.generate([[3, 40]]), DataError, "token id 40 but the model's vocab_size is 32"),
-    (lambda m: m.generate([[3]], method="nucleus"), ConfigError, "unknown generation method"),
-    (lambda m: m.generate([[3]], method="sample", top_k=5, top_p=0.9), ConfigError,
-     "top_k or top_p, not both"),
-    (lambda m: m.score(["a"], ["b", "c"]), DataError, "1 inputs but 2 targets"),
-    (lambda m: Model(m.config, m.params).generate(["a test"]), DataError,
-     "no vocabulary .* pass token id arrays"),
-])
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda m: m.generate([], max_length=4), DataError, "inputs is empty"),
+        (
+            lambda m: m.generate([[3, 1]], max_length=0),
+            ConfigError,
+            "max_length must be an integer",
+        ),
+        (
+            lambda m: m.generate([[3, 40]]),
+            DataError,
+            "token id 40 but the model's vocab_size is 32",
+        ),
+        (lambda m: m.generate([[3]], method="nucleus"), ConfigError, "unknown generation method"),
+        (
+            lambda m: m.generate([[3]], method="sample", top_k=5, top_p=0.9),
+            ConfigError,
+            "top_k or top_p, not both",
+        ),
+        (lambda m: m.score(["a"], ["b", "c"]), DataError, "1 inputs but 2 targets"),
+        (
+            lambda m: Model(m.config, m.params).generate(["a test"]),
+            DataError,
+            "no vocabulary .* pass token id arrays",
+        ),
+    ],
+)
 def test_bad_input_is_one_line(model, call, error, message):
     with pytest.raises(error, match=message) as raised:
         call(model)
@@ -169,14 +205,17 @@ def test_load_of_a_non_path_is_one_line(path):
     assert "\n" not in str(raised.value)
 
 
-@pytest.mark.parametrize("inputs, message", [
-    ([123, None], r"inputs\[0\] is int 123; pass all strings or all lists"),
-    (["a test", None], r"inputs\[1\] is NoneType None"),
-    ([[3, 1], "a test"], r"inputs\[1\] is str"),
-    ([[3, 1.5]], r"inputs\[0\] is list"),
-    ("a test", "not str; wrap one string in a list"),
-    (None, "not NoneType"),
-])
+@pytest.mark.parametrize(
+    "inputs, message",
+    [
+        ([123, None], r"inputs\[0\] is int 123; pass all strings or all lists"),
+        (["a test", None], r"inputs\[1\] is NoneType None"),
+        ([[3, 1], "a test"], r"inputs\[1\] is str"),
+        ([[3, 1.5]], r"inputs\[0\] is list"),
+        ("a test", "not str; wrap one string in a list"),
+        (None, "not NoneType"),
+    ],
+)
 def test_malformed_input_lists_are_one_line(model, inputs, message):
     with pytest.raises(DataError, match=message) as raised:
         model.generate(inputs, max_length=4)
@@ -194,8 +233,9 @@ def test_save_hf_creates_missing_parents_and_names_what_it_cannot_write(model, t
 
 
 def test_max_length_is_bounded(model):
-    with pytest.raises(ConfigError, match="max_length 10000000 is over the model's "
-                                          "max_output_length 1024"):
+    with pytest.raises(
+        ConfigError, match="max_length 10000000 is over the model's max_output_length 1024"
+    ):
         model.generate(TEXTS, max_length=10**7)
     with pytest.raises(ConfigError, match="max_output_length"):
         model.score(["a"], [[5] * 1025])
@@ -206,15 +246,19 @@ def test_long_inputs_are_refused_or_truncated_by_policy(hf_dir):
     assert (model.max_input_length, model.input_length_policy) == (512, "refuse")
     model.max_input_length = 6
     long_row, head = [5, 9, 3, 12, 7, 6, 8, 1], [5, 9, 3, 12, 7, 1]
-    with pytest.raises(DataError, match=r"inputs\[1\] has 8 tokens, more than the model's "
-                                        r"max_input_length 6; .*input_length_policy='truncate'"):
+    with pytest.raises(
+        DataError,
+        match=r"inputs\[1\] has 8 tokens, more than the model's "
+        r"max_input_length 6; .*input_length_policy='truncate'",
+    ):
         model.generate([[3, 1], long_row], max_length=4)
     model.input_length_policy = "truncate"
     encoded = model.encode([[3, 1], long_row, [5, 9, 3, 12, 7, 6, 8, 4]])
     assert encoded.truncated == [False, True, True]
     assert encoded.rows == [[3, 1], head, [5, 9, 3, 12, 7, 6]]  # the head, EOS kept if it was
-    np.testing.assert_array_equal(model.generate([long_row], max_length=4),
-                                  model.generate([head], max_length=4))
+    np.testing.assert_array_equal(
+        model.generate([long_row], max_length=4), model.generate([head], max_length=4)
+    )
     np.testing.assert_allclose(model.score([long_row], [[4, 1]]), model.score([head], [[4, 1]]))
     model.input_length_policy = "cut"
     with pytest.raises(ConfigError, match="input_length_policy must be one of"):
@@ -236,8 +280,12 @@ def test_max_input_length_comes_from_what_the_checkpoint_recorded(tmp_path, hf_d
     def saved_run(name, metadata):
         run = tmp_path / name
         checkpointer = Checkpointer(run, async_save=False)
-        checkpointer.save(1, {"params": _params(CONFIG)}, force=True, metadata={
-            "model_config": dataclasses.asdict(CONFIG), **metadata})
+        checkpointer.save(
+            1,
+            {"params": _params(CONFIG)},
+            force=True,
+            metadata={"model_config": dataclasses.asdict(CONFIG), **metadata},
+        )
         checkpointer.close()
         return run
 
@@ -246,5 +294,6 @@ def test_max_input_length_comes_from_what_the_checkpoint_recorded(tmp_path, hf_d
     from_gin = saved_run("from_gin", {})
     assert t5forge.load(from_gin).max_input_length == 512
     (from_gin / "config.gin").write_text(
-        "MODEL_DIR = '/x'\nTASK_FEATURE_LENGTHS = {'inputs': 96, 'targets': 32}\n")
+        "MODEL_DIR = '/x'\nTASK_FEATURE_LENGTHS = {'inputs': 96, 'targets': 32}\n"
+    )
     assert t5forge.load(from_gin).max_input_length == 96

@@ -38,11 +38,19 @@ def test_wait_for_idle_polls_until_the_load_settles(monkeypatch):
 
 
 def test_summary_is_median_min_max_and_throughput_of_the_median():
-    samples = harness.Samples(seconds=[3.0, 1.0, 2.0, 5.0, 4.0],
-                              cpu_seconds=[6.0, 2.0, 4.0, 10.0, 8.0])
+    samples = harness.Samples(
+        seconds=[3.0, 1.0, 2.0, 5.0, 4.0], cpu_seconds=[6.0, 2.0, 4.0, 10.0, 8.0]
+    )
     summary = harness.summarize(samples, work=300, unit="tokens/s")
-    assert summary == {"repeats": 5, "median_s": 3.0, "min_s": 1.0, "max_s": 5.0,
-                       "cpu_seconds": 6.0, "throughput": 100.0, "unit": "tokens/s"}
+    assert summary == {
+        "repeats": 5,
+        "median_s": 3.0,
+        "min_s": 1.0,
+        "max_s": 5.0,
+        "cpu_seconds": 6.0,
+        "throughput": 100.0,
+        "unit": "tokens/s",
+    }
 
 
 def test_ratio_is_higher_when_ours_is_faster_for_both_metrics():
@@ -61,8 +69,9 @@ def test_fewer_than_five_repetitions_are_refused():
 def test_sides_take_turns_after_their_warm_up():
     calls, clock = [], iter(range(100))
     sides = {name: (lambda name=name: calls.append(name) or name) for name in ("a", "b")}
-    samples = harness.time_interleaved(sides, repeats=5, warmup=1,
-                                       cpu_clock=lambda: float(next(clock)))
+    samples = harness.time_interleaved(
+        sides, repeats=5, warmup=1, cpu_clock=lambda: float(next(clock))
+    )
     assert calls == ["a", "b"] + ["a", "b"] * 5
     assert [len(samples[name].seconds) for name in "ab"] == [5, 5]
     assert samples["a"].cpu_seconds == [1.0] * 5  # one clock tick inside each timed call
@@ -71,16 +80,25 @@ def test_sides_take_turns_after_their_warm_up():
 
 def _benchmark(tmp_path, monkeypatch, load: float) -> harness.Benchmark:
     monkeypatch.setattr(harness, "load_average", lambda: load)
-    bench = harness.Benchmark("decode", {"batch": 8, "work_dir": tmp_path},
-                              results=tmp_path / "results" / "decode.json")
+    bench = harness.Benchmark(
+        "decode", {"batch": 8, "work_dir": tmp_path}, results=tmp_path / "results" / "decode.json"
+    )
     fast = harness.Samples([1.0, 1.0, 2.0, 1.0, 1.0], [0.5] * 5)
     slow = harness.Samples([4.0, 4.0, 4.0, 5.0, 3.0], [1.0] * 5)
     bench.record("greedy: t5forge", fast, 512, "new tokens/s")
     bench.record("greedy: transformers", slow, 512, "new tokens/s")
-    bench.compare("greedy decode, batch 8", "greedy: t5forge", "greedy: transformers",
-                  peer_label="transformers")
-    bench.peer_missing("greedy decode, batch 8", "greedy: t5forge", "ctranslate2 int8",
-                       "not installed (pip install -e .[bench])")
+    bench.compare(
+        "greedy decode, batch 8",
+        "greedy: t5forge",
+        "greedy: transformers",
+        peer_label="transformers",
+    )
+    bench.peer_missing(
+        "greedy decode, batch 8",
+        "greedy: t5forge",
+        "ctranslate2 int8",
+        "not installed (pip install -e .[bench])",
+    )
     return bench
 
 
@@ -104,8 +122,10 @@ def test_readme_block_names_provenance_and_the_missing_peer(tmp_path, monkeypatc
     result = json.loads(_benchmark(tmp_path, monkeypatch, load=0.1).finish().read_text())
     block = report.readme_block([result])
     assert block.startswith(report.BLOCK_START) and block.endswith(report.BLOCK_END)
-    assert ("| greedy decode, batch 8 (`benchmarks/decode.py`) | 512.0 new tokens/s | "
-            "transformers 128.0 new tokens/s | 4.00x |") in block
+    assert (
+        "| greedy decode, batch 8 (`benchmarks/decode.py`) | 512.0 new tokens/s | "
+        "transformers 128.0 new tokens/s | 4.00x |"
+    ) in block
     assert "ctranslate2 int8: not installed (pip install -e .[bench]) | n/a |" in block
     assert f"commit {result['commit']}" in block and result["date"] in block
     assert f"({result['machine']['cores']} cores)" in block
@@ -126,8 +146,10 @@ def test_shared_cpu_results_are_refused_unless_allowed_and_then_marked(tmp_path,
 def test_write_readme_replaces_only_the_marked_block(tmp_path, monkeypatch, capsys):
     _benchmark(tmp_path, monkeypatch, load=2.5).finish()
     readme = tmp_path / "README.md"
-    original = (f"# t5forge\n\n## How it compares\n\n{report.BLOCK_START}\nold sentence\n"
-                f"{report.BLOCK_END}\n\n| feature table | stays |\n")
+    original = (
+        f"# t5forge\n\n## How it compares\n\n{report.BLOCK_START}\nold sentence\n"
+        f"{report.BLOCK_END}\n\n| feature table | stays |\n"
+    )
     readme.write_text(original)
     argv = ["--results_dir", str(tmp_path / "results"), "--readme", str(readme), "--write-readme"]
     assert report.main(argv) == 1
@@ -156,9 +178,26 @@ def test_project_readme_has_one_bench_block():
 def test_latency_rows_show_milliseconds_of_the_median():
     side = {"median_s": 0.05, "throughput": 80.0, "unit": "new tokens/s"}
     peer = {"median_s": 0.2, "throughput": 20.0, "unit": "new tokens/s"}
-    result = {"name": "decode", "shared_cpu": False, "sides": {"ours": side, "peer": peer},
-              "comparisons": [{"row": "batch-1 greedy latency", "ours": "ours", "peer": "peer",
-                               "peer_label": "transformers", "metric": "latency",
-                               "ratio": 4.0}]}
-    assert report.rows(result) == [["batch-1 greedy latency (`benchmarks/decode.py`)", "50.0 ms",
-                                    "transformers 200.0 ms", "4.00x"]]
+    result = {
+        "name": "decode",
+        "shared_cpu": False,
+        "sides": {"ours": side, "peer": peer},
+        "comparisons": [
+            {
+                "row": "batch-1 greedy latency",
+                "ours": "ours",
+                "peer": "peer",
+                "peer_label": "transformers",
+                "metric": "latency",
+                "ratio": 4.0,
+            }
+        ],
+    }
+    assert report.rows(result) == [
+        [
+            "batch-1 greedy latency (`benchmarks/decode.py`)",
+            "50.0 ms",
+            "transformers 200.0 ms",
+            "4.00x",
+        ]
+    ]

@@ -36,10 +36,14 @@ def sentiment_task(vocabulary=None, data_dir=None) -> Task:
         pp.truncate_head_and_tail.bind(tail_tokens=TAIL_TOKENS),
         pp.append_eos_after_trim,
     ]
-    return Task(TASK_NAME, jsonl_splits(data_dir or default_data_dir(), "rotten_tomatoes"),
-                steps, features,
-                metric_fns=[metrics.accuracy, functools.partial(metrics.f1, average="macro")],
-                single_token_labels=LABELS)
+    return Task(
+        TASK_NAME,
+        jsonl_splits(data_dir or default_data_dir(), "rotten_tomatoes"),
+        steps,
+        features,
+        metric_fns=[metrics.accuracy, functools.partial(metrics.f1, average="macro")],
+        single_token_labels=LABELS,
+    )
 
 
 def pretraining_mixture(vocabulary=None, data_dir=None) -> Mixture:
@@ -49,10 +53,14 @@ def pretraining_mixture(vocabulary=None, data_dir=None) -> Mixture:
     72.8% validation accuracy, no better than from scratch."""
     vocabulary = vocabulary or EnvironmentSentencePieceVocabulary(extra_ids=EXTRA_IDS)
     root = data_dir or default_data_dir()
-    return Mixture(PRETRAIN_MIXTURE, [
-        span_corruption_task("english_span_corruption", root, "english_corpus", vocabulary),
-        span_corruption_task("reviews_span_corruption", root, "rotten_tomatoes", vocabulary),
-    ], default_rate=1.0)
+    return Mixture(
+        PRETRAIN_MIXTURE,
+        [
+            span_corruption_task("english_span_corruption", root, "english_corpus", vocabulary),
+            span_corruption_task("reviews_span_corruption", root, "rotten_tomatoes", vocabulary),
+        ],
+        default_rate=1.0,
+    )
 
 
 TaskRegistry.remove(TASK_NAME)

@@ -28,8 +28,10 @@ def markdown_table(runs: dict[str, Path]) -> str:
     """One row per evaluated step, one BLEU column per run."""
     scores = {label: bleu_by_step(path) for label, path in runs.items()}
     steps = sorted({step for by_step in scores.values() for step in by_step})
-    lines = ["| step | " + " | ".join(f"BLEU ({label})" for label in runs) + " |",
-             "|---:|" + "---:|" * len(runs)]
+    lines = [
+        "| step | " + " | ".join(f"BLEU ({label})" for label in runs) + " |",
+        "|---:|" + "---:|" * len(runs),
+    ]
     for step in steps:
         cells = [f"{scores[label][step]:.2f}" if step in scores[label] else "" for label in runs]
         lines.append(f"| {step} | " + " | ".join(cells) + " |")

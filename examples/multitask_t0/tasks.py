@@ -40,23 +40,31 @@ SENTIMENTS = ("fresh", "rotten")
 SECTIONS = ("libs", "libdevel", "python", "doc", "perl", "utils", "haskell", "devel")
 
 TEMPLATES = {
-    "translate_en_de": ["translate English to German: {en}",
-                        "How would a German help page say this? {en}"],
-    "translate_en_ro": ["translate English to Romanian: {en}",
-                        "Say this in Romanian: {en}"],
-    "summarize": ["summarize: {description}",
-                  "Write the one-line summary of this Debian package: {description}"],
-    "sentiment": ["Review: {text} Is this review fresh or rotten?",
-                  "A critic wrote: \"{text}\" Was the verdict fresh or rotten?"],
-    "section": ["{description} Which Debian section is this package in?",
-                "Package description: {description} Section:"],
+    "translate_en_de": [
+        "translate English to German: {en}",
+        "How would a German help page say this? {en}",
+    ],
+    "translate_en_ro": ["translate English to Romanian: {en}", "Say this in Romanian: {en}"],
+    "summarize": [
+        "summarize: {description}",
+        "Write the one-line summary of this Debian package: {description}",
+    ],
+    "sentiment": [
+        "Review: {text} Is this review fresh or rotten?",
+        'A critic wrote: "{text}" Was the verdict fresh or rotten?',
+    ],
+    "section": [
+        "{description} Which Debian section is this package in?",
+        "Package description: {description} Section:",
+    ],
 }
 
 
 def read_rows(data_dir, folder, split, limit=None, sections=None):
     """The rows of `<folder>/<split>.jsonl.gz`, optionally only the given sections, first `limit`."""
-    with gzip.open(os.path.join(data_dir, folder, f"{split}.jsonl.gz"), "rt",
-                   encoding="utf-8") as lines:
+    with gzip.open(
+        os.path.join(data_dir, folder, f"{split}.jsonl.gz"), "rt", encoding="utf-8"
+    ) as lines:
         rows = [json.loads(line) for line in lines]
     if sections is not None:
         rows = [row for row in rows if row["section"] in sections]
@@ -66,10 +74,13 @@ def read_rows(data_dir, folder, split, limit=None, sections=None):
 def _source(folder, splits=("train", "validation"), sections=None, eval_only=False):
     data_dir = str(default_data_dir())
     if eval_only:
-        return FunctionSource(functools.partial(read_rows, data_dir, folder, limit=EVAL_EXAMPLES,
-                                                sections=sections), ["validation"])
-    return FunctionSource(functools.partial(read_rows, data_dir, folder, sections=sections),
-                          list(splits))
+        return FunctionSource(
+            functools.partial(read_rows, data_dir, folder, limit=EVAL_EXAMPLES, sections=sections),
+            ["validation"],
+        )
+    return FunctionSource(
+        functools.partial(read_rows, data_dir, folder, sections=sections), list(splits)
+    )
 
 
 @pp.example_preprocessor
@@ -77,8 +88,10 @@ def prompt(example, templates, target):
     """inputs: one of `templates` filled from the example (picked by a hash of its fields);
     targets: the `target` field."""
     key = zlib.crc32(json.dumps(example, sort_keys=True).encode("utf-8"))
-    return {"inputs": templates[key % len(templates)].format(**example),
-            "targets": str(example[target])}
+    return {
+        "inputs": templates[key % len(templates)].format(**example),
+        "targets": str(example[target]),
+    }
 
 
 def answer_choices(choices, example):
@@ -102,22 +115,37 @@ def _features(vocabulary):
 
 def generative_task(name, source, template_key, target, vocabulary, metric_fns=()):
     """Prompted text -> target text; evaluated on decoded predictions by `metric_fns`."""
-    steps = [prompt.bind(templates=TEMPLATES[template_key], target=target), pp.tokenize,
-             pp.CacheDatasetPlaceholder(), pp.append_eos_after_trim]
+    steps = [
+        prompt.bind(templates=TEMPLATES[template_key], target=target),
+        pp.tokenize,
+        pp.CacheDatasetPlaceholder(),
+        pp.append_eos_after_trim,
+    ]
     return Task(name, source, steps, _features(vocabulary), metric_fns=metric_fns)
 
 
 def rank_classification_task(name, source, template_key, target, choices, vocabulary):
     """Each prompted example becomes one (inputs, choice) pair per answer choice; the
     example counts as right when the correct choice gets the highest log-likelihood."""
-    steps = [prompt.bind(templates=TEMPLATES[template_key], target=target),
-             pp.rank_classification.bind(
-                 inputs_fn=operator.itemgetter("inputs"),
-                 targets_fn=functools.partial(answer_choices, choices),
-                 is_correct_fn=functools.partial(is_answer, choices)),
-             pp.tokenize, pp.CacheDatasetPlaceholder(), pp.append_eos_after_trim]
-    return Task(name, source, steps, _features(vocabulary), postprocess_fn=rank_target,
-                score_metric_fns=[metrics.rank_classification])
+    steps = [
+        prompt.bind(templates=TEMPLATES[template_key], target=target),
+        pp.rank_classification.bind(
+            inputs_fn=operator.itemgetter("inputs"),
+            targets_fn=functools.partial(answer_choices, choices),
+            is_correct_fn=functools.partial(is_answer, choices),
+        ),
+        pp.tokenize,
+        pp.CacheDatasetPlaceholder(),
+        pp.append_eos_after_trim,
+    ]
+    return Task(
+        name,
+        source,
+        steps,
+        _features(vocabulary),
+        postprocess_fn=rank_target,
+        score_metric_fns=[metrics.rank_classification],
+    )
 
 
 def t0_tasks(vocabulary=None) -> tuple[list[Task], list[Task]]:
@@ -125,31 +153,65 @@ def t0_tasks(vocabulary=None) -> tuple[list[Task], list[Task]]:
     vocab = vocabulary or EnvironmentSentencePieceVocabulary()
     rouge = functools.partial(metrics.rouge, score_keys=("rouge1", "rouge2", "rougeL"))
     train = [
-        generative_task("t0_translate_en_de", _source("en_de_lohelp"), "translate_en_de", "de",
-                        vocab),
-        generative_task("t0_translate_en_ro", _source("en_ro_messages"), "translate_en_ro", "ro",
-                        vocab),
-        generative_task("t0_summarize_debian", _source("debian_descriptions"), "summarize",
-                        "summary", vocab),
+        generative_task(
+            "t0_translate_en_de", _source("en_de_lohelp"), "translate_en_de", "de", vocab
+        ),
+        generative_task(
+            "t0_translate_en_ro", _source("en_ro_messages"), "translate_en_ro", "ro", vocab
+        ),
+        generative_task(
+            "t0_summarize_debian", _source("debian_descriptions"), "summarize", "summary", vocab
+        ),
         generative_task("t0_sentiment", _source("rotten_tomatoes"), "sentiment", "label", vocab),
-        generative_task("t0_debian_section", _source("debian_descriptions", sections=SECTIONS),
-                        "section", "section", vocab),
+        generative_task(
+            "t0_debian_section",
+            _source("debian_descriptions", sections=SECTIONS),
+            "section",
+            "section",
+            vocab,
+        ),
     ]
     evaluation = [
-        generative_task("t0_translate_en_de_eval", _source("en_de_lohelp", eval_only=True),
-                        "translate_en_de", "de", vocab, [metrics.bleu]),
-        generative_task("t0_translate_en_ro_eval", _source("en_ro_messages", eval_only=True),
-                        "translate_en_ro", "ro", vocab, [metrics.bleu]),
-        generative_task("t0_summarize_debian_eval",
-                        _source("debian_descriptions", eval_only=True), "summarize", "summary",
-                        vocab, [rouge]),
-        rank_classification_task("t0_sentiment_rank_eval",
-                                 _source("rotten_tomatoes", eval_only=True), "sentiment",
-                                 "label", SENTIMENTS, vocab),
-        rank_classification_task("t0_debian_section_rank_eval",
-                                 _source("debian_descriptions", sections=SECTIONS,
-                                         eval_only=True),
-                                 "section", "section", SECTIONS, vocab),
+        generative_task(
+            "t0_translate_en_de_eval",
+            _source("en_de_lohelp", eval_only=True),
+            "translate_en_de",
+            "de",
+            vocab,
+            [metrics.bleu],
+        ),
+        generative_task(
+            "t0_translate_en_ro_eval",
+            _source("en_ro_messages", eval_only=True),
+            "translate_en_ro",
+            "ro",
+            vocab,
+            [metrics.bleu],
+        ),
+        generative_task(
+            "t0_summarize_debian_eval",
+            _source("debian_descriptions", eval_only=True),
+            "summarize",
+            "summary",
+            vocab,
+            [rouge],
+        ),
+        rank_classification_task(
+            "t0_sentiment_rank_eval",
+            _source("rotten_tomatoes", eval_only=True),
+            "sentiment",
+            "label",
+            SENTIMENTS,
+            vocab,
+        ),
+        rank_classification_task(
+            "t0_debian_section_rank_eval",
+            _source("debian_descriptions", sections=SECTIONS, eval_only=True),
+            "section",
+            "section",
+            SECTIONS,
+            vocab,
+        ),
     ]
     return train, evaluation
 

@@ -40,8 +40,12 @@ def pretrain_romanian_task() -> Task:
     """Documents' `text` -> tokens -> span-corrupted (inputs, targets) ending in EOS."""
     vocabulary = EnvironmentSentencePieceVocabulary(extra_ids=EXTRA_IDS, env_var="ROMANIAN_VOCAB")
     features = {"inputs": Feature(vocabulary), "targets": Feature(vocabulary)}
-    steps = [pp.rekey.bind(key_map={"inputs": None, "targets": "text"}), pp.tokenize,
-             pp.span_corruption, pp.append_eos_after_trim]
+    steps = [
+        pp.rekey.bind(key_map={"inputs": None, "targets": "text"}),
+        pp.tokenize,
+        pp.span_corruption,
+        pp.append_eos_after_trim,
+    ]
     return Task(TASK_NAME, romanian_corpus_source(), steps, features)
 
 

@@ -169,14 +169,14 @@ def _type_errors(walk: _Walk, places: _Places) -> list[str]:
             continue  # checked where a binding uses it
         raw = walk.bindings[(scope, selector)][param]
         value = resolve_macros(raw)
-        required = binding_types.requirement(gin_internals.registered_object(selector), param,
-                                             value)
+        required = binding_types.requirement(
+            gin_internals.registered_object(selector), param, value
+        )
         if required is None:
             continue
         source = _literal_source(key, raw, walk.bindings)
         via = f" (it fills {_name(key)})" if source != key else ""
-        errors.setdefault(places(source), f"{_name(source)} must be {required}{via}, "
-                                          f"not {value!r}")
+        errors.setdefault(places(source), f"{_name(source)} must be {required}{via}, not {value!r}")
     return [f"{where}: {message}" for where, message in errors.items()]
 
 
@@ -195,10 +195,15 @@ def _unused(walk: _Walk, wired: _Walk, places: _Places, command: str) -> list[st
     for (scope, selector), params in walk.bindings.items():
         for param in params:
             key = (scope, selector, param)
-            if key not in walk.reads and key not in wired.reads and \
-                    _user_written(places.written(key)):
-                lines.append(f"{places(key)}: not used by `t5forge {command}` (no configurable "
-                             "it calls reads it); remove it or fix its name")
+            if (
+                key not in walk.reads
+                and key not in wired.reads
+                and _user_written(places.written(key))
+            ):
+                lines.append(
+                    f"{places(key)}: not used by `t5forge {command}` (no configurable "
+                    "it calls reads it); remove it or fix its name"
+                )
     return lines
 
 
@@ -225,4 +230,3 @@ def check(root: str, command: str, flags: list[str], strict: bool) -> None:
         for line in errors[1:]:
             print(f"error: {line}", file=sys.stderr)
         raise ConfigError(errors[0])
-

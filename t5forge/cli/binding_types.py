@@ -30,8 +30,10 @@ def _positive_lengths(value) -> bool:
 
 _AT_LEAST_1 = (lambda v: v is None or v >= 1, "an int >= 1")
 _AT_LEAST_0 = (lambda v: v is None or v >= 0, "an int >= 0")
-_LENGTHS = (_positive_lengths,
-            "a dict of feature name -> length >= 1, e.g. {'inputs': 512, 'targets': 114}")
+_LENGTHS = (
+    _positive_lengths,
+    "a dict of feature name -> length >= 1, e.g. {'inputs': 512, 'targets': 114}",
+)
 
 # (configurable, parameter) -> (what its values must also satisfy, the whole requirement).
 LIMITS: dict[tuple[object, str], tuple[Callable[[object], bool], str]] = {
@@ -49,8 +51,10 @@ LIMITS: dict[tuple[object, str], tuple[Callable[[object], bool], str]] = {
     (evaluate, "max_decode_length"): _AT_LEAST_1,
     (infer, "max_decode_length"): _AT_LEAST_1,
     (partitioning.PjitPartitioner, "num_partitions"): _AT_LEAST_1,
-    **{(T5Config, name): _AT_LEAST_1 for name in (
-        "vocab_size", "emb_dim", "num_heads", "head_dim", "mlp_dim")},
+    **{
+        (T5Config, name): _AT_LEAST_1
+        for name in ("vocab_size", "emb_dim", "num_heads", "head_dim", "mlp_dim")
+    },
     **{(T5Config, name): _AT_LEAST_0 for name in ("num_encoder_layers", "num_decoder_layers")},
 }
 
@@ -93,11 +97,15 @@ def _fits(value, annotation) -> bool:
     if annotation is float:
         return isinstance(value, int | float) and not isinstance(value, bool)
     if origin in (dict, collections.abc.Mapping):
-        return isinstance(value, Mapping) and (not args or all(
-            _fits(k, args[0]) and _fits(v, args[1]) for k, v in value.items()))
+        return isinstance(value, Mapping) and (
+            not args or all(_fits(k, args[0]) and _fits(v, args[1]) for k, v in value.items())
+        )
     if origin is tuple and args and args[-1] is not Ellipsis:
-        return isinstance(value, list | tuple) and len(value) == len(args) and all(
-            _fits(v, a) for v, a in zip(value, args, strict=True))
+        return (
+            isinstance(value, list | tuple)
+            and len(value) == len(args)
+            and all(_fits(v, a) for v, a in zip(value, args, strict=True))
+        )
     if origin in (tuple, list, collections.abc.Sequence):
         return isinstance(value, list | tuple) and all(_fits(v, args[0]) for v in value if args)
     if origin is not None or not isinstance(annotation, type):
@@ -105,8 +113,13 @@ def _fits(value, annotation) -> bool:
     return isinstance(value, annotation)
 
 
-_NAMES = {int: "an int", float: "a number", bool: "True or False", str: "a string",
-          type(None): "None"}
+_NAMES = {
+    int: "an int",
+    float: "a number",
+    bool: "True or False",
+    str: "a string",
+    type(None): "None",
+}
 
 
 def describe(annotation) -> str:

@@ -15,9 +15,11 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="t5forge checkpoint", description=HELP)
     commands = parser.add_subparsers(dest="command", required=True)
     verify = commands.add_parser(
-        "verify", help="verify one checkpoint",
+        "verify",
+        help="verify one checkpoint",
         description="Verify a checkpoint_<step> directory (or a model dir's latest checkpoint): "
-        "exit 0 and one 'ok' line, or exit 2 and one 'error:' line naming the damaged file.")
+        "exit 0 and one 'ok' line, or exit 2 and one 'error:' line naming the damaged file.",
+    )
     verify.add_argument("path", help="checkpoint_<step> directory or model directory")
     return parser
 

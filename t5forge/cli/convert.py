@@ -28,12 +28,20 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--to", dest="target", required=True, choices=TARGETS)
     parser.add_argument("--input", required=True, help="checkpoint file or directory to read")
     parser.add_argument("--output", required=True, help="directory to write")
-    parser.add_argument("--gin_file", action="append", default=[],
-                        help="model gin file (T5Config.*) for checkpoints that carry no config")
+    parser.add_argument(
+        "--gin_file",
+        action="append",
+        default=[],
+        help="model gin file (T5Config.*) for checkpoints that carry no config",
+    )
     parser.add_argument("--config", help="preset name instead of a gin file, e.g. t5_1_1/base")
     parser.add_argument("--vocab", help="SentencePiece model to ship with the output")
-    parser.add_argument("--extra_ids", type=int, default=100,
-                        help="extra ids of --vocab (sentinels appended as SeqIO does)")
+    parser.add_argument(
+        "--extra_ids",
+        type=int,
+        default=100,
+        help="extra ids of --vocab (sentinels appended as SeqIO does)",
+    )
     return parser
 
 
@@ -62,12 +70,16 @@ def _read(args):
         raise ConfigError(f"--input {source} does not exist")
     detected = formats.detect_format(source)
     if detected not in (None, args.source):
-        raise ConfigError(f"--input {source} is a {detected} checkpoint, not {args.source}; "
-                          f"pass --from {detected}")
+        raise ConfigError(
+            f"--input {source} is a {detected} checkpoint, not {args.source}; "
+            f"pass --from {detected}"
+        )
     if args.source in (formats.HF, formats.T5FORGE):
         import t5forge
 
-        model = t5forge.load(source, config=args.config or (args.gin_file[0] if args.gin_file else None))
+        model = t5forge.load(
+            source, config=args.config or (args.gin_file[0] if args.gin_file else None)
+        )
         vocab = getattr(model.vocabulary, "path", None)
         if vocab:
             args.extra_ids = model.vocabulary.extra_ids
@@ -86,7 +98,9 @@ def _write_t5forge(config, params, output: Path, vocab, extra_ids: int) -> None:
         shutil.copyfile(vocab, output / "spiece.model")
         metadata["vocabulary"] = {"path": "spiece.model", "extra_ids": extra_ids}
     checkpointer = Checkpointer(output, async_save=False)
-    checkpointer.save(0, {"params": jax.tree.map(np.asarray, params)}, metadata=metadata, force=True)
+    checkpointer.save(
+        0, {"params": jax.tree.map(np.asarray, params)}, metadata=metadata, force=True
+    )
     checkpointer.close()
 
 
@@ -118,7 +132,9 @@ def _check_and_write(args, config, params, vocab, bar) -> Path:
     if args.target == "hf":
         from t5forge.interop.huggingface import save_hf_dir
 
-        save_hf_dir(params, config, output, vocab_path=vocab, extra_ids=args.extra_ids if vocab else 0)
+        save_hf_dir(
+            params, config, output, vocab_path=vocab, extra_ids=args.extra_ids if vocab else 0
+        )
     else:
         _write_t5forge(config, params, output, vocab, args.extra_ids)
     bar.update()
@@ -133,5 +149,7 @@ def _print_summary(args, params, output: Path) -> None:
     for name, leaf in tensors.items():
         total += int(np.prod(np.shape(leaf)))
         print(f"  {name:<70} {tuple(np.shape(leaf))}")
-    print(f"converted {len(tensors)} tensors ({total:,} parameters) from {args.source} "
-          f"{args.input} to {args.target} {output}")
+    print(
+        f"converted {len(tensors)} tensors ({total:,} parameters) from {args.source} "
+        f"{args.input} to {args.target} {output}"
+    )

@@ -21,8 +21,10 @@ EXAMPLES = ["Click the Save button.", "Choose Format - Cells.", "Deletes the sel
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog="t5forge demo", description=HELP,
-        epilog="Gin flags (--gin_file=F, --gin.NAME=VALUE) are applied after the demo's config.")
+        prog="t5forge demo",
+        description=HELP,
+        epilog="Gin flags (--gin_file=F, --gin.NAME=VALUE) are applied after the demo's config.",
+    )
     parser.add_argument("--model_dir", default="runs/demo")
     parser.add_argument("--train_steps", type=int, default=None)
     from t5forge.cli import gin_flags
@@ -48,8 +50,9 @@ def main(argv: list[str]) -> int:
     if args.train_steps:
         bindings.append(f"--gin.TRAIN_STEPS={args.train_steps}")
     import_task_modules([])
-    gin_flags.parse_gin(gin_flags.split_gin_flags(["--gin_file=examples/demo_en_de.gin",
-                                                   *bindings, *argv]))
+    gin_flags.parse_gin(
+        gin_flags.split_gin_flags(["--gin_file=examples/demo_en_de.gin", *bindings, *argv])
+    )
     gin_registry.train(summarize_config_fn=run_flags.write_gin_config)
 
     import t5forge
@@ -59,8 +62,11 @@ def main(argv: list[str]) -> int:
     for text, output in zip(EXAMPLES, model.generate(inputs, max_length=48)):
         print(f"  {text}  ->  {output}")
     history = [json.loads(line) for line in (model_dir / "metrics.jsonl").read_text().splitlines()]
-    bleu_by_step = [(r["step"], r["bleu"]) for r in history
-                    if r["split"].startswith("inference_eval") and "bleu" in r]
+    bleu_by_step = [
+        (r["step"], r["bleu"])
+        for r in history
+        if r["split"].startswith("inference_eval") and "bleu" in r
+    ]
     print("\nvalidation BLEU: " + ", ".join(f"{b:.2f} at step {s}" for s, b in bleu_by_step))
     print(f"checkpoints and config.gin: {model_dir}")
     print(f"predictions: {model_dir / 'inference_eval'}")

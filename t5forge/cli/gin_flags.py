@@ -52,7 +52,7 @@ def split_gin_flags(argv: list[str]) -> GinFlags:
         elif name == "--gin_search_paths":
             flags.search_paths.extend(p for p in value.split(",") if p)
         elif name.startswith("--gin."):
-            flags.bindings.append(f"{name[len('--gin.'):]} = {gin_value(value)}")
+            flags.bindings.append(f"{name[len('--gin.') :]} = {gin_value(value)}")
         else:
             flags.rest.append(arg)
         i += 1
@@ -85,13 +85,17 @@ def resolve_gin_file(name: str, search_paths: list[str]) -> Path:
     known = [str(p.relative_to(PACKAGE_CONFIGS)) for p in PACKAGE_CONFIGS.rglob("*.gin")]
     close = difflib.get_close_matches(relative, known, n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
-    searched = ", ".join(str(p) for p in ([Path(".")] + [Path(p) for p in search_paths] + [PACKAGE_CONFIGS]))
+    searched = ", ".join(
+        str(p) for p in ([Path(".")] + [Path(p) for p in search_paths] + [PACKAGE_CONFIGS])
+    )
     raise ConfigError(f"gin file {name!r} not found (searched {searched}){hint}")
 
 
 def _configurable_names() -> list[str]:
     selectors = gin.config._REGISTRY._selector_map.keys()
-    return sorted({name for selector in selectors for name in (selector, selector.rsplit(".", 1)[-1])})
+    return sorted(
+        {name for selector in selectors for name in (selector, selector.rsplit(".", 1)[-1])}
+    )
 
 
 def _parameters_of(configurable: str) -> list[str]:
@@ -117,13 +121,20 @@ def _explain_unknown_t5x_name(message: str, full: str) -> ConfigError | None:
     where = f"{place.group(1)}:{place.group(2)}: " if place else ""
     module = re.match(r"No module named '((?:t5x|seqio|t5)(?:\.[\w.]+)?)'", message)
     if module:
-        return ConfigError(f"{where}T5X module {module.group(1)} is not available in t5forge "
-                           f"(its gin files need no TensorFlow); {_T5X_SUPPORTED}")
-    attribute = re.match(r"Couldn't resolve selector \S+; <module '((?:t5x|seqio|t5)\b[\w.]*)'> "
-                         r"has no attribute (\w+)", message)
+        return ConfigError(
+            f"{where}T5X module {module.group(1)} is not available in t5forge "
+            f"(its gin files need no TensorFlow); {_T5X_SUPPORTED}"
+        )
+    attribute = re.match(
+        r"Couldn't resolve selector \S+; <module '((?:t5x|seqio|t5)\b[\w.]*)'> "
+        r"has no attribute (\w+)",
+        message,
+    )
     if attribute:
-        return ConfigError(f"{where}{attribute.group(1)}.{attribute.group(2)} is not supported "
-                           f"by t5forge; {_T5X_SUPPORTED}")
+        return ConfigError(
+            f"{where}{attribute.group(1)}.{attribute.group(2)} is not supported "
+            f"by t5forge; {_T5X_SUPPORTED}"
+        )
     return None
 
 
@@ -145,13 +156,17 @@ def explain_gin_error(error: Exception) -> ConfigError:
     macro = re.search(r"No bindings specified for '([^'/]+)/gin.macro'", message)
     if macro:
         name = macro.group(1)
-        return ConfigError(f"macro {name} is not set; pass --gin.{name}=... or bind it in a gin file")
+        return ConfigError(
+            f"macro {name} is not set; pass --gin.{name}=... or bind it in a gin file"
+        )
     unknown = re.search(r"No configurable matching '([^']+)'", message)
     if unknown:
         close = difflib.get_close_matches(unknown.group(1), _configurable_names(), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         return ConfigError(f"unknown gin configurable {unknown.group(1)!r} in `{where}`{hint}")
-    bad_param = re.search(r"Configurable '([^']+)' doesn't have a parameter named '([^']+)'", message)
+    bad_param = re.search(
+        r"Configurable '([^']+)' doesn't have a parameter named '([^']+)'", message
+    )
     if bad_param:
         configurable, param = bad_param.groups()
         close = difflib.get_close_matches(param, _parameters_of(configurable), n=3)
@@ -161,8 +176,15 @@ def explain_gin_error(error: Exception) -> ConfigError:
 
 
 # What gin raises for a bad config; ConfigError (a ValueError) passes through as it is.
-_GIN_ERRORS = (ValueError, SyntaxError, TypeError, FileNotFoundError, ImportError,
-               AttributeError, NameError)
+_GIN_ERRORS = (
+    ValueError,
+    SyntaxError,
+    TypeError,
+    FileNotFoundError,
+    ImportError,
+    AttributeError,
+    NameError,
+)
 
 
 def parse_gin(flags: GinFlags, extra_bindings: list[str] | None = None, finalize: bool = True):

@@ -51,8 +51,9 @@ def _recording(reader):
     return read
 
 
-gin.config._FILE_READERS[:] = [(_recording(reader), _tolerant(check))
-                               for reader, check in gin.config._FILE_READERS]
+gin.config._FILE_READERS[:] = [
+    (_recording(reader), _tolerant(check)) for reader, check in gin.config._FILE_READERS
+]
 
 
 class RecordFilesRead:
@@ -75,8 +76,11 @@ def files_read_by_last_parse() -> list[str]:
 
 def bindings_of(selector: str) -> dict[str, dict]:
     """{scope: {parameter: raw value}} bound to the configurable with this complete selector."""
-    return {scope: dict(params) for (scope, complete), params in gin.config._CONFIG.items()
-            if complete == selector}
+    return {
+        scope: dict(params)
+        for (scope, complete), params in gin.config._CONFIG.items()
+        if complete == selector
+    }
 
 
 def all_bindings() -> dict[tuple[str, str], dict]:

@@ -48,15 +48,18 @@ def _model(
 
     `config` defaults to the T5Config bound by the model gin file (`T5Config.emb_dim = ...`).
     """
-    return build_model(config or config_from_gin(), z_loss=z_loss, label_smoothing=label_smoothing,
-                       loss_normalizing_factor=loss_normalizing_factor)
+    return build_model(
+        config or config_from_gin(),
+        z_loss=z_loss,
+        label_smoothing=label_smoothing,
+        loss_normalizing_factor=loss_normalizing_factor,
+    )
 
 
 # T5X's run records and partitioner.
 DatasetConfig = gin.external_configurable(configs.DatasetConfig, module="utils")
 SaveCheckpointConfig = gin.external_configurable(configs.SaveCheckpointConfig, module="utils")
-RestoreCheckpointConfig = gin.external_configurable(configs.RestoreCheckpointConfig,
-                                                    module="utils")
+RestoreCheckpointConfig = gin.external_configurable(configs.RestoreCheckpointConfig, module="utils")
 CheckpointConfig = gin.external_configurable(configs.CheckpointConfig, module="utils")
 PjitPartitioner = gin.external_configurable(partitioning.PjitPartitioner, module="partitioning")
 
@@ -69,7 +72,8 @@ gin.external_configurable(DecoderOnlyModel, module="models")
 gin.external_configurable(optimizers.adafactor, name="Adafactor", module="adafactor")
 gin.external_configurable(optimizers.adamw, name="adamw", module="optimizers")
 create_learning_rate_scheduler = gin.external_configurable(
-    schedules.create_learning_rate_scheduler, module="utils")
+    schedules.create_learning_rate_scheduler, module="utils"
+)
 
 # The three run functions, under the names the run gin files bind (`train.model = %MODEL`).
 train = gin.external_configurable(run_train, name="train")

@@ -15,8 +15,10 @@ from gin import config_parser
 
 from t5forge.errors import ConfigError
 
-_FIX = ("write the value as gin does: a Python literal (strings quoted, brackets closed, "
-        "e.g. {'inputs': 512, 'targets': 114}), a %MACRO or an @reference")
+_FIX = (
+    "write the value as gin does: a Python literal (strings quoted, brackets closed, "
+    "e.g. {'inputs': 512, 'targets': 114}), a %MACRO or an @reference"
+)
 
 
 class _AnyReference(config_parser.ParserDelegate):

@@ -28,7 +28,6 @@ COMMANDS = {
 }
 
 
-
 def _usage() -> str:
     lines = ["usage: t5forge <command> [flags]", "", "commands:"]
     for name, module_name in COMMANDS.items():
@@ -65,8 +64,11 @@ def run_command(module_name: str, argv: list[str]) -> int:
         if code is None:
             raise
         where = original_attribute(e, "filename") if isinstance(e, OSError) else None
-        print(f"error: cannot write {where or 'the output'}: {os.strerror(code)}; free space or "
-              "choose a writable directory, then rerun", file=sys.stderr)
+        print(
+            f"error: cannot write {where or 'the output'}: {os.strerror(code)}; free space or "
+            "choose a writable directory, then rerun",
+            file=sys.stderr,
+        )
         return 2
 
 

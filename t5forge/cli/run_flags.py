@@ -20,8 +20,7 @@ from t5forge.training import partitioning
 ROOTS = {"train": "train", "eval": "evaluate", "infer": "infer"}
 
 
-def parse_common_flags(rest: list[str], help_text: str,
-                       command: str) -> argparse.Namespace | None:
+def parse_common_flags(rest: list[str], help_text: str, command: str) -> argparse.Namespace | None:
     """Handles the non-gin flags all run commands share; None means `--help` was printed.
 
     --module_import=MOD (repeatable) imports user task modules; --coordinator_address,
@@ -29,15 +28,22 @@ def parse_common_flags(rest: list[str], help_text: str,
     an unused gin binding an error.
     """
     parser = argparse.ArgumentParser(
-        prog=f"t5forge {command}", description=help_text,
+        prog=f"t5forge {command}",
+        description=help_text,
         epilog="gin: --gin_file=FILE (repeatable), --gin.NAME=VALUE, --gin_search_paths=DIR,...",
     )
-    parser.add_argument("--gin_strict", action="store_true",
-                        help="a gin binding no configurable of this command reads is an error "
-                             "(exit 2) instead of a warning")
+    parser.add_argument(
+        "--gin_strict",
+        action="store_true",
+        help="a gin binding no configurable of this command reads is an error "
+        "(exit 2) instead of a warning",
+    )
     parser.add_argument("--module_import", action="append", default=[])
-    parser.add_argument("--seqio_additional_cache_dirs", default="",
-                        help="comma-separated dirs written by `t5forge cache-tasks` (T5X's flag)")
+    parser.add_argument(
+        "--seqio_additional_cache_dirs",
+        default="",
+        help="comma-separated dirs written by `t5forge cache-tasks` (T5X's flag)",
+    )
     parser.add_argument("--coordinator_address")
     parser.add_argument("--process_count", type=int)
     parser.add_argument("--process_index", type=int)
@@ -48,8 +54,9 @@ def parse_common_flags(rest: list[str], help_text: str,
     if unknown:
         raise ConfigError(f"unknown flag {unknown[0]!r}; see --help")
     if args.coordinator_address or args.process_count is not None:
-        partitioning.initialize_distributed(args.coordinator_address, args.process_count,
-                                            args.process_index)
+        partitioning.initialize_distributed(
+            args.coordinator_address, args.process_count, args.process_index
+        )
     import_task_modules(args.module_import)
     from t5forge.data.cache_dirs import add_global_cache_dirs
 

@@ -22,7 +22,7 @@ _SETTING_FLAGS = {
     "host": "address to bind; the default 127.0.0.1 reaches this machine only (0.0.0.0: all)",
     "port": "TCP port",
     "max_batch_size": "most rows (inputs, or input-choice pairs) in one device batch; 1 turns "
-                      "batching off",
+    "batching off",
     "max_wait_ms": "longest a row waits for others to fill its batch",
     "max_queue": "rows that may wait for the device; beyond that requests get 503 + Retry-After",
     "max_items": "most inputs (or input-choice pairs) in one request (more: 413)",
@@ -32,41 +32,58 @@ _SETTING_FLAGS = {
     "max_target_length": "longest /v1/score target or /v1/classify choice, in tokens",
     "max_num_beams": "most beams a request may ask for",
     "warmup_num_beams": "beam count compiled at start-up (0: none; other counts and "
-                        "max_new_tokens compile on their first request)",
+    "max_new_tokens compile on their first request)",
     "input_length_policy": "inputs over the maximum input length: 'refuse' them (422) or "
-                           "'truncate' them (said in each response's 'truncated')",
+    "'truncate' them (said in each response's 'truncated')",
     "max_input_length": "maximum input length in tokens (default: the inputs length the "
-                        "checkpoint was trained with, a HF config's n_positions, else 512)",
+    "checkpoint was trained with, a HF config's n_positions, else 512)",
     "retry_after_s": "Retry-After seconds sent with 503",
 }
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="t5forge serve", description=HELP,
+        prog="t5forge serve",
+        description=HELP,
         epilog="Endpoints: POST /v1/predict, /v1/score, /v1/classify; GET /healthz (200 once "
-               "warm), /metrics (Prometheus), /docs (OpenAPI). SIGTERM finishes the requests "
-               "in flight, then exits 0.")
-    parser.add_argument("--checkpoint", required=True,
-                        help="a t5forge run or checkpoint_<step> dir, a Hugging Face model dir, "
-                             "or a T5X checkpoint (with --config)")
-    parser.add_argument("--config", help="model preset or gin file, for T5X checkpoints (which "
-                                         "record none) or to override the stored config")
-    parser.add_argument("--vocab", help="SentencePiece model to use instead of the one beside "
-                                        "the checkpoint")
+        "warm), /metrics (Prometheus), /docs (OpenAPI). SIGTERM finishes the requests "
+        "in flight, then exits 0.",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        required=True,
+        help="a t5forge run or checkpoint_<step> dir, a Hugging Face model dir, "
+        "or a T5X checkpoint (with --config)",
+    )
+    parser.add_argument(
+        "--config",
+        help="model preset or gin file, for T5X checkpoints (which "
+        "record none) or to override the stored config",
+    )
+    parser.add_argument(
+        "--vocab", help="SentencePiece model to use instead of the one beside the checkpoint"
+    )
     parser.add_argument("--extra_ids", type=int, default=100, help="sentinel ids of --vocab")
-    parser.add_argument("--api_key", default=os.environ.get("T5FORGE_API_KEY"),
-                        help="require 'Authorization: Bearer KEY' on /v1/* and /metrics "
-                             "(default: $T5FORGE_API_KEY; unset: no key)")
-    parser.add_argument("--log_level", default="info",
-                        choices=("critical", "error", "warning", "info", "debug"))
+    parser.add_argument(
+        "--api_key",
+        default=os.environ.get("T5FORGE_API_KEY"),
+        help="require 'Authorization: Bearer KEY' on /v1/* and /metrics "
+        "(default: $T5FORGE_API_KEY; unset: no key)",
+    )
+    parser.add_argument(
+        "--log_level", default="info", choices=("critical", "error", "warning", "info", "debug")
+    )
     fields = {f.name: f for f in dataclasses.fields(ServerSettings)}
     for name, text in _SETTING_FLAGS.items():
         default = getattr(_DEFAULTS, name)
         kind = {"int": int, "float": float}.get(str(fields[name].type).split(" ")[0], str)
-        parser.add_argument(f"--{name}", type=kind, default=default,
-                            choices=INPUT_LENGTH_POLICIES if name == "input_length_policy"
-                            else None, help=f"{text} (default: {default})")
+        parser.add_argument(
+            f"--{name}",
+            type=kind,
+            default=default,
+            choices=INPUT_LENGTH_POLICIES if name == "input_length_policy" else None,
+            help=f"{text} (default: {default})",
+        )
     return parser
 
 
@@ -74,8 +91,15 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     from t5forge.serving.server import serve
 
-    settings = ServerSettings(api_key=args.api_key,
-                              **{name: getattr(args, name) for name in _SETTING_FLAGS})
-    serve(args.checkpoint, vocab=args.vocab, extra_ids=args.extra_ids, config=args.config,
-          settings=settings, log_level=args.log_level)
+    settings = ServerSettings(
+        api_key=args.api_key, **{name: getattr(args, name) for name in _SETTING_FLAGS}
+    )
+    serve(
+        args.checkpoint,
+        vocab=args.vocab,
+        extra_ids=args.extra_ids,
+        config=args.config,
+        settings=settings,
+        log_level=args.log_level,
+    )
     return 0

@@ -21,23 +21,33 @@ HELP = "list registered tasks and mixtures, show one, or preview its processed e
 
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--module_import", action="append", default=[],
-                        help="module that registers more tasks (repeatable)")
-    common.add_argument("--vocab", help="SentencePiece model for built-in tasks "
-                        "(default: $T5FORGE_VOCAB)")
+    common.add_argument(
+        "--module_import",
+        action="append",
+        default=[],
+        help="module that registers more tasks (repeatable)",
+    )
+    common.add_argument(
+        "--vocab", help="SentencePiece model for built-in tasks (default: $T5FORGE_VOCAB)"
+    )
     parser = argparse.ArgumentParser(prog="t5forge tasks", description=HELP)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("list", parents=[common], help="names of all registered tasks and mixtures")
-    show = commands.add_parser("show", parents=[common],
-                               help="source, splits, steps and features of one task")
+    show = commands.add_parser(
+        "show", parents=[common], help="source, splits, steps and features of one task"
+    )
     show.add_argument("name")
-    preview = commands.add_parser("preview", parents=[common],
-                                  help="first processed examples, decoded")
+    preview = commands.add_parser(
+        "preview", parents=[common], help="first processed examples, decoded"
+    )
     preview.add_argument("name")
     preview.add_argument("--split", default="validation")
     preview.add_argument("-n", "--num_examples", type=int, default=3)
-    preview.add_argument("--sequence_length", default="inputs=512,targets=114",
-                         help="feature lengths, e.g. inputs=512,targets=114")
+    preview.add_argument(
+        "--sequence_length",
+        default="inputs=512,targets=114",
+        help="feature lengths, e.g. inputs=512,targets=114",
+    )
     preview.add_argument("--seed", type=int, default=0)
     preview.add_argument("--shuffle", action="store_true", help="shuffle before taking examples")
     return parser
@@ -48,8 +58,9 @@ def _parse_lengths(text: str) -> dict[str, int]:
     for part in filter(None, text.split(",")):
         name, _, value = part.partition("=")
         if not value.strip().isdigit():
-            raise DataError(f"--sequence_length {text!r}: write name=length pairs, "
-                            "e.g. inputs=512,targets=114")
+            raise DataError(
+                f"--sequence_length {text!r}: write name=length pairs, e.g. inputs=512,targets=114"
+            )
         lengths[name.strip()] = int(value)
     return lengths
 
@@ -87,10 +98,14 @@ def _show(name: str) -> None:
         print(f"    {step!r}")
     print("  output features:")
     for feature_name, feature in item.output_features.items():
-        print(f"    {feature_name}: {feature.vocabulary!r}, add_eos={feature.add_eos}, "
-              f"required={feature.required}")
-    metric_names = [getattr(m, "__name__", getattr(getattr(m, "func", m), "__name__", repr(m)))
-                    for m in item.metric_fns]
+        print(
+            f"    {feature_name}: {feature.vocabulary!r}, add_eos={feature.add_eos}, "
+            f"required={feature.required}"
+        )
+    metric_names = [
+        getattr(m, "__name__", getattr(getattr(m, "func", m), "__name__", repr(m)))
+        for m in item.metric_fns
+    ]
     print(f"  metrics: {', '.join(metric_names) or 'none'}")
 
 
@@ -99,8 +114,12 @@ def _preview(args) -> None:
 
     item = get_mixture_or_task(args.name)
     features = item.output_features
-    ds = item.get_dataset(args.split, sequence_length=_parse_lengths(args.sequence_length),
-                          shuffle=args.shuffle, seed=args.seed)
+    ds = item.get_dataset(
+        args.split,
+        sequence_length=_parse_lengths(args.sequence_length),
+        shuffle=args.shuffle,
+        seed=args.seed,
+    )
     shown = 0
     for index, example in enumerate(itertools.islice(ds, args.num_examples)):
         print(f"--- example {index}")

@@ -24,7 +24,9 @@ def main(argv: list[str]) -> int:
     except TypeError as e:
         if "missing" in str(e) and "required" in str(e):
             missing = str(e).splitlines()[0].split(":", 1)[-1].strip()
-            raise ConfigError(f"incomplete gin config for train, missing {missing}; include "
-                              "runs/pretrain.gin or runs/finetune.gin (--gin_file=...)") from None
+            raise ConfigError(
+                f"incomplete gin config for train, missing {missing}; include "
+                "runs/pretrain.gin or runs/finetune.gin (--gin_file=...)"
+            ) from None
         raise
     return 0

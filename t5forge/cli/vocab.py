@@ -27,29 +27,58 @@ def _parser() -> argparse.ArgumentParser:
         "'pairs/*.jsonl.gz':de for one vocabulary over two languages.",
     )
     source = train.add_mutually_exclusive_group(required=True)
-    source.add_argument("--input", nargs="+", action="extend", metavar="PATH[:FIELD]",
-                        help="text files (one sentence per line) or JSONL(.gz) files; PATH may "
-                        "be a glob, FIELD the JSON field to read from it (default: --field); "
-                        "repeatable")
-    source.add_argument("--task", metavar="NAME",
-                        help="a registered task (built-in or from --module_import): read its "
-                        "raw source")
-    train.add_argument("--field", default="text",
-                       help="JSON/task field to read where an --input names none (default: text)")
-    train.add_argument("--module_import", action="append", default=[], metavar="MODULE",
-                       help="module that registers the --task (repeatable)")
+    source.add_argument(
+        "--input",
+        nargs="+",
+        action="extend",
+        metavar="PATH[:FIELD]",
+        help="text files (one sentence per line) or JSONL(.gz) files; PATH may "
+        "be a glob, FIELD the JSON field to read from it (default: --field); "
+        "repeatable",
+    )
+    source.add_argument(
+        "--task",
+        metavar="NAME",
+        help="a registered task (built-in or from --module_import): read its raw source",
+    )
+    train.add_argument(
+        "--field",
+        default="text",
+        help="JSON/task field to read where an --input names none (default: text)",
+    )
+    train.add_argument(
+        "--module_import",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="module that registers the --task (repeatable)",
+    )
     train.add_argument("--split", default="train", help="task split to read (default: train)")
     train.add_argument("--vocab_size", type=int, required=True, help="pieces in the model")
-    train.add_argument("--extra_ids", type=int, default=100,
-                       help="sentinels the model will be loaded with (default: 100)")
+    train.add_argument(
+        "--extra_ids",
+        type=int,
+        default=100,
+        help="sentinels the model will be loaded with (default: 100)",
+    )
     train.add_argument("--model_type", choices=vocab_trainer.MODEL_TYPES, default="unigram")
-    train.add_argument("--byte_fallback", action="store_true",
-                       help="spell unknown characters as UTF-8 byte pieces (lossless)")
-    train.add_argument("--input_sentence_size", type=int, default=0,
-                       help="sample this many sentences for training (0: use all)")
-    train.add_argument("--whole_words", default="",
-                       help="comma-separated words kept as one piece each, e.g. a classifier's "
-                       "labels (fresh,rotten), so each label is one token")
+    train.add_argument(
+        "--byte_fallback",
+        action="store_true",
+        help="spell unknown characters as UTF-8 byte pieces (lossless)",
+    )
+    train.add_argument(
+        "--input_sentence_size",
+        type=int,
+        default=0,
+        help="sample this many sentences for training (0: use all)",
+    )
+    train.add_argument(
+        "--whole_words",
+        default="",
+        help="comma-separated words kept as one piece each, e.g. a classifier's "
+        "labels (fresh,rotten), so each label is one token",
+    )
     train.add_argument("--output", required=True, help="where to write the .model file")
     train.add_argument("--no_progress", action="store_true", help="hide the progress bar")
     return parser

@@ -17,19 +17,25 @@ from t5forge.data.regroup import RegroupIterDataset
 from t5forge.errors import DataError
 
 
-def random_spans_helper(inputs_length: int, noise_density: float = 0.15,
-                        mean_noise_span_length: float = 3.0,
-                        extra_tokens_per_span_inputs: int = 1,
-                        extra_tokens_per_span_targets: int = 1) -> tuple[int, int]:
+def random_spans_helper(
+    inputs_length: int,
+    noise_density: float = 0.15,
+    mean_noise_span_length: float = 3.0,
+    extra_tokens_per_span_inputs: int = 1,
+    extra_tokens_per_span_targets: int = 1,
+) -> tuple[int, int]:
     """How many raw tokens to corrupt so the inputs fill `inputs_length`; and targets length.
 
     Counts one sentinel per noise span on each side and one EOS. 512 -> (568, 114).
     """
+
     def corrupted_lengths(raw_length: int) -> tuple[int, int]:
         noise = int(round(raw_length * noise_density))
         spans = int(round(noise / mean_noise_span_length))
-        return (raw_length - noise + spans * extra_tokens_per_span_inputs + 1,
-                noise + spans * extra_tokens_per_span_targets + 1)
+        return (
+            raw_length - noise + spans * extra_tokens_per_span_inputs + 1,
+            noise + spans * extra_tokens_per_span_targets + 1,
+        )
 
     raw_length = inputs_length - 1
     while corrupted_lengths(raw_length + 1)[0] <= inputs_length:
@@ -41,15 +47,16 @@ def random_spans_helper(inputs_length: int, noise_density: float = 0.15,
     return raw_length, targets_length
 
 
-def _random_segment_lengths(num_items: int, num_segments: int, num_rows: int,
-                            rng: np.random.Generator) -> np.ndarray:
+def _random_segment_lengths(
+    num_items: int, num_segments: int, num_rows: int, rng: np.random.Generator
+) -> np.ndarray:
     """[num_rows, num_segments] run lengths: each row splits `num_items` into non-empty runs.
 
     Every split is equally likely (as T5's random segmentation): a fixed row of gap markers,
     num_segments - 1 of them set, is shuffled per row; a set marker ends a run.
     """
     gaps = np.zeros((num_rows, num_items - 1), bool)
-    gaps[:, :num_segments - 1] = True
+    gaps[:, : num_segments - 1] = True
     _, cut_after = np.nonzero(rng.permuted(gaps, axis=1))
     bounds = np.empty((num_rows, num_segments + 1), np.int64)
     bounds[:, 0], bounds[:, -1] = 0, num_items
@@ -57,9 +64,13 @@ def _random_segment_lengths(num_items: int, num_segments: int, num_rows: int,
     return np.diff(bounds, axis=1)
 
 
-def random_spans_noise_mask(length: int, noise_density: float, rng: np.random.Generator,
-                            mean_noise_span_length: float = 3.0,
-                            num_rows: int | None = None) -> np.ndarray:
+def random_spans_noise_mask(
+    length: int,
+    noise_density: float,
+    rng: np.random.Generator,
+    mean_noise_span_length: float = 3.0,
+    num_rows: int | None = None,
+) -> np.ndarray:
     """Boolean mask with round(length*density) noise tokens in spans of the given mean length.
 
     Spans alternate non-noise, noise, ... starting with non-noise, so the first token is
@@ -101,8 +112,9 @@ def nonnoise_span_to_unique_sentinel(tokens, noise_mask, vocab_size: int) -> np.
     return noise_span_to_unique_sentinel(tokens, ~np.asarray(noise_mask, bool), vocab_size)
 
 
-def _concatenated_chunks(group: list[Example], rng: np.random.Generator,
-                         max_chunk_length: int) -> np.ndarray:
+def _concatenated_chunks(
+    group: list[Example], rng: np.random.Generator, max_chunk_length: int
+) -> np.ndarray:
     """The group's 'targets' documents end to end, each cut to one random aligned window.
 
     A document longer than max_chunk_length keeps one of its max_chunk_length windows,
@@ -114,7 +126,7 @@ def _concatenated_chunks(group: list[Example], rng: np.random.Generator,
         if len(tokens) > max_chunk_length:
             num_windows = -(-len(tokens) // max_chunk_length)
             start = max_chunk_length * int(rng.integers(num_windows))
-            tokens = tokens[start:start + max_chunk_length]
+            tokens = tokens[start : start + max_chunk_length]
         chunks.append(tokens)
     return np.concatenate(chunks).astype(np.int32, copy=False) if chunks else np.zeros(0, np.int32)
 
@@ -122,19 +134,28 @@ def _concatenated_chunks(group: list[Example], rng: np.random.Generator,
 def _segment_blocks(tokens: np.ndarray, segment_length: int) -> list[np.ndarray]:
     """Consecutive segment_length pieces as 2-D blocks: the full rows, then the short tail."""
     full_rows = tokens.size // segment_length
-    blocks = [tokens[:full_rows * segment_length].reshape(full_rows, segment_length)]
+    blocks = [tokens[: full_rows * segment_length].reshape(full_rows, segment_length)]
     if tokens.size % segment_length:
-        blocks.append(tokens[full_rows * segment_length:][None])
+        blocks.append(tokens[full_rows * segment_length :][None])
     return [block for block in blocks if len(block)]
 
 
-def _corrupt_spans(group, rng, segment_length, vocab_size, noise_density,
-                   mean_noise_span_length, input_key, max_chunk_length):
+def _corrupt_spans(
+    group,
+    rng,
+    segment_length,
+    vocab_size,
+    noise_density,
+    mean_noise_span_length,
+    input_key,
+    max_chunk_length,
+):
     out = []
     tokens = _concatenated_chunks(group, rng, max_chunk_length)
     for block in _segment_blocks(tokens, segment_length):
-        masks = random_spans_noise_mask(block.shape[1], noise_density, rng,
-                                        mean_noise_span_length, num_rows=len(block))
+        masks = random_spans_noise_mask(
+            block.shape[1], noise_density, rng, mean_noise_span_length, num_rows=len(block)
+        )
         inputs = noise_span_to_unique_sentinel(block, masks, vocab_size)
         targets = nonnoise_span_to_unique_sentinel(block, masks, vocab_size)
         out.extend({input_key: i, "targets": t} for i, t in zip(inputs, targets))
@@ -142,7 +163,7 @@ def _corrupt_spans(group, rng, segment_length, vocab_size, noise_density,
 
 
 def _segments(tokens: np.ndarray, segment_length: int) -> list[np.ndarray]:
-    return [tokens[i:i + segment_length] for i in range(0, tokens.size, segment_length)]
+    return [tokens[i : i + segment_length] for i in range(0, tokens.size, segment_length)]
 
 
 def _split_prefix(group, rng, segment_length, input_key, max_chunk_length):
@@ -155,27 +176,42 @@ def _split_prefix(group, rng, segment_length, input_key, max_chunk_length):
     return out
 
 
-def _corrupt_iid(group, rng, segment_length, vocab_size, noise_density, input_key,
-                 max_chunk_length):
+def _corrupt_iid(
+    group, rng, segment_length, vocab_size, noise_density, input_key, max_chunk_length
+):
     out = []
     for segment in _segments(_concatenated_chunks(group, rng, max_chunk_length), segment_length):
         mask = rng.random(segment.size) < noise_density
-        out.append({input_key: noise_span_to_unique_sentinel(segment, mask, vocab_size),
-                    "targets": nonnoise_span_to_unique_sentinel(segment, mask, vocab_size)})
+        out.append(
+            {
+                input_key: noise_span_to_unique_sentinel(segment, mask, vocab_size),
+                "targets": nonnoise_span_to_unique_sentinel(segment, mask, vocab_size),
+            }
+        )
     return out
 
 
 def _needs_lengths(name: str, sequence_length, *keys) -> None:
     if sequence_length is None or any(sequence_length.get(k) is None for k in keys):
-        raise DataError(f"{name} needs sequence_length with {', '.join(keys)}; pass "
-                        f"sequence_length={{{', '.join(repr(k) + ': N' for k in keys)}}}")
+        raise DataError(
+            f"{name} needs sequence_length with {', '.join(keys)}; pass "
+            f"sequence_length={{{', '.join(repr(k) + ': N' for k in keys)}}}"
+        )
 
 
 @dataset_preprocessor
-def span_corruption(ds, sequence_length, output_features, seed,
-                    noise_density: float = 0.15, mean_noise_span_length: float = 3.0,
-                    input_feature_key: str = "inputs", merge_examples_to_reduce_padding=True,
-                    max_chunk_length: int = 65536, documents_per_merge: int = 128):
+def span_corruption(
+    ds,
+    sequence_length,
+    output_features,
+    seed,
+    noise_density: float = 0.15,
+    mean_noise_span_length: float = 3.0,
+    input_feature_key: str = "inputs",
+    merge_examples_to_reduce_padding=True,
+    max_chunk_length: int = 65536,
+    documents_per_merge: int = 128,
+):
     """T5's pretraining objective on tokenized 'targets' documents.
 
     A random chunk of each document; documents concatenated (128 at a time) and cut into
@@ -185,16 +221,23 @@ def span_corruption(ds, sequence_length, output_features, seed,
     """
     _needs_lengths("span_corruption", sequence_length, input_feature_key)
     raw_length, targets_length = random_spans_helper(
-        sequence_length[input_feature_key], noise_density, mean_noise_span_length)
+        sequence_length[input_feature_key], noise_density, mean_noise_span_length
+    )
     if sequence_length.get("targets") is not None and sequence_length["targets"] < targets_length:
-        raise DataError(f"span_corruption at {sequence_length[input_feature_key]} input tokens "
-                        f"makes {targets_length} target tokens; set sequence_length['targets'] "
-                        f">= {targets_length}")
+        raise DataError(
+            f"span_corruption at {sequence_length[input_feature_key]} input tokens "
+            f"makes {targets_length} target tokens; set sequence_length['targets'] "
+            f">= {targets_length}"
+        )
     corrupt = functools.partial(
-        _corrupt_spans, segment_length=raw_length, max_chunk_length=max_chunk_length,
+        _corrupt_spans,
+        segment_length=raw_length,
+        max_chunk_length=max_chunk_length,
         vocab_size=output_features["targets"].vocabulary.vocab_size,
-        noise_density=noise_density, mean_noise_span_length=mean_noise_span_length,
-        input_key=input_feature_key)
+        noise_density=noise_density,
+        mean_noise_span_length=mean_noise_span_length,
+        input_key=input_feature_key,
+    )
     group_size = documents_per_merge if merge_examples_to_reduce_padding else 1
     return RegroupIterDataset(ds, corrupt, group_size, seed)
 
@@ -204,25 +247,43 @@ def _segment_length(sequence_length, output_features, key):
 
 
 @dataset_preprocessor
-def prefix_lm(ds, sequence_length, output_features, seed,
-              input_feature_key: str = "inputs", max_chunk_length: int = 65536):
+def prefix_lm(
+    ds,
+    sequence_length,
+    output_features,
+    seed,
+    input_feature_key: str = "inputs",
+    max_chunk_length: int = 65536,
+):
     """Cuts each document into inputs-length segments, each split at a uniform random point."""
     _needs_lengths("prefix_lm", sequence_length, input_feature_key)
     split = functools.partial(
-        _split_prefix, input_key=input_feature_key, max_chunk_length=max_chunk_length,
-        segment_length=_segment_length(sequence_length, output_features, input_feature_key))
+        _split_prefix,
+        input_key=input_feature_key,
+        max_chunk_length=max_chunk_length,
+        segment_length=_segment_length(sequence_length, output_features, input_feature_key),
+    )
     return RegroupIterDataset(ds, split, 1, seed)
 
 
 @dataset_preprocessor
-def iid_denoising(ds, sequence_length, output_features, seed,
-                  noise_density: float = 0.15, input_feature_key: str = "inputs",
-                  max_chunk_length: int = 65536):
+def iid_denoising(
+    ds,
+    sequence_length,
+    output_features,
+    seed,
+    noise_density: float = 0.15,
+    input_feature_key: str = "inputs",
+    max_chunk_length: int = 65536,
+):
     """Like span corruption, but each token is noise independently (spans of mean ~1.2)."""
     _needs_lengths("iid_denoising", sequence_length, input_feature_key)
     corrupt = functools.partial(
-        _corrupt_iid, vocab_size=output_features["targets"].vocabulary.vocab_size,
-        noise_density=noise_density, input_key=input_feature_key,
+        _corrupt_iid,
+        vocab_size=output_features["targets"].vocabulary.vocab_size,
+        noise_density=noise_density,
+        input_key=input_feature_key,
         max_chunk_length=max_chunk_length,
-        segment_length=_segment_length(sequence_length, output_features, input_feature_key))
+        segment_length=_segment_length(sequence_length, output_features, input_feature_key),
+    )
     return RegroupIterDataset(ds, corrupt, 1, seed)

@@ -163,7 +163,8 @@ class Evaluator:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         return {
             data.task.name: self._evaluate_task(
-                data, task_predict_fns.get(data.task.name, predict_fn), score_fn, step)
+                data, task_predict_fns.get(data.task.name, predict_fn), score_fn, step
+            )
             for data in self._data
         }
 

@@ -85,5 +85,6 @@ class MixtureDataset(grain.IterDataset):
         self._probabilities, self._seed = probabilities, seed
 
     def __iter__(self):
-        return MixtureIterator([p.__iter__() for p in self.parents], self._probabilities,
-                                self._seed)
+        return MixtureIterator(
+            [p.__iter__() for p in self.parents], self._probabilities, self._seed
+        )

@@ -74,7 +74,10 @@ class _ExampleCall:
             if not self.dropped[self.name]:
                 logging.getLogger(__name__).warning(
                     "task %r: preprocessor %s dropped an example (counted in "
-                    "task.dropped_example_counts)", self.task_name, self.name)
+                    "task.dropped_example_counts)",
+                    self.task_name,
+                    self.name,
+                )
             self.dropped[self.name] += 1
         return result
 
@@ -106,8 +109,11 @@ class Preprocessor:
         return self.fn(*args, **{**self.kwargs, **kwargs})
 
     def _context_kwargs(self, ctx: PipelineContext, names=_CONTEXT_ARGS) -> dict[str, Any]:
-        values = {"sequence_length": ctx.sequence_length,
-                  "output_features": ctx.output_features, "context": ctx}
+        values = {
+            "sequence_length": ctx.sequence_length,
+            "output_features": ctx.output_features,
+            "context": ctx,
+        }
         return {n: values[n] for n in _accepted(self.fn, names) if n not in self.kwargs}
 
     def __repr__(self):
@@ -133,8 +139,9 @@ class ExamplePreprocessor(Preprocessor):
 
     def apply(self, ds, ctx: PipelineContext, seed: int):
         with_rng = "rng" in inspect.signature(self.fn).parameters
-        call = _ExampleCall(self, {**self.kwargs, **self._context_kwargs(ctx)},
-                            ctx.task_name, ctx.dropped, with_rng)
+        call = _ExampleCall(
+            self, {**self.kwargs, **self._context_kwargs(ctx)}, ctx.task_name, ctx.dropped, with_rng
+        )
         ds = ds.random_map(call, seed=seed) if with_rng else ds.map(call)
         if isinstance(ds, grain.IterDataset):
             ds = ds.filter(_not_none)

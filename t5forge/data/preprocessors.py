@@ -43,13 +43,34 @@ from t5forge.data.regroup import RegroupIterDataset
 from t5forge.errors import DataError
 
 __all__ = [
-    "LANGUAGE_NAMES", "BatchedExamplePreprocessor", "CacheDatasetPlaceholder",
-    "DatasetPreprocessor", "Example", "ExamplePreprocessor", "PipelineContext", "Preprocessor",
-    "append_eos", "append_eos_after_trim", "as_preprocessor", "batched_example_preprocessor",
-    "classify", "dataset_preprocessor", "example_preprocessor", "iid_denoising",
-    "noise_span_to_unique_sentinel", "nonnoise_span_to_unique_sentinel", "prefix_lm",
-    "random_spans_helper", "random_spans_noise_mask", "rank_classification", "rekey",
-    "span_corruption", "summarize", "tokenize", "translate", "truncate_head_and_tail",
+    "LANGUAGE_NAMES",
+    "BatchedExamplePreprocessor",
+    "CacheDatasetPlaceholder",
+    "DatasetPreprocessor",
+    "Example",
+    "ExamplePreprocessor",
+    "PipelineContext",
+    "Preprocessor",
+    "append_eos",
+    "append_eos_after_trim",
+    "as_preprocessor",
+    "batched_example_preprocessor",
+    "classify",
+    "dataset_preprocessor",
+    "example_preprocessor",
+    "iid_denoising",
+    "noise_span_to_unique_sentinel",
+    "nonnoise_span_to_unique_sentinel",
+    "prefix_lm",
+    "random_spans_helper",
+    "random_spans_noise_mask",
+    "rank_classification",
+    "rekey",
+    "span_corruption",
+    "summarize",
+    "tokenize",
+    "translate",
+    "truncate_head_and_tail",
 ]
 
 
@@ -75,8 +96,9 @@ def _with_eos(tokens, eos_id: int) -> np.ndarray:
 
 
 @batched_example_preprocessor
-def tokenize(examples: list[Example], output_features, copy_pretokenized: bool = True,
-             with_eos: bool = False) -> list[Example]:
+def tokenize(
+    examples: list[Example], output_features, copy_pretokenized: bool = True, with_eos: bool = False
+) -> list[Example]:
     """Encodes each string output feature with its vocabulary; keeps `<name>_pretokenized`.
 
     Each feature of a batch is encoded in one vocabulary call (sentencepiece's threads).
@@ -119,9 +141,21 @@ def append_eos_after_trim(example: Example, output_features, sequence_length=Non
 
 
 LANGUAGE_NAMES = {
-    "en": "English", "de": "German", "fr": "French", "ro": "Romanian", "es": "Spanish",
-    "it": "Italian", "nl": "Dutch", "pt": "Portuguese", "ru": "Russian", "zh": "Chinese",
-    "ja": "Japanese", "cs": "Czech", "fi": "Finnish", "tr": "Turkish", "pl": "Polish",
+    "en": "English",
+    "de": "German",
+    "fr": "French",
+    "ro": "Romanian",
+    "es": "Spanish",
+    "it": "Italian",
+    "nl": "Dutch",
+    "pt": "Portuguese",
+    "ru": "Russian",
+    "zh": "Chinese",
+    "ja": "Japanese",
+    "cs": "Czech",
+    "fi": "Finnish",
+    "tr": "Turkish",
+    "pl": "Polish",
 }
 
 
@@ -139,21 +173,30 @@ def translate(example: Example, source_language: str, target_language: str) -> E
 @example_preprocessor
 def summarize(example: Example, article_key: str, summary_key: str) -> Example:
     """inputs 'summarize: <article>', targets the summary."""
-    return {"inputs": f"summarize: {_field(example, article_key)}",
-            "targets": _field(example, summary_key)}
+    return {
+        "inputs": f"summarize: {_field(example, article_key)}",
+        "targets": _field(example, summary_key),
+    }
 
 
 @example_preprocessor
 def classify(example: Example, text_key: str, label_key: str, prefix: str) -> Example:
     """inputs '<prefix>: <text>', targets the label as text (e.g. 'sentiment: ...' -> 'fresh')."""
-    return {"inputs": f"{prefix}: {_field(example, text_key)}",
-            "targets": str(_field(example, label_key))}
+    return {
+        "inputs": f"{prefix}: {_field(example, text_key)}",
+        "targets": str(_field(example, label_key)),
+    }
 
 
 @example_preprocessor
-def truncate_head_and_tail(example: Example, sequence_length, output_features,
-                           key: str = "inputs", head_tokens: int | None = None,
-                           tail_tokens: int | None = None) -> Example:
+def truncate_head_and_tail(
+    example: Example,
+    sequence_length,
+    output_features,
+    key: str = "inputs",
+    head_tokens: int | None = None,
+    tail_tokens: int | None = None,
+) -> Example:
     """Keeps the first and last tokens of a long text (classification reads both ends).
 
     The budget is sequence_length[key], less one for EOS when the feature adds it. Naming one
@@ -161,8 +204,10 @@ def truncate_head_and_tail(example: Example, sequence_length, output_features,
     end; naming neither splits the budget in half, the head taking the odd token.
     """
     if head_tokens is not None and tail_tokens is not None:
-        raise DataError("truncate_head_and_tail takes head_tokens or tail_tokens, not both: "
-                        "the other end gets the rest of the budget")
+        raise DataError(
+            "truncate_head_and_tail takes head_tokens or tail_tokens, not both: "
+            "the other end gets the rest of the budget"
+        )
     if sequence_length is None or sequence_length.get(key) is None:
         return example
     budget = sequence_length[key] - (1 if output_features[key].add_eos else 0)
@@ -176,7 +221,7 @@ def truncate_head_and_tail(example: Example, sequence_length, output_features,
     else:
         tail = budget // 2
     head = budget - tail
-    return {**example, key: np.concatenate([tokens[:head], tokens[len(tokens) - tail:]])}
+    return {**example, key: np.concatenate([tokens[:head], tokens[len(tokens) - tail :]])}
 
 
 def _expand_choices(inputs_fn, targets_fn, is_correct_fn, mode, indexed):
@@ -184,12 +229,18 @@ def _expand_choices(inputs_fn, targets_fn, is_correct_fn, mode, indexed):
     targets = list(targets_fn(example))
     correct = [bool(c) for c in is_correct_fn(example)]
     if len(correct) != len(targets):
-        raise DataError(f"rank_classification: {len(targets)} choices but {len(correct)} "
-                        "is_correct flags for one example")
+        raise DataError(
+            f"rank_classification: {len(targets)} choices but {len(correct)} "
+            "is_correct flags for one example"
+        )
     inputs = inputs_fn(example)
     pairs = [
-        {"idx": np.asarray([index, i], np.int32), "inputs": inputs, "targets": target,
-         "is_correct": ok}
+        {
+            "idx": np.asarray([index, i], np.int32),
+            "inputs": inputs,
+            "targets": target,
+            "is_correct": ok,
+        }
         for i, (target, ok) in enumerate(zip(targets, correct))
     ]
     return [p for p in pairs if p["is_correct"]] if mode == "train" else pairs
@@ -204,8 +255,9 @@ def _regroup_single(expand, group, rng):
 
 
 @dataset_preprocessor
-def rank_classification(ds, inputs_fn: Callable, targets_fn: Callable,
-                        is_correct_fn: Callable, mode: str = "eval"):
+def rank_classification(
+    ds, inputs_fn: Callable, targets_fn: Callable, is_correct_fn: Callable, mode: str = "eval"
+):
     """One (inputs, choice) example per answer choice, with `idx` [example, choice].
 
     The model scores every pair; the prediction is the best-scoring choice of each example.
@@ -214,9 +266,10 @@ def rank_classification(ds, inputs_fn: Callable, targets_fn: Callable,
     if mode not in ("eval", "train"):
         raise DataError(f"rank_classification mode must be 'eval' or 'train', got {mode!r}")
     if not isinstance(ds, grain.MapDataset):
-        raise DataError("rank_classification must come before any dataset preprocessor that "
-                        "streams (it numbers examples by position)")
+        raise DataError(
+            "rank_classification must come before any dataset preprocessor that "
+            "streams (it numbers examples by position)"
+        )
     expand = functools.partial(_expand_choices, inputs_fn, targets_fn, is_correct_fn, mode)
     indexed = ds.map_with_index(_with_index)
     return RegroupIterDataset(indexed, functools.partial(_regroup_single, expand), 1, 0)
-

@@ -85,8 +85,11 @@ class _RegroupIterator(grain.DatasetIterator):
         if self._outputs is None:
             parent = copy.deepcopy(self._parent.get_state())
             return {"parent": parent, "group_index": self._group_index, "emitted": 0}
-        return {"parent": copy.deepcopy(self._group_start), "group_index": self._group_index,
-                "emitted": self._emitted}
+        return {
+            "parent": copy.deepcopy(self._group_start),
+            "group_index": self._group_index,
+            "emitted": self._emitted,
+        }
 
     def set_state(self, state):
         self._parent.set_state(state["parent"])
@@ -133,7 +136,8 @@ class _IndexedRegroupIterator(grain.DatasetIterator):
     def _group(self, group_index: int) -> list | None:
         if self._executor is None:
             self._executor = concurrent.futures.ThreadPoolExecutor(
-                max(1, READ_OPTIONS.num_threads), thread_name_prefix="t5forge-regroup")
+                max(1, READ_OPTIONS.num_threads), thread_name_prefix="t5forge-regroup"
+            )
         for ahead in range(group_index, group_index + self._lookahead + 1):
             if ahead not in self._pending:
                 self._pending[ahead] = self._executor.submit(self._build, ahead)
@@ -181,8 +185,9 @@ class RegroupIterDataset(grain.IterDataset):
     and built ahead in threads; over a streaming parent they are read in order.
     """
 
-    def __init__(self, parent, fn: Callable[[list, np.random.Generator], list], group_size: int,
-                 seed: int):
+    def __init__(
+        self, parent, fn: Callable[[list, np.random.Generator], list], group_size: int, seed: int
+    ):
         super().__init__(parent)
         self._fn, self._group_size, self._seed = fn, group_size, seed
 

@@ -82,11 +82,13 @@ def numbered_lines(path: str) -> Iterator[tuple[int, str]]:
                 except UnicodeDecodeError as e:
                     raise DataError(
                         f"{path}:{line_number}: not UTF-8 text (byte {raw[e.start]:#04x} at "
-                        f"column {e.start + 1}); re-encode the file as UTF-8") from None
+                        f"column {e.start + 1}); re-encode the file as UTF-8"
+                    ) from None
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise DataError(
             f"{path}: the gzip data is truncated or damaged after line {line_number} ({e}); "
-            "re-create or re-download the file") from None
+            "re-create or re-download the file"
+        ) from None
 
 
 def _read_json_lines(path: str) -> list[Example]:
@@ -105,14 +107,15 @@ def _read_json_lines(path: str) -> list[Example]:
             ) from None
         if not isinstance(row, dict):
             raise DataError(
-                f"{path}:{line_number}: expected a JSON object per line, "
-                f"got {type(row).__name__}"
+                f"{path}:{line_number}: expected a JSON object per line, got {type(row).__name__}"
             )
         expected = set(row) if expected is None else expected
         if not expected <= row.keys():
             missing = ", ".join(sorted(expected - row.keys()))
-            raise DataError(f"{path}:{line_number}: no field {missing} (the rows before have "
-                            "it); add it, with null for an absent value")
+            raise DataError(
+                f"{path}:{line_number}: no field {missing} (the rows before have "
+                "it); add it, with null for an absent value"
+            )
         rows.append(row)
     return rows
 
@@ -368,8 +371,9 @@ class FunctionSource:
         return self._split_names
 
     def split(self, split: str):
-        _check_split(f"FunctionSource({getattr(self.fn, '__name__', self.fn)})", split,
-                     self.split_names)
+        _check_split(
+            f"FunctionSource({getattr(self.fn, '__name__', self.fn)})", split, self.split_names
+        )
         probe = self.fn(split)
         if is_random_access(probe):
             return probe

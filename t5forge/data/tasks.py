@@ -77,11 +77,14 @@ class _FinalizeExample:
                     raise DataError(
                         f"task {self.task_name!r}: example has no feature {name!r} (has: "
                         f"{', '.join(sorted(out)) or 'nothing'}); add a preprocessor that "
-                        f"produces it (e.g. rekey) or declare Feature(required=False)")
+                        f"produces it (e.g. rekey) or declare Feature(required=False)"
+                    )
                 continue
             if isinstance(out[name], str):
-                raise DataError(f"task {self.task_name!r}: feature {name!r} is still text; add "
-                                "the tokenize preprocessor")
+                raise DataError(
+                    f"task {self.task_name!r}: feature {name!r} is still text; add "
+                    "the tokenize preprocessor"
+                )
             tokens = np.asarray(out[name], dtype=feature.dtype)
             if self.sequence_length and self.sequence_length.get(name) is not None:
                 tokens = tokens[: self.sequence_length[name]]
@@ -128,10 +131,18 @@ class DatasetProvider(abc.ABC):
         """Raw examples in a split (before preprocessing); None when unknown."""
 
     @abc.abstractmethod
-    def get_dataset(self, split: str, *, sequence_length: Mapping[str, int] | None = None,
-                    shuffle: bool = True, seed: int | None = None, shard_index: int = 0,
-                    num_shards: int = 1, num_epochs: int | None = 1,
-                    use_cached: bool = False) -> grain.IterDataset:
+    def get_dataset(
+        self,
+        split: str,
+        *,
+        sequence_length: Mapping[str, int] | None = None,
+        shuffle: bool = True,
+        seed: int | None = None,
+        shard_index: int = 0,
+        num_shards: int = 1,
+        num_epochs: int | None = 1,
+        use_cached: bool = False,
+    ) -> grain.IterDataset:
         """The preprocessed split as a grain IterDataset."""
 
 
@@ -160,21 +171,28 @@ class Task(DatasetProvider):
         if not isinstance(name, str) or not _NAME_PATTERN.match(name):
             raise DataError(f"task name {name!r} must be letters, digits and _ . : / - only")
         if not output_features:
-            raise DataError(f"task {name!r} needs output_features, e.g. "
-                            "{'inputs': Feature(vocab), 'targets': Feature(vocab)}")
+            raise DataError(
+                f"task {name!r} needs output_features, e.g. "
+                "{'inputs': Feature(vocab), 'targets': Feature(vocab)}"
+            )
         for feature_name, feature in output_features.items():
             if not isinstance(feature, Feature):
-                raise DataError(f"task {name!r}: output feature {feature_name!r} must be a "
-                                f"Feature, got {type(feature).__name__}")
+                raise DataError(
+                    f"task {name!r}: output feature {feature_name!r} must be a "
+                    f"Feature, got {type(feature).__name__}"
+                )
         self.name = name
         self.source = source
         self.preprocessors: tuple[Preprocessor | CacheDatasetPlaceholder, ...] = tuple(
-            as_preprocessor(p) for p in preprocessors)
-        placeholders = [i for i, p in enumerate(self.preprocessors)
-                        if isinstance(p, CacheDatasetPlaceholder)]
+            as_preprocessor(p) for p in preprocessors
+        )
+        placeholders = [
+            i for i, p in enumerate(self.preprocessors) if isinstance(p, CacheDatasetPlaceholder)
+        ]
         if len(placeholders) > 1:
-            raise DataError(f"task {name!r} has {len(placeholders)} CacheDatasetPlaceholders; "
-                            "keep one")
+            raise DataError(
+                f"task {name!r} has {len(placeholders)} CacheDatasetPlaceholders; keep one"
+            )
         self._cache_index = placeholders[0] if placeholders else len(self.preprocessors)
         self.output_features = dict(output_features)
         self.postprocess_fn = postprocess_fn
@@ -220,7 +238,8 @@ class Task(DatasetProvider):
                 raise DataError(
                     f"task {self.name!r}: label {label!r} is {len(tokens)} tokens {tokens} in "
                     "the targets vocabulary, not one; train the vocabulary with the label as a "
-                    "piece, or drop single_token_labels and decode (or rank-classify) instead")
+                    "piece, or drop single_token_labels and decode (or rank-classify) instead"
+                )
             ids.append(int(tokens[0]))
         return tuple(ids)
 
@@ -232,15 +251,18 @@ class Task(DatasetProvider):
     @property
     def uncached_preprocessors(self) -> tuple[Preprocessor, ...]:
         """Steps run on top of a cache (after the placeholder)."""
-        return self.preprocessors[self._cache_index + 1:]
+        return self.preprocessors[self._cache_index + 1 :]
 
     def _check_sharding(self, shard_index: int, num_shards: int) -> None:
         if num_shards < 1 or not 0 <= shard_index < num_shards:
-            raise DataError(f"task {self.name!r}: shard_index {shard_index} must be in "
-                            f"[0, num_shards={num_shards})")
+            raise DataError(
+                f"task {self.name!r}: shard_index {shard_index} must be in "
+                f"[0, num_shards={num_shards})"
+            )
 
-    def _raw_dataset(self, split, *, shuffle, seed, shard_index, num_shards, num_epochs,
-                     use_cached):
+    def _raw_dataset(
+        self, split, *, shuffle, seed, shard_index, num_shards, num_epochs, use_cached
+    ):
         if use_cached:
             from t5forge.data.cache import CachedSource
 
@@ -248,8 +270,9 @@ class Task(DatasetProvider):
             where = f"cache of task {self.name!r} split {split!r}"
         else:
             if split not in self.splits:
-                raise DataError(f"task {self.name!r} has no split {split!r}; splits: "
-                                f"{', '.join(self.splits)}")
+                raise DataError(
+                    f"task {self.name!r} has no split {split!r}; splits: {', '.join(self.splits)}"
+                )
             data = self.source.split(split)
             where = f"task {self.name!r} split {split!r}"
         if not is_random_access(data):
@@ -259,8 +282,10 @@ class Task(DatasetProvider):
         ds = grain.MapDataset.source(data)
         if num_shards > 1:
             if len(data) < num_shards:
-                raise DataError(f"{where} has {len(data)} examples, fewer than the "
-                                f"{num_shards} shards asked for; use fewer shards")
+                raise DataError(
+                    f"{where} has {len(data)} examples, fewer than the "
+                    f"{num_shards} shards asked for; use fewer shards"
+                )
             ds = ds[shard_index::num_shards]
         if shuffle:
             ds = ds.shuffle(seed=seed)
@@ -269,8 +294,9 @@ class Task(DatasetProvider):
         return ds
 
     def _apply(self, ds, steps, first_step_index, base_seed, sequence_length):
-        context = PipelineContext(self.name, self.output_features, sequence_length, base_seed,
-                                  self.dropped_example_counts)
+        context = PipelineContext(
+            self.name, self.output_features, sequence_length, base_seed, self.dropped_example_counts
+        )
         for offset, step in enumerate(steps):
             ds = step.apply(ds, context, _step_seed(base_seed, first_step_index + offset))
         return ds
@@ -296,12 +322,19 @@ class Task(DatasetProvider):
         """
         self._check_sharding(shard_index, num_shards)
         base_seed = task_seed(self.name, seed)
-        ds = self._raw_dataset(split, shuffle=shuffle, seed=base_seed, shard_index=shard_index,
-                               num_shards=num_shards, num_epochs=num_epochs,
-                               use_cached=use_cached)
+        ds = self._raw_dataset(
+            split,
+            shuffle=shuffle,
+            seed=base_seed,
+            shard_index=shard_index,
+            num_shards=num_shards,
+            num_epochs=num_epochs,
+            use_cached=use_cached,
+        )
         if use_cached:
-            ds = self._apply(ds, self.uncached_preprocessors, self._cache_index + 1, base_seed,
-                             sequence_length)
+            ds = self._apply(
+                ds, self.uncached_preprocessors, self._cache_index + 1, base_seed, sequence_length
+            )
         else:
             steps = [p for p in self.preprocessors if not isinstance(p, CacheDatasetPlaceholder)]
             ds = self._apply(ds, steps, 0, base_seed, sequence_length)
@@ -310,19 +343,28 @@ class Task(DatasetProvider):
             ds = ds.to_iter_dataset(READ_OPTIONS)
         return ds
 
-    def cached_steps_dataset(self, split: str, shard_index: int = 0,
-                             num_shards: int = 1) -> grain.MapDataset | grain.IterDataset:
+    def cached_steps_dataset(
+        self, split: str, shard_index: int = 0, num_shards: int = 1
+    ) -> grain.MapDataset | grain.IterDataset:
         """The cached steps' unshuffled, single-epoch output, not yet an iterator: a
         MapDataset when every cached step keeps random access, so any index range of it can
         be computed on its own (how cache-tasks on Beam splits the work)."""
         self._check_sharding(shard_index, num_shards)
         base_seed = task_seed(self.name, 0)
-        ds = self._raw_dataset(split, shuffle=False, seed=base_seed, shard_index=shard_index,
-                               num_shards=num_shards, num_epochs=1, use_cached=False)
+        ds = self._raw_dataset(
+            split,
+            shuffle=False,
+            seed=base_seed,
+            shard_index=shard_index,
+            num_shards=num_shards,
+            num_epochs=1,
+            use_cached=False,
+        )
         return self._apply(ds, self.cached_preprocessors, 0, base_seed, None)
 
-    def get_uncached_examples(self, split: str, shard_index: int = 0,
-                              num_shards: int = 1) -> grain.IterDataset:
+    def get_uncached_examples(
+        self, split: str, shard_index: int = 0, num_shards: int = 1
+    ) -> grain.IterDataset:
         """The unshuffled, single-epoch output of the cached steps (what cache-tasks writes)."""
         ds = self.cached_steps_dataset(split, shard_index, num_shards)
         if isinstance(ds, grain.MapDataset):
@@ -333,13 +375,20 @@ class Task(DatasetProvider):
 # ---------------------------------------------------------------- Mixture
 
 
-def mixing_rate_num_examples(task: Task, maximum: float | None = None, scale: float = 1.0,
-                             temperature: float = 1.0, split: str = "train") -> float:
+def mixing_rate_num_examples(
+    task: Task,
+    maximum: float | None = None,
+    scale: float = 1.0,
+    temperature: float = 1.0,
+    split: str = "train",
+) -> float:
     """Rate proportional to the task's size: (min(n * scale, maximum)) ** (1 / temperature)."""
     n = task.num_input_examples(split)
     if n is None:
-        raise DataError(f"task {task.name!r} does not know its {split!r} size; give the "
-                        "mixture a fixed rate for it")
+        raise DataError(
+            f"task {task.name!r} does not know its {split!r} size; give the "
+            "mixture a fixed rate for it"
+        )
     rate = n * scale
     if maximum is not None:
         rate = min(rate, maximum)
@@ -351,16 +400,22 @@ def mixing_rate_num_examples(task: Task, maximum: float | None = None, scale: fl
 class Mixture(DatasetProvider):
     """Several tasks sampled by rate: fixed numbers or callables `rate(task) -> float`."""
 
-    def __init__(self, name: str, tasks_and_rates: Sequence[Any],
-                 default_rate: float | Callable[[Task], float] | None = None):
+    def __init__(
+        self,
+        name: str,
+        tasks_and_rates: Sequence[Any],
+        default_rate: float | Callable[[Task], float] | None = None,
+    ):
         self.name = name
         self._rates: dict[str, float | Callable] = {}
         self._tasks: dict[str, Task] = {}
         for entry in tasks_and_rates:
             item, rate = entry if isinstance(entry, tuple) else (entry, default_rate)
             if rate is None:
-                raise DataError(f"mixture {name!r}: no rate for {getattr(item, 'name', item)!r};"
-                                " give (task, rate) pairs or a default_rate")
+                raise DataError(
+                    f"mixture {name!r}: no rate for {getattr(item, 'name', item)!r};"
+                    " give (task, rate) pairs or a default_rate"
+                )
             resolved = get_mixture_or_task(item) if isinstance(item, str) else item
             for task in resolved.tasks:
                 sub_rate = rate
@@ -376,9 +431,11 @@ class Mixture(DatasetProvider):
         first = next(iter(self._tasks.values()))
         for task in self._tasks.values():
             if set(task.output_features) != set(first.output_features):
-                raise DataError(f"mixture {name!r}: task {task.name!r} has features "
-                                f"{sorted(task.output_features)}, {first.name!r} has "
-                                f"{sorted(first.output_features)}; they must match")
+                raise DataError(
+                    f"mixture {name!r}: task {task.name!r} has features "
+                    f"{sorted(task.output_features)}, {first.name!r} has "
+                    f"{sorted(first.output_features)}; they must match"
+                )
 
     def __repr__(self):
         return f"Mixture({self.name!r}, tasks={list(self._tasks)})"
@@ -408,10 +465,18 @@ class Mixture(DatasetProvider):
         counts = [t.num_input_examples(split) for t in self.tasks]
         return None if None in counts else sum(counts)
 
-    def get_dataset(self, split: str, *, sequence_length: Mapping[str, int] | None = None,
-                    shuffle: bool = True, seed: int | None = None, shard_index: int = 0,
-                    num_shards: int = 1, num_epochs: int | None = 1,
-                    use_cached: bool = False) -> grain.IterDataset:
+    def get_dataset(
+        self,
+        split: str,
+        *,
+        sequence_length: Mapping[str, int] | None = None,
+        shuffle: bool = True,
+        seed: int | None = None,
+        shard_index: int = 0,
+        num_shards: int = 1,
+        num_epochs: int | None = 1,
+        use_cached: bool = False,
+    ) -> grain.IterDataset:
         """Examples sampled from the tasks by normalized rate, deterministic for a seed.
 
         Stops when a sampled task runs out; pass num_epochs=None for training.
@@ -420,9 +485,16 @@ class Mixture(DatasetProvider):
         rates = np.asarray([self.get_rate(t) for t in tasks], dtype=np.float64)
         keep = _KeepFeatures(self.output_features)
         parents = [
-            t.get_dataset(split, sequence_length=sequence_length, shuffle=shuffle, seed=seed,
-                          shard_index=shard_index, num_shards=num_shards,
-                          num_epochs=num_epochs, use_cached=use_cached).map(keep)
+            t.get_dataset(
+                split,
+                sequence_length=sequence_length,
+                shuffle=shuffle,
+                seed=seed,
+                shard_index=shard_index,
+                num_shards=num_shards,
+                num_epochs=num_epochs,
+                use_cached=use_cached,
+            ).map(keep)
             for t in tasks
         ]
         return MixtureDataset(parents, rates / rates.sum(), task_seed(self.name, seed))
@@ -459,8 +531,10 @@ class _Registry:
     @classmethod
     def _add(cls, item) -> Any:
         if item.name in TaskRegistry._items or item.name in MixtureRegistry._items:
-            raise DataError(f"{item.name!r} is already registered; call "
-                            f"{cls.__name__}.remove({item.name!r}) first to replace it")
+            raise DataError(
+                f"{item.name!r} is already registered; call "
+                f"{cls.__name__}.remove({item.name!r}) first to replace it"
+            )
         cls._items[item.name] = item
         return item
 
@@ -479,8 +553,9 @@ class TaskRegistry(_Registry):
 
     @classmethod
     def add(cls, task_or_name: Task | str, *args, **kwargs) -> Task:
-        task = task_or_name if isinstance(task_or_name, Task) else Task(task_or_name, *args,
-                                                                         **kwargs)
+        task = (
+            task_or_name if isinstance(task_or_name, Task) else Task(task_or_name, *args, **kwargs)
+        )
         return cls._add(task)
 
 
@@ -492,16 +567,21 @@ class MixtureRegistry(_Registry):
 
     @classmethod
     def add(cls, mixture_or_name: Mixture | str, *args, **kwargs) -> Mixture:
-        mixture = mixture_or_name if isinstance(mixture_or_name, Mixture) else Mixture(
-            mixture_or_name, *args, **kwargs)
+        mixture = (
+            mixture_or_name
+            if isinstance(mixture_or_name, Mixture)
+            else Mixture(mixture_or_name, *args, **kwargs)
+        )
         return cls._add(mixture)
 
 
 def _unknown_message(name: str, kind: str, known: Sequence[str]) -> str:
     close = difflib.get_close_matches(name, known, n=5, cutoff=0.6)
     hint = f"did you mean {', '.join(close)}?" if close else f"{len(known)} registered"
-    return (f"unknown {kind} {name!r}; {hint} (see `t5forge tasks list`; import the module "
-            "that registers it with --module_import)")
+    return (
+        f"unknown {kind} {name!r}; {hint} (see `t5forge tasks list`; import the module "
+        "that registers it with --module_import)"
+    )
 
 
 def get_mixture_or_task(name: str | DatasetProvider) -> DatasetProvider:

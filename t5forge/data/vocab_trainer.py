@@ -44,15 +44,17 @@ class VocabSummary:
     pieces_per_word: float  # held-out pieces per whitespace-separated word
 
     def format(self) -> str:
-        return "\n".join([
-            f"wrote {self.path} ({self.model_type})",
-            f"  vocab size:          {self.vocab_size} pieces + {self.extra_ids} extra ids "
-            f"= {self.vocab_size + self.extra_ids}",
-            f"  training sentences:  {self.training_sentences}",
-            f"  held-out sentences:  {self.heldout_sentences}",
-            f"  character coverage:  {self.character_coverage:.4%}",
-            f"  pieces per word:     {self.pieces_per_word:.3f}",
-        ])
+        return "\n".join(
+            [
+                f"wrote {self.path} ({self.model_type})",
+                f"  vocab size:          {self.vocab_size} pieces + {self.extra_ids} extra ids "
+                f"= {self.vocab_size + self.extra_ids}",
+                f"  training sentences:  {self.training_sentences}",
+                f"  held-out sentences:  {self.heldout_sentences}",
+                f"  character coverage:  {self.character_coverage:.4%}",
+                f"  pieces per word:     {self.pieces_per_word:.3f}",
+            ]
+        )
 
 
 def expand_inputs(specs: Sequence[str], default_field: str = "text") -> list[tuple[str, str]]:

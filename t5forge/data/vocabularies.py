@@ -77,8 +77,9 @@ class SentencePieceVocabulary:
                 f"cannot read vocabulary file {self.path} ({e.strerror}); "
                 "pass the path of a SentencePiece .model file"
             ) from None
-        sentinels = b"".join(_user_defined_piece(f"▁<extra_id_{i}>")
-                             for i in reversed(range(self.extra_ids)))
+        sentinels = b"".join(
+            _user_defined_piece(f"▁<extra_id_{i}>") for i in reversed(range(self.extra_ids))
+        )
         try:
             processor = sentencepiece.SentencePieceProcessor(model_proto=data + sentinels)
             if processor.GetPieceSize() <= self.extra_ids:
@@ -100,9 +101,9 @@ class SentencePieceVocabulary:
         self._processor = None
 
     def __eq__(self, other):
-        return (
-            isinstance(other, SentencePieceVocabulary)
-            and (self.path, self.extra_ids) == (other.path, other.extra_ids)
+        return isinstance(other, SentencePieceVocabulary) and (self.path, self.extra_ids) == (
+            other.path,
+            other.extra_ids,
         )
 
     def __hash__(self):
@@ -153,9 +154,7 @@ class SentencePieceVocabulary:
 
     def decode(self, ids: Sequence[int]) -> str:
         """Decodes up to the first EOS; ids past the vocabulary decode as UNK."""
-        return self.processor.decode(
-            _clean_ids(ids, self.eos_id, self.unk_id, self.vocab_size)
-        )
+        return self.processor.decode(_clean_ids(ids, self.eos_id, self.unk_id, self.vocab_size))
 
     def decode_batch(self, batch: Sequence[Sequence[int]], num_threads: int = -1) -> list[str]:
         cleaned = [_clean_ids(ids, self.eos_id, self.unk_id, self.vocab_size) for ids in batch]
@@ -198,10 +197,10 @@ class EnvironmentSentencePieceVocabulary(SentencePieceVocabulary):
         self.env_var = state["env_var"]
 
     def __eq__(self, other):
-        return (
-            isinstance(other, EnvironmentSentencePieceVocabulary)
-            and (self.env_var, self.extra_ids) == (other.env_var, other.extra_ids)
-        )
+        return isinstance(other, EnvironmentSentencePieceVocabulary) and (
+            self.env_var,
+            self.extra_ids,
+        ) == (other.env_var, other.extra_ids)
 
     def __hash__(self):
         return hash((self.env_var, self.extra_ids))
@@ -244,8 +243,10 @@ class ByteVocabulary:
 
     def encode_arrays(self, texts: Sequence[str], num_threads: int = -1) -> list[np.ndarray]:
         """int32 id arrays, straight from the UTF-8 bytes (num_threads is not needed)."""
-        return [np.frombuffer(t.encode("utf-8"), np.uint8).astype(np.int32) + self._NUM_SPECIAL
-                for t in texts]
+        return [
+            np.frombuffer(t.encode("utf-8"), np.uint8).astype(np.int32) + self._NUM_SPECIAL
+            for t in texts
+        ]
 
     def decode(self, ids: Sequence[int]) -> str:
         """Decodes up to the first EOS; specials, sentinels and invalid UTF-8 are dropped."""

@@ -42,13 +42,18 @@ def _is_t5forge_checkpoint(path: Path) -> bool:
 
 
 FORMATS = (
-    CheckpointFormat(HF, "Hugging Face (config.json + model.safetensors or pytorch_model.bin)",
-                     huggingface.is_hf_dir),
+    CheckpointFormat(
+        HF,
+        "Hugging Face (config.json + model.safetensors or pytorch_model.bin)",
+        huggingface.is_hf_dir,
+    ),
     CheckpointFormat(T5FORGE, "t5forge (checkpoint_<step>/state)", _is_t5forge_checkpoint),
-    CheckpointFormat(T5X, "T5X (msgpack, tensorstore or Orbax checkpoint)",
-                     t5x.is_t5x_checkpoint),
-    CheckpointFormat(MESH_TF, "Mesh TensorFlow (PREFIX.index or a TF `checkpoint` file)",
-                     mesh_tf.is_mesh_tf_checkpoint),
+    CheckpointFormat(T5X, "T5X (msgpack, tensorstore or Orbax checkpoint)", t5x.is_t5x_checkpoint),
+    CheckpointFormat(
+        MESH_TF,
+        "Mesh TensorFlow (PREFIX.index or a TF `checkpoint` file)",
+        mesh_tf.is_mesh_tf_checkpoint,
+    ),
 )
 
 

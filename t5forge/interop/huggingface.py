@@ -55,24 +55,35 @@ def config_from_hf(hf_config: dict) -> T5Config:
     """The T5Config equivalent to a transformers `config.json` dict (T5, mT5, ByT5 layouts)."""
     model_type = hf_config.get("model_type", "t5")
     if model_type not in _SUPPORTED_MODEL_TYPES:
-        raise ConfigError(f"Hugging Face model_type {model_type!r} is not supported; "
-                          f"t5forge converts {_SUPPORTED_MODEL_TYPES}")
+        raise ConfigError(
+            f"Hugging Face model_type {model_type!r} is not supported; "
+            f"t5forge converts {_SUPPORTED_MODEL_TYPES}"
+        )
     if not hf_config.get("is_encoder_decoder", True):
-        raise ConfigError("the Hugging Face config is not an encoder-decoder T5 "
-                          "(is_encoder_decoder=false); only T5ForConditionalGeneration converts")
+        raise ConfigError(
+            "the Hugging Face config is not an encoder-decoder T5 "
+            "(is_encoder_decoder=false); only T5ForConditionalGeneration converts"
+        )
     projection = hf_config.get("feed_forward_proj", "relu" if model_type == "t5" else "gated-gelu")
     if projection not in _ACTIVATIONS_FROM_HF:
-        raise ConfigError(f"Hugging Face feed_forward_proj {projection!r} has no t5forge "
-                          f"equivalent; supported: {sorted(_ACTIVATIONS_FROM_HF)}")
+        raise ConfigError(
+            f"Hugging Face feed_forward_proj {projection!r} has no t5forge "
+            f"equivalent; supported: {sorted(_ACTIVATIONS_FROM_HF)}"
+        )
     epsilon = hf_config.get("layer_norm_epsilon", _LAYER_NORM_EPSILON)
     if not np.isclose(epsilon, _LAYER_NORM_EPSILON):
-        raise ConfigError(f"Hugging Face layer_norm_epsilon {epsilon} differs from T5's "
-                          f"{_LAYER_NORM_EPSILON}, which t5forge's RMSNorm uses")
+        raise ConfigError(
+            f"Hugging Face layer_norm_epsilon {epsilon} differs from T5's "
+            f"{_LAYER_NORM_EPSILON}, which t5forge's RMSNorm uses"
+        )
     # T5 scales the decoder output by 1/sqrt(d_model) exactly when its head is the embedding.
     # transformers 5 records that as `scale_decoder_outputs` (it forces tie_word_embeddings to
     # true); older configs only have tie_word_embeddings. mT5 never scales: its head is separate.
-    tied = model_type == "t5" and hf_config.get(
-        "scale_decoder_outputs", hf_config.get("tie_word_embeddings", True)) is not False
+    tied = (
+        model_type == "t5"
+        and hf_config.get("scale_decoder_outputs", hf_config.get("tie_word_embeddings", True))
+        is not False
+    )
     num_layers = hf_config.get("num_layers", 6)
     decoder_layers = hf_config.get("num_decoder_layers")
     return T5Config(
@@ -95,12 +106,16 @@ def config_from_hf(hf_config: dict) -> T5Config:
 def config_to_hf(config: T5Config) -> dict:
     """The transformers `config.json` dict of a T5ForConditionalGeneration equal to `config`."""
     if config.is_decoder_only:
-        raise ConfigError("Hugging Face T5 has no decoder-only model; only encoder_decoder "
-                          "configs export to transformers")
+        raise ConfigError(
+            "Hugging Face T5 has no decoder-only model; only encoder_decoder "
+            "configs export to transformers"
+        )
     activations = tuple(config.mlp_activations)
     if activations not in _ACTIVATIONS_TO_HF:
-        raise ConfigError(f"mlp_activations {activations} have no Hugging Face T5 equivalent; "
-                          f"exportable: {sorted(_ACTIVATIONS_TO_HF)}")
+        raise ConfigError(
+            f"mlp_activations {activations} have no Hugging Face T5 equivalent; "
+            f"exportable: {sorted(_ACTIVATIONS_TO_HF)}"
+        )
     return {
         "architectures": ["T5ForConditionalGeneration"],
         "model_type": "t5",
@@ -136,17 +151,29 @@ def _mlp_entries(hf_prefix: str, t5x_prefix: tuple, config: T5Config) -> Iterato
     gated = len(config.mlp_activations) > 1
     names = [f"wi_{i}" for i in range(len(config.mlp_activations))] if gated else ["wi"]
     for name in names:
-        yield (f"{hf_prefix}.{name}.weight", t5x_prefix + (name, "kernel"),
-               (config.emb_dim, config.mlp_dim), True)
-    yield (f"{hf_prefix}.wo.weight", t5x_prefix + ("wo", "kernel"),
-           (config.mlp_dim, config.emb_dim), True)
+        yield (
+            f"{hf_prefix}.{name}.weight",
+            t5x_prefix + (name, "kernel"),
+            (config.emb_dim, config.mlp_dim),
+            True,
+        )
+    yield (
+        f"{hf_prefix}.wo.weight",
+        t5x_prefix + ("wo", "kernel"),
+        (config.mlp_dim, config.emb_dim),
+        True,
+    )
 
 
 def _attention_entries(hf_prefix: str, t5x_prefix: tuple, config: T5Config) -> Iterator[tuple]:
     inner = config.num_heads * config.head_dim
     for hf_name, t5x_name in (("q", "query"), ("k", "key"), ("v", "value")):
-        yield (f"{hf_prefix}.{hf_name}.weight", t5x_prefix + (t5x_name, "kernel"),
-               (config.emb_dim, inner), True)
+        yield (
+            f"{hf_prefix}.{hf_name}.weight",
+            t5x_prefix + (t5x_name, "kernel"),
+            (config.emb_dim, inner),
+            True,
+        )
     yield (f"{hf_prefix}.o.weight", t5x_prefix + ("out", "kernel"), (inner, config.emb_dim), True)
 
 
@@ -161,38 +188,74 @@ def _tensor_map(config: T5Config) -> list[tuple[str, tuple, tuple, bool]]:
     embedding [buckets, heads] where T5X's is [heads, buckets]; the token embedding agrees.
     """
     if config.is_decoder_only:
-        raise ConfigError("Hugging Face T5 has no decoder-only model; only encoder_decoder "
-                          "configs convert to or from transformers")
+        raise ConfigError(
+            "Hugging Face T5 has no decoder-only model; only encoder_decoder "
+            "configs convert to or from transformers"
+        )
     relpos_shape = (config.num_heads, config.relative_attention_num_buckets)
-    entries = [("shared.weight", ("token_embedder", "embedding"),
-                (config.vocab_size, config.emb_dim), False)]
+    entries = [
+        (
+            "shared.weight",
+            ("token_embedder", "embedding"),
+            (config.vocab_size, config.emb_dim),
+            False,
+        )
+    ]
     stacks = (("encoder", config.num_encoder_layers), ("decoder", config.num_decoder_layers))
     for stack, num_layers in stacks:
-        entries.append((f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
-                        (stack, "relpos_bias", "rel_embedding"), relpos_shape, True))
+        entries.append(
+            (
+                f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+                (stack, "relpos_bias", "rel_embedding"),
+                relpos_shape,
+                True,
+            )
+        )
         for i in range(num_layers):
             block, layer = f"{stack}.block.{i}.layer", (stack, f"layers_{i}")
             if stack == "encoder":
                 sublayers = (("pre_attention_layer_norm", "attention", "SelfAttention"),)
             else:
-                sublayers = (("pre_self_attention_layer_norm", "self_attention", "SelfAttention"),
-                             ("pre_cross_attention_layer_norm", "encoder_decoder_attention",
-                              "EncDecAttention"))
+                sublayers = (
+                    ("pre_self_attention_layer_norm", "self_attention", "SelfAttention"),
+                    (
+                        "pre_cross_attention_layer_norm",
+                        "encoder_decoder_attention",
+                        "EncDecAttention",
+                    ),
+                )
             for index, (norm, attention, hf_attention) in enumerate(sublayers):
-                entries.append(_norm_entry(f"{block}.{index}.layer_norm.weight",
-                                           layer + (norm,), config))
-                entries.extend(_attention_entries(f"{block}.{index}.{hf_attention}",
-                                                  layer + (attention,), config))
+                entries.append(
+                    _norm_entry(f"{block}.{index}.layer_norm.weight", layer + (norm,), config)
+                )
+                entries.extend(
+                    _attention_entries(
+                        f"{block}.{index}.{hf_attention}", layer + (attention,), config
+                    )
+                )
             mlp_index = len(sublayers)
-            entries.append(_norm_entry(f"{block}.{mlp_index}.layer_norm.weight",
-                                       layer + ("pre_mlp_layer_norm",), config))
-            entries.extend(_mlp_entries(f"{block}.{mlp_index}.DenseReluDense", layer + ("mlp",),
-                                        config))
-        entries.append(_norm_entry(f"{stack}.final_layer_norm.weight",
-                                   (stack, f"{stack}_norm"), config))
+            entries.append(
+                _norm_entry(
+                    f"{block}.{mlp_index}.layer_norm.weight",
+                    layer + ("pre_mlp_layer_norm",),
+                    config,
+                )
+            )
+            entries.extend(
+                _mlp_entries(f"{block}.{mlp_index}.DenseReluDense", layer + ("mlp",), config)
+            )
+        entries.append(
+            _norm_entry(f"{stack}.final_layer_norm.weight", (stack, f"{stack}_norm"), config)
+        )
     if not config.logits_via_embedding:
-        entries.append(("lm_head.weight", ("decoder", "logits_dense", "kernel"),
-                        (config.emb_dim, config.vocab_size), True))
+        entries.append(
+            (
+                "lm_head.weight",
+                ("decoder", "logits_dense", "kernel"),
+                (config.emb_dim, config.vocab_size),
+                True,
+            )
+        )
     return entries
 
 
@@ -211,31 +274,42 @@ def params_from_hf_state_dict(state_dict: dict, config: T5Config) -> dict:
     params: dict = {}
     for hf_name, path, shape, transposed in _tensor_map(config):
         if hf_name not in state_dict:
-            raise CheckpointError(f"Hugging Face checkpoint lacks tensor {hf_name!r} "
-                                  f"(needed for {path_name(path)} {shape}); it was saved from a "
-                                  f"model with another config")
+            raise CheckpointError(
+                f"Hugging Face checkpoint lacks tensor {hf_name!r} "
+                f"(needed for {path_name(path)} {shape}); it was saved from a "
+                f"model with another config"
+            )
         value = np.asarray(state_dict[hf_name], dtype=np.float32)
         if transposed:
             value = value.T
         if value.shape != shape:
             hf_shape = tuple(reversed(shape)) if transposed else shape
-            raise CheckpointError(f"Hugging Face tensor {hf_name!r} has shape "
-                                  f"{tuple(np.shape(state_dict[hf_name]))} but the config needs "
-                                  f"{hf_shape}; the config does not match the checkpoint")
+            raise CheckpointError(
+                f"Hugging Face tensor {hf_name!r} has shape "
+                f"{tuple(np.shape(state_dict[hf_name]))} but the config needs "
+                f"{hf_shape}; the config does not match the checkpoint"
+            )
         node = params
         for key in path[:-1]:
             node = node.setdefault(key, {})
         node[path[-1]] = np.ascontiguousarray(value)
-    if config.logits_via_embedding and "lm_head.weight" in state_dict and not np.array_equal(
-            state_dict["lm_head.weight"], state_dict["shared.weight"]):
-        raise CheckpointError("Hugging Face checkpoint has an lm_head.weight that differs from "
-                              "shared.weight but its config ties them; set tie_word_embeddings "
-                              "and scale_decoder_outputs to false in config.json")
+    if (
+        config.logits_via_embedding
+        and "lm_head.weight" in state_dict
+        and not np.array_equal(state_dict["lm_head.weight"], state_dict["shared.weight"])
+    ):
+        raise CheckpointError(
+            "Hugging Face checkpoint has an lm_head.weight that differs from "
+            "shared.weight but its config ties them; set tie_word_embeddings "
+            "and scale_decoder_outputs to false in config.json"
+        )
     known = {entry[0] for entry in _tensor_map(config)} | _ignorable_hf_names(config)
     unexpected = sorted(set(state_dict) - known)
     if unexpected:
-        raise CheckpointError(f"Hugging Face checkpoint has tensor {unexpected[0]!r} that a "
-                              f"model with this config does not have (check the layer counts)")
+        raise CheckpointError(
+            f"Hugging Face checkpoint has tensor {unexpected[0]!r} that a "
+            f"model with this config does not have (check the layer counts)"
+        )
     return stack_layers(params, config)
 
 
@@ -243,8 +317,9 @@ def _leaf(params: dict, path: tuple):
     node = params
     for key in path:
         if not isinstance(node, dict) or key not in node:
-            raise CheckpointError(f"params lack {path_name(path)}; they do not belong to a "
-                                  f"model with this config")
+            raise CheckpointError(
+                f"params lack {path_name(path)}; they do not belong to a model with this config"
+            )
         node = node[key]
     return node
 
@@ -259,8 +334,10 @@ def params_to_hf_state_dict(params: dict, config: T5Config) -> dict[str, np.ndar
     for hf_name, path, shape, transposed in _tensor_map(config):
         value = np.asarray(_leaf(params, path), dtype=np.float32)
         if value.shape != shape:
-            raise CheckpointError(f"param {path_name(path)} has shape {value.shape} but the "
-                                  f"config needs {shape}; the config does not match the params")
+            raise CheckpointError(
+                f"param {path_name(path)} has shape {value.shape} but the "
+                f"config needs {shape}; the config does not match the params"
+            )
         state_dict[hf_name] = np.ascontiguousarray(value.T if transposed else value)
     return state_dict
 
@@ -270,17 +347,19 @@ def _read_safetensors(path: Path) -> dict[str, np.ndarray]:
 
     # The flax reader understands bfloat16, which numpy alone does not.
     with safe_open(str(path), framework="flax") as reader:
-        return {name: np.asarray(reader.get_tensor(name), dtype=np.float32)
-                for name in reader.keys()}
+        return {
+            name: np.asarray(reader.get_tensor(name), dtype=np.float32) for name in reader.keys()
+        }
 
 
 def _read_pytorch_bin(path: Path) -> dict[str, np.ndarray]:
     try:
         import torch
     except ImportError as error:
-        raise CheckpointError(f"{path} is a PyTorch pickle and reading it needs torch; install "
-                              f"the extra `t5forge[torch]` or save the model as safetensors"
-                              ) from error
+        raise CheckpointError(
+            f"{path} is a PyTorch pickle and reading it needs torch; install "
+            f"the extra `t5forge[torch]` or save the model as safetensors"
+        ) from error
     state_dict = torch.load(str(path), map_location="cpu", weights_only=True)
     return {name: tensor.float().numpy() for name, tensor in state_dict.items()}
 
@@ -300,15 +379,21 @@ def _read_state_dict(path: Path) -> dict[str, np.ndarray]:
         return state_dict
     if (path / "pytorch_model.bin").is_file():
         return _read_pytorch_bin(path / "pytorch_model.bin")
-    raise CheckpointError(f"{path} has no model.safetensors, model.safetensors.index.json or "
-                          f"pytorch_model.bin; it is not a Hugging Face model directory")
+    raise CheckpointError(
+        f"{path} has no model.safetensors, model.safetensors.index.json or "
+        f"pytorch_model.bin; it is not a Hugging Face model directory"
+    )
 
 
 def is_hf_dir(path) -> bool:
     """True when `path` looks like a transformers model directory (config.json or weights)."""
     path = Path(path)
-    names = ("config.json", "model.safetensors", "model.safetensors.index.json",
-             "pytorch_model.bin")
+    names = (
+        "config.json",
+        "model.safetensors",
+        "model.safetensors.index.json",
+        "pytorch_model.bin",
+    )
     return any((path / name).is_file() for name in names)
 
 
@@ -321,8 +406,9 @@ def load_hf_dir(path, config: T5Config | None = None) -> tuple[T5Config, dict]:
     path = Path(path)
     config_file = path / "config.json"
     if not config_file.is_file():
-        raise CheckpointError(f"{config_file} not found; a Hugging Face model directory needs "
-                              f"its config.json")
+        raise CheckpointError(
+            f"{config_file} not found; a Hugging Face model directory needs its config.json"
+        )
     try:
         hf_config = json.loads(config_file.read_text())
     except json.JSONDecodeError as error:
@@ -331,8 +417,7 @@ def load_hf_dir(path, config: T5Config | None = None) -> tuple[T5Config, dict]:
     return config, params_from_hf_state_dict(_read_state_dict(path), config)
 
 
-def save_hf_dir(params: dict, config: T5Config, path, vocab_path=None,
-                extra_ids: int = 0) -> Path:
+def save_hf_dir(params: dict, config: T5Config, path, vocab_path=None, extra_ids: int = 0) -> Path:
     """Writes config.json + model.safetensors (+ spiece.model) that transformers loads offline.
 
     With `vocab_path` the SentencePiece model is copied as spiece.model and

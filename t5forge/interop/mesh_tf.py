@@ -88,8 +88,9 @@ def _param_path(name: str, modules: Mapping[tuple, str]) -> tuple[str, ...] | No
         if stack == "encoder":
             module = "attention"
         else:
-            module = "self_attention" if m.group(4) == "SelfAttention" else (
-                "encoder_decoder_attention")
+            module = (
+                "self_attention" if m.group(4) == "SelfAttention" else ("encoder_decoder_attention")
+            )
         return (stack, layer, module, _MATRICES[m.group(5)], "kernel")
     if m := _MLP.match(name):
         return (_STACKS[m.group(1)], f"layers_{int(m.group(2))}", "mlp", m.group(4), "kernel")

@@ -366,7 +366,9 @@ def _as_float32_tree(tree: Any) -> Any:
 
 def _is_scanned(params: dict) -> bool:
     """`scan_layers` checkpoints hold one stacked `layers` subtree instead of `layers_N`."""
-    return any(isinstance(params.get(s), dict) and "layers" in params[s] for s in ("encoder", "decoder"))
+    return any(
+        isinstance(params.get(s), dict) and "layers" in params[s] for s in ("encoder", "decoder")
+    )
 
 
 def _unstack_scanned(params: dict, opt_state: dict | None) -> tuple[dict, dict | None]:

@@ -51,28 +51,33 @@ class Platform:
         return cls(device.platform, capability)
 
 
-def cudnn_unsupported_reason(platform: Platform, dtype, head_dim: int, query_length: int,
-                             key_length: int) -> str | None:
+def cudnn_unsupported_reason(
+    platform: Platform, dtype, head_dim: int, query_length: int, key_length: int
+) -> str | None:
     """Why cuDNN's fused kernel cannot run this attention (None when it can)."""
     if platform.name != "gpu" or platform.compute_capability is None:
         return f"cuDNN attention needs a CUDA GPU, this is {platform.name!r}"
     if platform.compute_capability < CUDNN_MIN_COMPUTE_CAPABILITY:
-        return (f"cuDNN attention needs compute capability >= {CUDNN_MIN_COMPUTE_CAPABILITY}, "
-                f"this GPU has {platform.compute_capability}")
+        return (
+            f"cuDNN attention needs compute capability >= {CUDNN_MIN_COMPUTE_CAPABILITY}, "
+            f"this GPU has {platform.compute_capability}"
+        )
     if jnp.dtype(dtype) not in CUDNN_DTYPES:
         return f"cuDNN attention computes in bfloat16 or float16, not {jnp.dtype(dtype).name}"
     max_head_dim = 256 if platform.compute_capability >= 9.0 else 128
     if head_dim % 8 or head_dim > max_head_dim:
-        return f"cuDNN attention needs head_dim a multiple of 8 up to {max_head_dim}, " \
-               f"got {head_dim}"
+        return (
+            f"cuDNN attention needs head_dim a multiple of 8 up to {max_head_dim}, got {head_dim}"
+        )
     if query_length % 2 or key_length % 2:
         # With a bias, cuDNN's backward pass wants even lengths.
         return f"cuDNN attention with a bias needs even lengths, got {query_length}x{key_length}"
     return None
 
 
-def choose_implementation(requested: str, platform: Platform, dtype, head_dim: int,
-                          query_length: int, key_length: int) -> str:
+def choose_implementation(
+    requested: str, platform: Platform, dtype, head_dim: int, query_length: int, key_length: int
+) -> str:
     """The implementation that runs: 'xla', 'cudnn' or 'explicit' (see the module docstring).
 
     A requested 'cudnn' falls back to XLA off CUDA GPUs (so a config trained on a GPU still
@@ -87,8 +92,10 @@ def choose_implementation(requested: str, platform: Platform, dtype, head_dim: i
     if reason is None:
         return "cudnn"
     if requested == "cudnn" and platform.compute_capability is not None:
-        raise ConfigError(f"T5Config.attention_implementation='cudnn' cannot run here: "
-                          f"{reason}; use 'auto' to fall back to XLA")
+        raise ConfigError(
+            f"T5Config.attention_implementation='cudnn' cannot run here: "
+            f"{reason}; use 'auto' to fall back to XLA"
+        )
     return "xla"
 
 
@@ -103,8 +110,15 @@ def explicit_attention(query, key, value, bias, dropout=None):
     return jnp.einsum("bhqk,bhkd->bqhd", weights, value)
 
 
-def attend(query, key, value, bias, implementation: str = "auto", dropout=None,
-           platform: Platform | None = None):
+def attend(
+    query,
+    key,
+    value,
+    bias,
+    implementation: str = "auto",
+    dropout=None,
+    platform: Platform | None = None,
+):
     """Attention of query [B, H, q, D] over key/value [B, H, k, D] plus bias [., ., q, k].
 
     Returns the context [B, q, H, D] in the value dtype. `dropout`, when given, is applied to
@@ -112,8 +126,14 @@ def attend(query, key, value, bias, implementation: str = "auto", dropout=None,
     """
     if dropout is not None:
         return explicit_attention(query, key, value, bias, dropout)
-    chosen = choose_implementation(implementation, platform or Platform.current(), query.dtype,
-                                   query.shape[-1], query.shape[2], key.shape[2])
+    chosen = choose_implementation(
+        implementation,
+        platform or Platform.current(),
+        query.dtype,
+        query.shape[-1],
+        query.shape[2],
+        key.shape[2],
+    )
     if chosen == "explicit":
         return explicit_attention(query, key, value, bias)
     if bias is not None:
@@ -121,5 +141,10 @@ def attend(query, key, value, bias, implementation: str = "auto", dropout=None,
         bias = bias.astype(jnp.float32 if chosen == "xla" else query.dtype)
     sequence_major = (0, 2, 1, 3)  # jax.nn wants [B, length, heads, D]; XLA folds the transposes
     return jax.nn.dot_product_attention(
-        query.transpose(sequence_major), key.transpose(sequence_major),
-        value.transpose(sequence_major), bias=bias, scale=1.0, implementation=chosen)
+        query.transpose(sequence_major),
+        key.transpose(sequence_major),
+        value.transpose(sequence_major),
+        bias=bias,
+        scale=1.0,
+        implementation=chosen,
+    )

@@ -56,38 +56,54 @@ class T5Config:
         self._validate()
 
     def _validate(self):
-        positive = ("vocab_size", "emb_dim", "num_heads", "num_decoder_layers", "head_dim",
-                    "mlp_dim", "relative_attention_num_buckets",
-                    "relative_attention_max_distance")
+        positive = (
+            "vocab_size",
+            "emb_dim",
+            "num_heads",
+            "num_decoder_layers",
+            "head_dim",
+            "mlp_dim",
+            "relative_attention_num_buckets",
+            "relative_attention_max_distance",
+        )
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ConfigError(f"T5Config.{name} must be a positive integer, got {value!r}")
         if self.architecture not in ARCHITECTURES:
-            raise ConfigError(f"T5Config.architecture must be one of {ARCHITECTURES}, "
-                              f"got {self.architecture!r}")
+            raise ConfigError(
+                f"T5Config.architecture must be one of {ARCHITECTURES}, got {self.architecture!r}"
+            )
         if self.architecture == "encoder_decoder" and self.num_encoder_layers <= 0:
-            raise ConfigError("T5Config.num_encoder_layers must be positive for an "
-                              f"encoder_decoder model, got {self.num_encoder_layers!r}")
+            raise ConfigError(
+                "T5Config.num_encoder_layers must be positive for an "
+                f"encoder_decoder model, got {self.num_encoder_layers!r}"
+            )
         if self.architecture == "decoder_only" and self.num_encoder_layers != 0:
-            raise ConfigError("T5Config.num_encoder_layers must be 0 for a decoder_only model, "
-                              f"got {self.num_encoder_layers!r}")
+            raise ConfigError(
+                "T5Config.num_encoder_layers must be 0 for a decoder_only model, "
+                f"got {self.num_encoder_layers!r}"
+            )
         if not self.mlp_activations:
             raise ConfigError("T5Config.mlp_activations must name at least one activation")
         unknown = [a for a in self.mlp_activations if a not in ACTIVATIONS]
         if unknown:
-            raise ConfigError(f"T5Config.mlp_activations has unknown {unknown}; "
-                              f"choose from {ACTIVATIONS}")
+            raise ConfigError(
+                f"T5Config.mlp_activations has unknown {unknown}; choose from {ACTIVATIONS}"
+            )
         if not 0.0 <= self.dropout_rate < 1.0:
             raise ConfigError(f"T5Config.dropout_rate must be in [0, 1), got {self.dropout_rate}")
         if self.dtype not in DTYPES:
             raise ConfigError(f"T5Config.dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.remat_policy not in REMAT_POLICIES:
-            raise ConfigError(f"T5Config.remat_policy must be one of {REMAT_POLICIES}, "
-                              f"got {self.remat_policy!r}")
+            raise ConfigError(
+                f"T5Config.remat_policy must be one of {REMAT_POLICIES}, got {self.remat_policy!r}"
+            )
         if self.attention_implementation not in ATTENTION_IMPLEMENTATIONS:
-            raise ConfigError("T5Config.attention_implementation must be one of "
-                              f"{ATTENTION_IMPLEMENTATIONS}, got {self.attention_implementation!r}")
+            raise ConfigError(
+                "T5Config.attention_implementation must be one of "
+                f"{ATTENTION_IMPLEMENTATIONS}, got {self.attention_implementation!r}"
+            )
 
     @property
     def is_decoder_only(self) -> bool:
@@ -95,8 +111,9 @@ class T5Config:
         return self.architecture == "decoder_only"
 
 
-_T5_1_1 = dict(vocab_size=32128, head_dim=64, mlp_activations=("gelu", "linear"),
-               logits_via_embedding=False)
+_T5_1_1 = dict(
+    vocab_size=32128, head_dim=64, mlp_activations=("gelu", "linear"), logits_via_embedding=False
+)
 _T5_1_0 = dict(vocab_size=32128, mlp_activations=("relu",), logits_via_embedding=True)
 # (emb_dim, num_heads, encoder layers, decoder layers, mlp_dim)
 _T5_1_1_SIZES = {
@@ -131,8 +148,14 @@ BYT5_VOCAB_SIZE = 384
 
 def _t5_1_1_style(sizes, size, **family):
     emb, heads, enc, dec, mlp = sizes[size]
-    fields = dict(_T5_1_1, emb_dim=emb, num_heads=heads, num_encoder_layers=enc,
-                  num_decoder_layers=dec, mlp_dim=mlp)
+    fields = dict(
+        _T5_1_1,
+        emb_dim=emb,
+        num_heads=heads,
+        num_encoder_layers=enc,
+        num_decoder_layers=dec,
+        mlp_dim=mlp,
+    )
     if size == "tiny":
         fields["head_dim"] = 3
     fields.update(family)
@@ -142,19 +165,31 @@ def _t5_1_1_style(sizes, size, **family):
 def _build_presets() -> dict[str, T5Config]:
     presets = {}
     for size, (emb, heads, enc, dec, head_dim, mlp) in _T5_1_0_SIZES.items():
-        presets[f"t5_1_0/{size}"] = T5Config(**_T5_1_0, emb_dim=emb, num_heads=heads,
-                                             num_encoder_layers=enc, num_decoder_layers=dec,
-                                             head_dim=head_dim, mlp_dim=mlp)
+        presets[f"t5_1_0/{size}"] = T5Config(
+            **_T5_1_0,
+            emb_dim=emb,
+            num_heads=heads,
+            num_encoder_layers=enc,
+            num_decoder_layers=dec,
+            head_dim=head_dim,
+            mlp_dim=mlp,
+        )
     for size in _T5_1_1_SIZES:
         presets[f"t5_1_1/{size}"] = _t5_1_1_style(_T5_1_1_SIZES, size)
         presets[f"mt5/{size}"] = _t5_1_1_style(_T5_1_1_SIZES, size, vocab_size=MT5_VOCAB_SIZE)
         presets[f"byt5/{size}"] = _t5_1_1_style(_BYT5_SIZES, size, vocab_size=BYT5_VOCAB_SIZE)
         presets[f"decoder_only/{size}"] = _t5_1_1_style(
-            _T5_1_1_SIZES, size, architecture="decoder_only", num_encoder_layers=0)
+            _T5_1_1_SIZES, size, architecture="decoder_only", num_encoder_layers=0
+        )
         if size != "tiny":
             presets[f"umt5/{size}"] = _t5_1_1_style(
-                _T5_1_1_SIZES, size, vocab_size=UMT5_VOCAB_SIZE, scan_layers=True,
-                remat_policy="minimal", relative_attention_per_layer=True)
+                _T5_1_1_SIZES,
+                size,
+                vocab_size=UMT5_VOCAB_SIZE,
+                scan_layers=True,
+                remat_policy="minimal",
+                relative_attention_per_layer=True,
+            )
     return dict(sorted(presets.items()))
 
 

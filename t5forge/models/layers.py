@@ -59,9 +59,12 @@ class Dropout(nn.Module):
             return x
         key_bits = jax.random.key_data(self.make_rng("dropout")).reshape(-1)[:2]
         rbg_key = jax.random.wrap_key_data(
-            jnp.concatenate([key_bits, key_bits ^ jnp.uint32(0x9E3779B9)]), impl="rbg")
-        shape = tuple(1 if i in self.broadcast_dims or i - x.ndim in self.broadcast_dims else d
-                      for i, d in enumerate(x.shape))
+            jnp.concatenate([key_bits, key_bits ^ jnp.uint32(0x9E3779B9)]), impl="rbg"
+        )
+        shape = tuple(
+            1 if i in self.broadcast_dims or i - x.ndim in self.broadcast_dims else d
+            for i, d in enumerate(x.shape)
+        )
         keep = jax.random.bernoulli(rbg_key, 1.0 - self.rate, shape)
         return jnp.where(keep, x / (1.0 - self.rate), jnp.zeros_like(x)).astype(x.dtype)
 
@@ -76,8 +79,12 @@ class Dense(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        kernel = self.param("kernel", nn.with_logical_partitioning(self.kernel_init, self.axes),
-                            (x.shape[-1], self.features), jnp.float32)
+        kernel = self.param(
+            "kernel",
+            nn.with_logical_partitioning(self.kernel_init, self.axes),
+            (x.shape[-1], self.features),
+            jnp.float32,
+        )
         return jnp.dot(x.astype(self.dtype), kernel.astype(self.dtype))
 
 
@@ -88,11 +95,14 @@ class RMSNorm(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        scale = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, (axes.EMBED,)),
-                           (x.shape[-1],), jnp.float32)
+        scale = self.param(
+            "scale",
+            nn.with_logical_partitioning(nn.initializers.ones, (axes.EMBED,)),
+            (x.shape[-1],),
+            jnp.float32,
+        )
         x = x.astype(jnp.float32)
-        x = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True)
-                              + LAYER_NORM_EPSILON)
+        x = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + LAYER_NORM_EPSILON)
         return (x * scale).astype(self.dtype)
 
 
@@ -106,8 +116,12 @@ class Embed(nn.Module):
     def setup(self):
         self.embedding = self.param(
             "embedding",
-            nn.with_logical_partitioning(nn.initializers.normal(stddev=1.0), (axes.VOCAB, axes.EMBED)),
-            (self.num_embeddings, self.features), jnp.float32)
+            nn.with_logical_partitioning(
+                nn.initializers.normal(stddev=1.0), (axes.VOCAB, axes.EMBED)
+            ),
+            (self.num_embeddings, self.features),
+            jnp.float32,
+        )
 
     def __call__(self, token_ids):
         """Embedding vectors [..., features] of token_ids, in the activation dtype."""
@@ -118,8 +132,9 @@ class Embed(nn.Module):
         return jnp.dot(x.astype(jnp.float32), self.embedding.T)
 
 
-def relative_position_bucket(relative_position, bidirectional: bool, num_buckets: int,
-                             max_distance: int):
+def relative_position_bucket(
+    relative_position, bidirectional: bool, num_buckets: int, max_distance: int
+):
     """Maps key_position - query_position to T5's buckets: exact near 0, log-spaced far away."""
     bucket = 0
     distance = -relative_position
@@ -132,8 +147,9 @@ def relative_position_bucket(relative_position, bidirectional: bool, num_buckets
     max_exact = num_buckets // 2
     # Clamp before the log so that distance 0 never produces -inf (those use the exact branch).
     log_ratio = jnp.log(jnp.maximum(distance, 1).astype(jnp.float32) / max_exact)
-    far = max_exact + (log_ratio / math.log(max_distance / max_exact)
-                       * (num_buckets - max_exact)).astype(jnp.int32)
+    far = max_exact + (
+        log_ratio / math.log(max_distance / max_exact) * (num_buckets - max_exact)
+    ).astype(jnp.int32)
     far = jnp.minimum(far, num_buckets - 1)
     return bucket + jnp.where(distance < max_exact, distance, far)
 
@@ -154,11 +170,17 @@ class RelativePositionBias(nn.Module):
             "rel_embedding",
             nn.with_logical_partitioning(
                 nn.initializers.variance_scaling(1.0, "fan_avg", "uniform"),
-                (axes.HEADS, axes.RELPOS_BUCKETS)),
-            (self.num_heads, self.num_buckets), jnp.float32)
-        buckets = relative_position_bucket(key_positions[None, :] - query_positions[:, None],
-                                           self.bidirectional, self.num_buckets,
-                                           self.max_distance)
+                (axes.HEADS, axes.RELPOS_BUCKETS),
+            ),
+            (self.num_heads, self.num_buckets),
+            jnp.float32,
+        )
+        buckets = relative_position_bucket(
+            key_positions[None, :] - query_positions[:, None],
+            self.bidirectional,
+            self.num_buckets,
+            self.max_distance,
+        )
         return jnp.take(table, buckets, axis=1)[None].astype(self.dtype)
 
 
@@ -206,6 +228,7 @@ class MultiHeadAttention(nn.Module):
 
     def setup(self):
         inner = self.num_heads * self.head_dim
+
         # T5 never divides logits by sqrt(head_dim); its query initializer is scaled instead.
         def query_init(*args):
             return default_kernel_init(*args) / math.sqrt(self.head_dim)
@@ -227,8 +250,10 @@ class MultiHeadAttention(nn.Module):
         query = self._heads(self.query, inputs_q)
         dropout = None
         if not deterministic and self.dropout_rate > 0.0:
+
             def dropout(weights):
                 return self.dropout(weights, deterministic=False)
+
         context = attend(query, key, value, bias, self.implementation, dropout)
         context = context.reshape(context.shape[:2] + (self.num_heads * self.head_dim,))
         return constrain(self.out(context), axes.BATCH, axes.LENGTH, axes.EMBED)
@@ -278,8 +303,9 @@ class MultiHeadAttention(nn.Module):
                 new_key = jnp.where(keep, new_key, old_key)
                 new_value = jnp.where(keep, new_value, old_value)
             key = jax.lax.dynamic_update_slice(key, new_key.astype(key.dtype), (0, 0, index, 0))
-            value = jax.lax.dynamic_update_slice(value, new_value.astype(value.dtype),
-                                                 (0, 0, index, 0))
+            value = jax.lax.dynamic_update_slice(
+                value, new_value.astype(value.dtype), (0, 0, index, 0)
+            )
             self.put_variable("cache", "key", key)
             self.put_variable("cache", "value", value)
         return self._attend(inputs_q, key, value, bias, deterministic=True)
@@ -299,10 +325,12 @@ class MlpBlock(nn.Module):
         hidden = None
         for i, name in enumerate(self.activations):
             dense_name = "wi" if len(self.activations) == 1 else f"wi_{i}"
-            h = activation_fn(name)(Dense(self.mlp_dim, (axes.EMBED, axes.MLP), self.dtype,
-                                          name=dense_name)(x))
+            h = activation_fn(name)(
+                Dense(self.mlp_dim, (axes.EMBED, axes.MLP), self.dtype, name=dense_name)(x)
+            )
             hidden = h if hidden is None else hidden * h
         hidden = constrain(hidden, axes.BATCH, axes.LENGTH, axes.MLP)
         hidden = Dropout(self.dropout_rate, broadcast_dims=(-2,))(
-            hidden, deterministic=deterministic)
+            hidden, deterministic=deterministic
+        )
         return Dense(self.emb_dim, (axes.MLP, axes.EMBED), self.dtype, name="wo")(hidden)

@@ -13,8 +13,7 @@ import jax.numpy as jnp
 
 from t5forge.errors import ConfigError
 
-NORMALIZING_FACTORS = ("NUM_REAL_TARGET_TOKENS", "NUM_TOTAL_TARGET_TOKENS",
-                       "AVERAGE_PER_SEQUENCE")
+NORMALIZING_FACTORS = ("NUM_REAL_TARGET_TOKENS", "NUM_TOTAL_TARGET_TOKENS", "AVERAGE_PER_SEQUENCE")
 
 
 def token_cross_entropy(logits, targets, z_loss: float = 0.0, label_smoothing: float = 0.0):
@@ -34,8 +33,9 @@ def token_cross_entropy(logits, targets, z_loss: float = 0.0, label_smoothing: f
         low = label_smoothing / (vocab_size - 1)
         # Soft targets: `low` everywhere, `confidence` on the target token.
         loss = -(confidence - low) * target_log_prob - low * jnp.sum(log_probs, axis=-1)
-        entropy = -(confidence * jnp.log(confidence)
-                    + (vocab_size - 1) * low * jnp.log(low + 1e-20))
+        entropy = -(
+            confidence * jnp.log(confidence) + (vocab_size - 1) * low * jnp.log(low + 1e-20)
+        )
         loss = loss - entropy
     else:
         loss = -target_log_prob
@@ -61,10 +61,12 @@ def normalizing_factor_and_weights(loss_normalizing_factor, weights, segment_ids
     if loss_normalizing_factor is None:
         return None, weights
     if isinstance(loss_normalizing_factor, (int, float)) and not isinstance(
-            loss_normalizing_factor, bool):
+        loss_normalizing_factor, bool
+    ):
         if loss_normalizing_factor <= 0:
-            raise ConfigError(f"loss_normalizing_factor must be positive, got "
-                              f"{loss_normalizing_factor}")
+            raise ConfigError(
+                f"loss_normalizing_factor must be positive, got {loss_normalizing_factor}"
+            )
         return jnp.float32(loss_normalizing_factor), weights
     if loss_normalizing_factor == "NUM_REAL_TARGET_TOKENS":
         return jnp.sum(weights), weights
@@ -73,13 +75,22 @@ def normalizing_factor_and_weights(loss_normalizing_factor, weights, segment_ids
     if loss_normalizing_factor == "AVERAGE_PER_SEQUENCE":
         weights = _per_sequence_weights(weights, segment_ids)
         return jnp.sum(weights), weights
-    raise ConfigError(f"unknown loss_normalizing_factor {loss_normalizing_factor!r}; use None, "
-                      f"a positive number, or one of {NORMALIZING_FACTORS}")
+    raise ConfigError(
+        f"unknown loss_normalizing_factor {loss_normalizing_factor!r}; use None, "
+        f"a positive number, or one of {NORMALIZING_FACTORS}"
+    )
 
 
-def loss_and_metrics(logits, targets, weights, *, z_loss: float = 0.0,
-                     label_smoothing: float = 0.0, loss_normalizing_factor=None,
-                     segment_ids=None):
+def loss_and_metrics(
+    logits,
+    targets,
+    weights,
+    *,
+    z_loss: float = 0.0,
+    label_smoothing: float = 0.0,
+    loss_normalizing_factor=None,
+    segment_ids=None,
+):
     """(loss scalar, metrics dict of per-batch scalars with T5X's metric names).
 
     `loss`, `z_loss` and `cross_ent_loss` are what is optimized (divided by the normalizing
@@ -88,8 +99,9 @@ def loss_and_metrics(logits, targets, weights, *, z_loss: float = 0.0,
     """
     targets = targets.astype(jnp.int32)
     raw_weights = weights.astype(jnp.float32)
-    factor, weights = normalizing_factor_and_weights(loss_normalizing_factor, raw_weights,
-                                                     segment_ids)
+    factor, weights = normalizing_factor_and_weights(
+        loss_normalizing_factor, raw_weights, segment_ids
+    )
     token_loss, token_z = token_cross_entropy(logits, targets, z_loss, label_smoothing)
     loss = jnp.sum(token_loss * weights)
     total_z = jnp.sum(token_z * weights)

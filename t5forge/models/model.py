@@ -52,8 +52,15 @@ class BaseModel(abc.ABC):
     decoding_inputs: tuple[str, ...] = ()
     label_inputs: tuple[str, ...] = ()
 
-    def __init__(self, config: T5Config, *, z_loss: float = 1e-4, label_smoothing: float = 0.0,
-                 loss_normalizing_factor=None, eos_id: int = 1):
+    def __init__(
+        self,
+        config: T5Config,
+        *,
+        z_loss: float = 1e-4,
+        label_smoothing: float = 0.0,
+        loss_normalizing_factor=None,
+        eos_id: int = 1,
+    ):
         self.config = config
         self.z_loss = z_loss
         self.label_smoothing = label_smoothing
@@ -82,16 +89,20 @@ class BaseModel(abc.ABC):
         """For every param, the tuple of its logical axis names (e.g. ('embed', 'mlp'))."""
         boxed = jax.eval_shape(self._init_variables, jax.random.PRNGKey(0))["params"]
         specs = nn.get_partition_spec(boxed)
-        return jax.tree_util.tree_map(tuple, specs,
-                                      is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+        return jax.tree_util.tree_map(
+            tuple, specs, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec)
+        )
 
     def check_params_match(self, params) -> None:
         """Raises CheckpointError naming the first param whose path or shape differs."""
-        mismatch = param_names.shape_mismatch(param_names.shapes(self.abstract_params()),
-                                              param_names.shapes(params))
+        mismatch = param_names.shape_mismatch(
+            param_names.shapes(self.abstract_params()), param_names.shapes(params)
+        )
         if mismatch:
-            raise CheckpointError(f"the params do not fit this model config: the checkpoint "
-                                  f"{mismatch}; is it the right checkpoint/config pair?")
+            raise CheckpointError(
+                f"the params do not fit this model config: the checkpoint "
+                f"{mismatch}; is it the right checkpoint/config pair?"
+            )
 
     # ------------------------------------------------------------------ inputs
 
@@ -107,9 +118,11 @@ class BaseModel(abc.ABC):
             top, bottom = int(value.max()), int(value.min())
             if top >= self.config.vocab_size or bottom < 0:
                 bad = top if top >= self.config.vocab_size else bottom
-                raise DataError(f"{name} holds token id {bad} but the model's vocab_size is "
-                                f"{self.config.vocab_size} (valid ids 0..{self.config.vocab_size - 1})"
-                                "; use the vocabulary the model was built for")
+                raise DataError(
+                    f"{name} holds token id {bad} but the model's vocab_size is "
+                    f"{self.config.vocab_size} (valid ids 0..{self.config.vocab_size - 1})"
+                    "; use the vocabulary the model was built for"
+                )
 
     def _array_features(self, batch) -> dict:
         """The features the jitted forward functions read (others may not be arrays)."""
@@ -130,8 +143,9 @@ class BaseModel(abc.ABC):
     def _logits(self, params, batch, dropout_rng=None):
         if dropout_rng is None:
             return self.network.apply({"params": params}, **self._network_kwargs(batch))
-        return self._training_network.apply({"params": params}, **self._network_kwargs(batch),
-                                            rngs={"dropout": dropout_rng})
+        return self._training_network.apply(
+            {"params": params}, **self._network_kwargs(batch), rngs={"dropout": dropout_rng}
+        )
 
     def logits(self, params, batch):
         """Teacher-forced logits [B, T, vocab] float32 (dropout off)."""
@@ -144,10 +158,14 @@ class BaseModel(abc.ABC):
         logits = self._logits(params, batch, dropout_rng)
         segment_ids = batch.get("decoder_segment_ids")
         return loss_and_metrics(
-            logits, jnp.asarray(batch["decoder_target_tokens"]), self._weights(batch),
-            z_loss=self.z_loss, label_smoothing=self.label_smoothing,
+            logits,
+            jnp.asarray(batch["decoder_target_tokens"]),
+            self._weights(batch),
+            z_loss=self.z_loss,
+            label_smoothing=self.label_smoothing,
             loss_normalizing_factor=self.loss_normalizing_factor,
-            segment_ids=None if segment_ids is None else jnp.asarray(segment_ids))
+            segment_ids=None if segment_ids is None else jnp.asarray(segment_ids),
+        )
 
     def _score(self, params, batch):
         logits = self._logits(params, batch)
@@ -172,21 +190,52 @@ class BaseModel(abc.ABC):
     def _postprocess(self, sequences, prompt):
         return sequences
 
-    @functools.partial(jax.jit, static_argnums=(0,),
-                       static_argnames=("method", "num_decodes", "alpha", "temperature", "topk",
-                                        "topp", "max_decode_length"))
-    def _predict(self, params, batch, rng, *, method, num_decodes, alpha, temperature, topk, topp,
-                 max_decode_length):
+    @functools.partial(
+        jax.jit,
+        static_argnums=(0,),
+        static_argnames=(
+            "method",
+            "num_decodes",
+            "alpha",
+            "temperature",
+            "topk",
+            "topp",
+            "max_decode_length",
+        ),
+    )
+    def _predict(
+        self,
+        params,
+        batch,
+        rng,
+        *,
+        method,
+        num_decodes,
+        alpha,
+        temperature,
+        topk,
+        topp,
+        max_decode_length,
+    ):
         prompt, cache, tokens_to_logits = self.decoding_state(params, batch, max_decode_length)
         if method == "beam":
-            sequences, scores = decoding.beam_search(prompt, cache, tokens_to_logits, self.eos_id,
-                                                     num_decodes=num_decodes, alpha=alpha)
+            sequences, scores = decoding.beam_search(
+                prompt, cache, tokens_to_logits, self.eos_id, num_decodes=num_decodes, alpha=alpha
+            )
         else:
             if method == "greedy":
                 temperature, topk, topp = 1.0, 1, 0.0
             sequences, scores = decoding.temperature_sample(
-                prompt, cache, tokens_to_logits, self.eos_id, rng, num_decodes=num_decodes,
-                temperature=temperature, topk=topk, topp=topp)
+                prompt,
+                cache,
+                tokens_to_logits,
+                self.eos_id,
+                rng,
+                num_decodes=num_decodes,
+                temperature=temperature,
+                topk=topk,
+                topp=topp,
+            )
         return self._postprocess(sequences, prompt), scores
 
     @abc.abstractmethod
@@ -207,17 +256,29 @@ class BaseModel(abc.ABC):
         if ids.size == 0:
             raise ConfigError("method 'labels' needs label_token_ids, the token id of each label")
         if ids.min() < 0 or ids.max() >= self.config.vocab_size:
-            raise ConfigError(f"label_token_ids {ids.tolist()} must lie in [0, "
-                              f"{self.config.vocab_size}), the model's vocabulary")
+            raise ConfigError(
+                f"label_token_ids {ids.tolist()} must lie in [0, "
+                f"{self.config.vocab_size}), the model's vocabulary"
+            )
         self.check_token_ids(batch)
         inputs = {k: jnp.asarray(v) for k, v in batch.items() if k in self.label_inputs}
         return self._predict_labels(params, inputs, jnp.asarray(ids))
 
-    def predict_batch_with_aux(self, params, batch, rng=None, method: str = "greedy",
-                               num_decodes: int | None = None, alpha: float = 0.6,
-                               temperature: float = 1.0, topk: int = 1, topp: float = 0.0,
-                               max_decode_length: int | None = None,
-                               return_all_decodes: bool = False, label_token_ids=None):
+    def predict_batch_with_aux(
+        self,
+        params,
+        batch,
+        rng=None,
+        method: str = "greedy",
+        num_decodes: int | None = None,
+        alpha: float = 0.6,
+        temperature: float = 1.0,
+        topk: int = 1,
+        topp: float = 0.0,
+        max_decode_length: int | None = None,
+        return_all_decodes: bool = False,
+        label_token_ids=None,
+    ):
         """(tokens [B, L], {'scores': [B]}) for the best decode of each row, or with
         return_all_decodes all of them, [B, num_decodes, L] and [B, num_decodes], best last.
 
@@ -229,22 +290,33 @@ class BaseModel(abc.ABC):
             raise ConfigError(f"unknown decoding method {method!r}; use one of {PREDICT_METHODS}")
         if method == "labels":
             if label_token_ids is None:
-                raise ConfigError("method 'labels' needs label_token_ids, the token id of each "
-                                  "label")
+                raise ConfigError(
+                    "method 'labels' needs label_token_ids, the token id of each label"
+                )
             labels, scores = self.predict_labels(params, batch, label_token_ids)
             return labels, {"scores": scores}
         if num_decodes is None:
             num_decodes = 4 if method == "beam" else 1
         self.check_token_ids(batch)
         if max_decode_length is None and "decoder_input_tokens" not in batch:
-            raise DataError("predict_batch needs max_decode_length or a decoder_input_tokens "
-                            "feature to know how many tokens to decode")
+            raise DataError(
+                "predict_batch needs max_decode_length or a decoder_input_tokens "
+                "feature to know how many tokens to decode"
+            )
         length = max_decode_length or np.shape(batch["decoder_input_tokens"])[1]
         inputs = {k: jnp.asarray(v) for k, v in batch.items() if k in self.decoding_inputs}
         sequences, scores = self._predict(
-            params, inputs, rng, method=method, num_decodes=num_decodes, alpha=float(alpha),
-            temperature=float(temperature), topk=int(topk), topp=float(topp),
-            max_decode_length=int(length))
+            params,
+            inputs,
+            rng,
+            method=method,
+            num_decodes=num_decodes,
+            alpha=float(alpha),
+            temperature=float(temperature),
+            topk=int(topk),
+            topp=float(topp),
+            max_decode_length=int(length),
+        )
         if return_all_decodes:
             return sequences, {"scores": scores}
         return sequences[:, -1], {"scores": scores[:, -1]}
@@ -257,8 +329,13 @@ class BaseModel(abc.ABC):
 class EncoderDecoderModel(BaseModel):
     """T5 with an encoder: predicts targets from `encoder_input_tokens`."""
 
-    network_inputs = ("encoder_input_tokens", "decoder_input_tokens", "decoder_target_tokens",
-                      "encoder_segment_ids", "decoder_segment_ids")
+    network_inputs = (
+        "encoder_input_tokens",
+        "decoder_input_tokens",
+        "decoder_target_tokens",
+        "encoder_segment_ids",
+        "decoder_segment_ids",
+    )
     decoding_inputs = ("encoder_input_tokens",)
     init_inputs = ("encoder_input_tokens", "decoder_input_tokens", "decoder_target_tokens")
     label_inputs = ("encoder_input_tokens",)
@@ -272,18 +349,26 @@ class EncoderDecoderModel(BaseModel):
 
     def decoding_state(self, params, batch, max_decode_length: int):
         encoder_tokens = jnp.asarray(batch["encoder_input_tokens"], jnp.int32)
-        init_network = build_network(self.config, decode_mode=INIT_CACHE,
-                                     cache_length=max_decode_length)
-        _, variables = init_network.apply({"params": params}, encoder_tokens,
-                                          method="init_cache", mutable=["cache"])
+        init_network = build_network(
+            self.config, decode_mode=INIT_CACHE, cache_length=max_decode_length
+        )
+        _, variables = init_network.apply(
+            {"params": params}, encoder_tokens, method="init_cache", mutable=["cache"]
+        )
         cache = {"network": variables["cache"], "encoder_valid": encoder_tokens > 0}
-        step_network = build_network(self.config, decode_mode=DECODE_STEP,
-                                     cache_length=max_decode_length)
+        step_network = build_network(
+            self.config, decode_mode=DECODE_STEP, cache_length=max_decode_length
+        )
 
         def tokens_to_logits(token_ids, cache, step):
             logits, variables = step_network.apply(
-                {"params": params, "cache": cache["network"]}, token_ids, step,
-                cache["encoder_valid"], method="decode_step", mutable=["cache"])
+                {"params": params, "cache": cache["network"]},
+                token_ids,
+                step,
+                cache["encoder_valid"],
+                method="decode_step",
+                mutable=["cache"],
+            )
             return logits[:, 0], {**cache, "network": variables["cache"]}
 
         prompt = jnp.zeros((encoder_tokens.shape[0], max_decode_length), jnp.int32)
@@ -295,8 +380,12 @@ class DecoderOnlyModel(BaseModel):
     `decoder_causal_attention`, attended bidirectionally as in training; predictions return
     only the continuation."""
 
-    network_inputs = ("decoder_input_tokens", "decoder_target_tokens", "decoder_segment_ids",
-                      "decoder_causal_attention")
+    network_inputs = (
+        "decoder_input_tokens",
+        "decoder_target_tokens",
+        "decoder_segment_ids",
+        "decoder_causal_attention",
+    )
     decoding_inputs = ("decoder_input_tokens", "decoder_causal_attention")
     init_inputs = ("decoder_input_tokens", "decoder_target_tokens")
     label_inputs = ("decoder_input_tokens", "decoder_target_tokens", "decoder_causal_attention")
@@ -305,8 +394,9 @@ class DecoderOnlyModel(BaseModel):
         # The prefix-LM converter marks inputs + 1 positions as causal; the last of them
         # is where the first target token is predicted.
         causal = jnp.asarray(batch["decoder_causal_attention"], jnp.int32)
-        logits = self.network.apply({"params": params}, **{
-            k: jnp.asarray(batch[k]) for k in self.label_inputs})
+        logits = self.network.apply(
+            {"params": params}, **{k: jnp.asarray(batch[k]) for k in self.label_inputs}
+        )
         last_prefix = jnp.maximum(jnp.sum(causal, axis=1) - 1, 0)
         return jnp.take_along_axis(logits, last_prefix[:, None, None], axis=1)[:, 0]
 
@@ -316,24 +406,35 @@ class DecoderOnlyModel(BaseModel):
         causal = jnp.zeros_like(tokens) if causal is None else jnp.asarray(causal, jnp.int32)
         pad = max_decode_length - tokens.shape[1]
         if pad < 0:
-            raise ConfigError(f"max_decode_length {max_decode_length} is shorter than the "
-                              f"decoder inputs ({tokens.shape[1]}); raise it")
+            raise ConfigError(
+                f"max_decode_length {max_decode_length} is shorter than the "
+                f"decoder inputs ({tokens.shape[1]}); raise it"
+            )
         prompt = jnp.pad(tokens * causal, ((0, 0), (0, pad)))
         causal = jnp.pad(causal, ((0, 0), (0, pad)))
         prefill_network = build_network(self.config, decode_mode=PREFILL)
-        _, variables = prefill_network.apply({"params": params}, prompt, causal,
-                                             method="prefill", mutable=["cache"])
-        cache = {"network": variables["cache"],
-                 "prefix_length": jnp.sum(causal, axis=1, dtype=jnp.int32)}
-        step_network = build_network(self.config, decode_mode=DECODE_STEP,
-                                     cache_length=max_decode_length)
+        _, variables = prefill_network.apply(
+            {"params": params}, prompt, causal, method="prefill", mutable=["cache"]
+        )
+        cache = {
+            "network": variables["cache"],
+            "prefix_length": jnp.sum(causal, axis=1, dtype=jnp.int32),
+        }
+        step_network = build_network(
+            self.config, decode_mode=DECODE_STEP, cache_length=max_decode_length
+        )
 
         def tokens_to_logits(token_ids, cache, step):
             # Prompt positions keep the prefill's (bidirectional) keys and values.
             write = step >= cache["prefix_length"]
             logits, variables = step_network.apply(
-                {"params": params, "cache": cache["network"]}, token_ids, step, write,
-                method="decode_step", mutable=["cache"])
+                {"params": params, "cache": cache["network"]},
+                token_ids,
+                step,
+                write,
+                method="decode_step",
+                mutable=["cache"],
+            )
             return logits[:, 0], {**cache, "network": variables["cache"]}
 
         return prompt, cache, tokens_to_logits

@@ -40,8 +40,7 @@ DECODE_MODES = (TEACHER_FORCED, INIT_CACHE, PREFILL, DECODE_STEP)
 # 'proj' only the q/k/v projections, 'dots_saveable' every matmul output, 'full' nothing.
 _REMAT_SAVE_POLICIES = {
     "minimal": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
-    "proj": jax.checkpoint_policies.save_only_these_names("query_proj", "key_proj",
-                                                          "value_proj"),
+    "proj": jax.checkpoint_policies.save_only_these_names("query_proj", "key_proj", "value_proj"),
     "dots_saveable": jax.checkpoint_policies.dots_saveable,
     "full": None,
 }
@@ -57,19 +56,36 @@ def _dropout(config: T5Config, x, deterministic: bool):
 
 
 def _attention(config: T5Config, name: str) -> MultiHeadAttention:
-    return MultiHeadAttention(config.emb_dim, config.num_heads, config.head_dim,
-                              config.dropout_rate, _dtype(config),
-                              config.attention_implementation, name=name)
+    return MultiHeadAttention(
+        config.emb_dim,
+        config.num_heads,
+        config.head_dim,
+        config.dropout_rate,
+        _dtype(config),
+        config.attention_implementation,
+        name=name,
+    )
 
 
 def _mlp(config: T5Config) -> MlpBlock:
-    return MlpBlock(config.emb_dim, config.mlp_dim, config.mlp_activations, config.dropout_rate,
-                    _dtype(config), name="mlp")
+    return MlpBlock(
+        config.emb_dim,
+        config.mlp_dim,
+        config.mlp_activations,
+        config.dropout_rate,
+        _dtype(config),
+        name="mlp",
+    )
 
 
 def _relative_bias(config: T5Config, bidirectional: bool, name: str | None = None):
-    return RelativePositionBias(config.num_heads, config.relative_attention_num_buckets,
-                                config.relative_attention_max_distance, bidirectional, name=name)
+    return RelativePositionBias(
+        config.num_heads,
+        config.relative_attention_num_buckets,
+        config.relative_attention_max_distance,
+        bidirectional,
+        name=name,
+    )
 
 
 def _with_layer_relpos(config: T5Config, bias, bidirectional, query_positions, key_positions):
@@ -160,22 +176,30 @@ class DecoderLayer(nn.Module):
         return _layer_output(cfg, x)
 
 
-def _layer_stack(config: T5Config, layer_cls, num_layers: int, num_args: int, checkpointed: bool,
-                 **layer_kwargs):
+def _layer_stack(
+    config: T5Config, layer_cls, num_layers: int, num_args: int, checkpointed: bool, **layer_kwargs
+):
     """The layers of one stack: `layers_0..N-1`, or one scanned `layers` module.
 
     Rematerialization wraps the layer when training with a remat policy; under scan the params
     (and decoding caches) are stacked along axis 1, the 'layers' logical axis.
     """
     if checkpointed and config.remat_policy != "none":
-        layer_cls = nn.remat(layer_cls, policy=_REMAT_SAVE_POLICIES[config.remat_policy],
-                             prevent_cse=not config.scan_layers)
+        layer_cls = nn.remat(
+            layer_cls,
+            policy=_REMAT_SAVE_POLICIES[config.remat_policy],
+            prevent_cse=not config.scan_layers,
+        )
     if not config.scan_layers:
         return [layer_cls(config, name=f"layers_{i}", **layer_kwargs) for i in range(num_layers)]
-    scanned = nn.scan(layer_cls, variable_axes={"params": 1, "cache": 1},
-                      split_rngs={"params": True, "dropout": True},
-                      in_axes=(nn.broadcast,) * num_args, length=num_layers,
-                      metadata_params={nn.PARTITION_NAME: axes.LAYERS})
+    scanned = nn.scan(
+        layer_cls,
+        variable_axes={"params": 1, "cache": 1},
+        split_rngs={"params": True, "dropout": True},
+        in_axes=(nn.broadcast,) * num_args,
+        length=num_layers,
+        metadata_params={nn.PARTITION_NAME: axes.LAYERS},
+    )
     return scanned(config, name="layers", **layer_kwargs)
 
 
@@ -198,8 +222,14 @@ class Encoder(nn.Module):
         cfg = self.config
         if not cfg.relative_attention_per_layer:
             self.relpos_bias = _relative_bias(cfg, bidirectional=True)
-        self.layers = _layer_stack(cfg, EncoderLayer, cfg.num_encoder_layers, 1,
-                                   checkpointed=True, deterministic=self.deterministic)
+        self.layers = _layer_stack(
+            cfg,
+            EncoderLayer,
+            cfg.num_encoder_layers,
+            1,
+            checkpointed=True,
+            deterministic=self.deterministic,
+        )
         self.encoder_norm = RMSNorm(_dtype(cfg))
         self.embed_dropout = Dropout(cfg.dropout_rate, broadcast_dims=(-2,))
         self.output_dropout = Dropout(cfg.dropout_rate, broadcast_dims=(-2,))
@@ -232,10 +262,16 @@ class Decoder(nn.Module):
         cfg = self.config
         if not cfg.relative_attention_per_layer:
             self.relpos_bias = _relative_bias(cfg, bidirectional=False)
-        self.layers = _layer_stack(cfg, DecoderLayer, cfg.num_decoder_layers, 5,
-                                   checkpointed=self.decode_mode == TEACHER_FORCED,
-                                   deterministic=self.deterministic,
-                                   decode_mode=self.decode_mode, cache_length=self.cache_length)
+        self.layers = _layer_stack(
+            cfg,
+            DecoderLayer,
+            cfg.num_decoder_layers,
+            5,
+            checkpointed=self.decode_mode == TEACHER_FORCED,
+            deterministic=self.deterministic,
+            decode_mode=self.decode_mode,
+            cache_length=self.cache_length,
+        )
         self.decoder_norm = RMSNorm(_dtype(cfg))
         self.embed_dropout = Dropout(cfg.dropout_rate, broadcast_dims=(-2,))
         self.output_dropout = Dropout(cfg.dropout_rate, broadcast_dims=(-2,))
@@ -272,8 +308,9 @@ class Decoder(nn.Module):
         y = self.embed(tokens)
         key_positions = jnp.arange(self.cache_length)
         visible = (key_positions <= index)[None, None, None, :]
-        self_bias = _with_stack_relpos(self, mask_to_bias(visible), jnp.reshape(index, (1,)),
-                                        key_positions)
+        self_bias = _with_stack_relpos(
+            self, mask_to_bias(visible), jnp.reshape(index, (1,)), key_positions
+        )
         cross_bias = None
         if encoder_valid is not None:
             cross_bias = mask_to_bias(encoder_valid.astype(bool)[:, None, None, :])
@@ -294,8 +331,9 @@ class _Network(nn.Module):
             raise ValueError(f"decode_mode must be one of {DECODE_MODES}, got {self.decode_mode!r}")
         cfg = self.config
         self.token_embedder = Embed(cfg.vocab_size, cfg.emb_dim, _dtype(cfg))
-        self.decoder = Decoder(cfg, self.token_embedder, self.deterministic, self.decode_mode,
-                               self.cache_length)
+        self.decoder = Decoder(
+            cfg, self.token_embedder, self.deterministic, self.decode_mode, self.cache_length
+        )
 
 
 class EncoderDecoder(_Network):
@@ -309,24 +347,45 @@ class EncoderDecoder(_Network):
         """Encoder output [B, S, emb_dim]."""
         return self.encoder(encoder_input_tokens, encoder_segment_ids)
 
-    def decode(self, encoded, encoder_input_tokens, decoder_input_tokens, decoder_target_tokens,
-               encoder_segment_ids=None, decoder_segment_ids=None):
+    def decode(
+        self,
+        encoded,
+        encoder_input_tokens,
+        decoder_input_tokens,
+        decoder_target_tokens,
+        encoder_segment_ids=None,
+        decoder_segment_ids=None,
+    ):
         """Teacher-forced decoder logits given the encoder output."""
         target_valid = decoder_target_tokens > 0
-        self_mask = decoder_self_mask(decoder_input_tokens.shape[1], target_valid,
-                                      decoder_segment_ids)
+        self_mask = decoder_self_mask(
+            decoder_input_tokens.shape[1], target_valid, decoder_segment_ids
+        )
         cross_mask = pairwise_mask(target_valid, encoder_input_tokens > 0)
         if encoder_segment_ids is not None:
             cross_mask = jnp.logical_and(
-                cross_mask, pairwise_mask(decoder_segment_ids, encoder_segment_ids, jnp.equal))
+                cross_mask, pairwise_mask(decoder_segment_ids, encoder_segment_ids, jnp.equal)
+            )
         return self.decoder(decoder_input_tokens, encoded, self_mask, cross_mask)
 
-    def __call__(self, encoder_input_tokens, decoder_input_tokens, decoder_target_tokens,
-                 encoder_segment_ids=None, decoder_segment_ids=None):
+    def __call__(
+        self,
+        encoder_input_tokens,
+        decoder_input_tokens,
+        decoder_target_tokens,
+        encoder_segment_ids=None,
+        decoder_segment_ids=None,
+    ):
         """Logits [B, T, vocab] float32 of a (possibly packed) batch."""
         encoded = self.encode(encoder_input_tokens, encoder_segment_ids)
-        return self.decode(encoded, encoder_input_tokens, decoder_input_tokens,
-                           decoder_target_tokens, encoder_segment_ids, decoder_segment_ids)
+        return self.decode(
+            encoded,
+            encoder_input_tokens,
+            decoder_input_tokens,
+            decoder_target_tokens,
+            encoder_segment_ids,
+            decoder_segment_ids,
+        )
 
     def init_cache(self, encoder_input_tokens):
         """Encodes once and fills the decoding cache ('init' mode, mutable 'cache')."""
@@ -340,17 +399,27 @@ class EncoderDecoder(_Network):
 class DecoderOnly(_Network):
     """A causal language model (prefix-LM when `decoder_causal_attention` marks a prefix)."""
 
-    def __call__(self, decoder_input_tokens, decoder_target_tokens, decoder_segment_ids=None,
-                 decoder_causal_attention=None):
+    def __call__(
+        self,
+        decoder_input_tokens,
+        decoder_target_tokens,
+        decoder_segment_ids=None,
+        decoder_causal_attention=None,
+    ):
         """Logits [B, T, vocab] float32; the prefix marked by causal_attention is bidirectional."""
-        self_mask = decoder_self_mask(decoder_input_tokens.shape[1], decoder_target_tokens > 0,
-                                      decoder_segment_ids, decoder_causal_attention)
+        self_mask = decoder_self_mask(
+            decoder_input_tokens.shape[1],
+            decoder_target_tokens > 0,
+            decoder_segment_ids,
+            decoder_causal_attention,
+        )
         return self.decoder(decoder_input_tokens, None, self_mask)
 
     def prefill(self, decoder_input_tokens, decoder_causal_attention):
         """Runs the prompt [B, L] ('prefill' mode) so its keys/values become the cache."""
-        self_mask = decoder_self_mask(decoder_input_tokens.shape[1],
-                                      causal_attention=decoder_causal_attention)
+        self_mask = decoder_self_mask(
+            decoder_input_tokens.shape[1], causal_attention=decoder_causal_attention
+        )
         self.decoder(decoder_input_tokens, None, self_mask)
 
     def decode_step(self, tokens, index, write):

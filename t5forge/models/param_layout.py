@@ -28,12 +28,15 @@ def _array_module(leaf):
 
 def _stack(trees):
     return jax.tree_util.tree_map(
-        lambda *leaves: _array_module(leaves[0]).stack(leaves, axis=LAYER_AXIS), *trees)
+        lambda *leaves: _array_module(leaves[0]).stack(leaves, axis=LAYER_AXIS), *trees
+    )
 
 
 def _unstack(tree, num_layers: int):
-    return [jax.tree_util.tree_map(lambda leaf, i=i: leaf.take(i, axis=LAYER_AXIS), tree)
-            for i in range(num_layers)]
+    return [
+        jax.tree_util.tree_map(lambda leaf, i=i: leaf.take(i, axis=LAYER_AXIS), tree)
+        for i in range(num_layers)
+    ]
 
 
 def stack_layers(params: dict, config: T5Config) -> dict:
@@ -45,8 +48,10 @@ def stack_layers(params: dict, config: T5Config) -> dict:
         subtree = params.get(stack)
         if not subtree or "layers_0" not in subtree:
             continue
-        names = sorted((k for k in subtree if _LAYER_NAME.match(k)),
-                       key=lambda k: int(_LAYER_NAME.match(k).group(1)))
+        names = sorted(
+            (k for k in subtree if _LAYER_NAME.match(k)),
+            key=lambda k: int(_LAYER_NAME.match(k).group(1)),
+        )
         rest = {k: v for k, v in subtree.items() if not _LAYER_NAME.match(k)}
         out[stack] = {**rest, "layers": _stack([subtree[k] for k in names])}
     return out
@@ -67,8 +72,10 @@ def unstack_layers(params: dict, config: T5Config | None = None) -> dict:
         num_layers = jax.tree_util.tree_leaves(scanned)[0].shape[LAYER_AXIS]
         expected = None if config is None else getattr(config, f"num_{stack}_layers")
         if expected is not None and num_layers != expected:
-            raise CheckpointError(f"{stack}/layers holds {num_layers} scanned layers but the "
-                                  f"config has num_{stack}_layers={expected}")
+            raise CheckpointError(
+                f"{stack}/layers holds {num_layers} scanned layers but the "
+                f"config has num_{stack}_layers={expected}"
+            )
         rest = {k: v for k, v in subtree.items() if k != "layers"}
         layers = _unstack(scanned, num_layers)
         out[stack] = {**rest, **{f"layers_{i}": layer for i, layer in enumerate(layers)}}

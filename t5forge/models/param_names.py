@@ -38,12 +38,15 @@ def unflatten_like(tree, named: Mapping[str, Any]):
 
 def shapes(tree) -> dict[str, tuple[int, ...]]:
     """Every leaf's shape by name (arrays, ShapeDtypeStructs or orbax metadata)."""
-    return {name: tuple(np.shape(leaf) if not hasattr(leaf, "shape") else leaf.shape)
-            for name, leaf in named_leaves(tree).items()}
+    return {
+        name: tuple(np.shape(leaf) if not hasattr(leaf, "shape") else leaf.shape)
+        for name, leaf in named_leaves(tree).items()
+    }
 
 
-def shape_mismatch(expected: Mapping[str, tuple], given: Mapping[str, tuple],
-                   allow_extra: bool = False) -> str | None:
+def shape_mismatch(
+    expected: Mapping[str, tuple], given: Mapping[str, tuple], allow_extra: bool = False
+) -> str | None:
     """The first difference between two name -> shape maps, as text; None when they agree.
 
     Callers say whose shapes `given` are and what to do; this says which parameter differs.
@@ -52,10 +55,13 @@ def shape_mismatch(expected: Mapping[str, tuple], given: Mapping[str, tuple],
         if name not in given:
             return f"has no parameter {name!r} (the model expects shape {tuple(shape)})"
         if tuple(given[name]) != tuple(shape):
-            return (f"has {name!r} with shape {tuple(given[name])} but the model expects "
-                    f"{tuple(shape)}")
+            return (
+                f"has {name!r} with shape {tuple(given[name])} but the model expects {tuple(shape)}"
+            )
     extra = sorted(set(given) - set(expected))
     if extra and not allow_extra:
-        return (f"has {extra[0]!r}, which this model does not use ({len(extra)} unexpected "
-                "parameter(s) in all)")
+        return (
+            f"has {extra[0]!r}, which this model does not use ({len(extra)} unexpected "
+            "parameter(s) in all)"
+        )
     return None

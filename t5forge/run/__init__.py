@@ -22,7 +22,17 @@ from t5forge.training.partitioning import PjitPartitioner
 from t5forge.training.trainer import Trainer
 
 __all__ = [
-    "CheckpointConfig", "DatasetConfig", "EarlyStopping", "Every", "Hook", "PjitPartitioner",
-    "RestoreCheckpointConfig", "RunContext", "SaveCheckpointConfig", "Trainer", "evaluate",
-    "infer", "train",
+    "CheckpointConfig",
+    "DatasetConfig",
+    "EarlyStopping",
+    "Every",
+    "Hook",
+    "PjitPartitioner",
+    "RestoreCheckpointConfig",
+    "RunContext",
+    "SaveCheckpointConfig",
+    "Trainer",
+    "evaluate",
+    "infer",
+    "train",
 ]

@@ -55,7 +55,8 @@ class SaveCheckpointConfig:
             raise ConfigError(f"SaveCheckpointConfig.period must be >= 1, got {self.period}")
         if self.metric_mode not in ("max", "min"):
             raise ConfigError(
-                f"SaveCheckpointConfig.metric_mode must be 'max' or 'min', not {self.metric_mode!r}")
+                f"SaveCheckpointConfig.metric_mode must be 'max' or 'min', not {self.metric_mode!r}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,8 +76,10 @@ class RestoreCheckpointConfig:
 
     def __post_init__(self):
         if self.mode not in ("specific", "all", "latest"):
-            raise ConfigError(f"RestoreCheckpointConfig.mode must be 'specific', 'latest' or "
-                              f"'all', not {self.mode!r}")
+            raise ConfigError(
+                f"RestoreCheckpointConfig.mode must be 'specific', 'latest' or "
+                f"'all', not {self.mode!r}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,8 +22,11 @@ from t5forge.training.summaries import MetricsWriter
 def _checkpoints(cfg: RestoreCheckpointConfig) -> list[tuple[int, Path]]:
     path = Path(cfg.path)
     if cfg.mode in ("all", "latest"):
-        steps = sorted((int(p.name.split("_")[-1]), p) for p in path.glob("checkpoint_*")
-                       if p.name.split("_")[-1].isdigit())
+        steps = sorted(
+            (int(p.name.split("_")[-1]), p)
+            for p in path.glob("checkpoint_*")
+            if p.name.split("_")[-1].isdigit()
+        )
         if not steps:
             raise CheckpointError(f"no checkpoint_<step> directories in {path}")
         return steps if cfg.mode == "all" else steps[-1:]
@@ -31,8 +34,14 @@ def _checkpoints(cfg: RestoreCheckpointConfig) -> list[tuple[int, Path]]:
     return [(step, path)]
 
 
-def evaluate(*, model, dataset_cfg: DatasetConfig, restore_checkpoint_cfg: RestoreCheckpointConfig,
-             output_dir: str, max_decode_length: int | None = None) -> dict:
+def evaluate(
+    *,
+    model,
+    dataset_cfg: DatasetConfig,
+    restore_checkpoint_cfg: RestoreCheckpointConfig,
+    output_dir: str,
+    max_decode_length: int | None = None,
+) -> dict:
     """Runs every checkpoint through the task's metrics; returns {step: {task: metrics}}.
 
     `model` is a t5forge model, a T5Config or a preset name; predictions and metrics go to
@@ -41,12 +50,15 @@ def evaluate(*, model, dataset_cfg: DatasetConfig, restore_checkpoint_cfg: Resto
     model = setup.resolve_model(model)
     setup.register_tasks(dataset_cfg)
     if not restore_checkpoint_cfg.path:
-        raise ConfigError("set CHECKPOINT_PATH (--gin.CHECKPOINT_PATH=...) to the checkpoint to evaluate")
+        raise ConfigError(
+            "set CHECKPOINT_PATH (--gin.CHECKPOINT_PATH=...) to the checkpoint to evaluate"
+        )
     output = Path(output_dir)
     output.mkdir(parents=True, exist_ok=True)
     writer = MetricsWriter(output)
-    evaluation = InferenceEvaluation(model, dataset_cfg, output, writer, max_decode_length,
-                                     output_dir=output)
+    evaluation = InferenceEvaluation(
+        model, dataset_cfg, output, writer, max_decode_length, output_dir=output
+    )
     results = {}
     checkpoints = _checkpoints(restore_checkpoint_cfg)
     for step, path in checkpoints:
@@ -63,6 +75,8 @@ def evaluate(*, model, dataset_cfg: DatasetConfig, restore_checkpoint_cfg: Resto
         print(json.dumps({"step": step, **results[step]}))
     writer.close()
     if not results:
-        raise CheckpointError(f"none of the {len(checkpoints)} checkpoints in "
-                              f"{restore_checkpoint_cfg.path} could be read")
+        raise CheckpointError(
+            f"none of the {len(checkpoints)} checkpoints in "
+            f"{restore_checkpoint_cfg.path} could be read"
+        )
     return results

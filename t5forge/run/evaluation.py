@@ -36,8 +36,15 @@ def _tasks(name: str) -> list:
     return get_mixture_or_task(name).tasks
 
 
-def training_eval(trainer, params, cfg: DatasetConfig, eval_steps: int, writer: MetricsWriter,
-                  step: int, converter) -> dict:
+def training_eval(
+    trainer,
+    params,
+    cfg: DatasetConfig,
+    eval_steps: int,
+    writer: MetricsWriter,
+    step: int,
+    converter,
+) -> dict:
     """Mean loss and token accuracy over up to `eval_steps` batches of each task's eval split."""
     from t5forge.data.pipeline import make_batch_iterator
 
@@ -45,10 +52,17 @@ def training_eval(trainer, params, cfg: DatasetConfig, eval_steps: int, writer: 
     for task in _tasks(cfg.mixture_or_task_name):
         task_name = task.name
         iterator = make_batch_iterator(
-            task, cfg.split, dict(cfg.task_feature_lengths),
-            cfg.batch_size // jax.process_count(), converter, seed=0,
-            shard_index=jax.process_index(), num_shards=jax.process_count(),
-            shuffle=False, num_epochs=1, use_cached=cfg.use_cached,
+            task,
+            cfg.split,
+            dict(cfg.task_feature_lengths),
+            cfg.batch_size // jax.process_count(),
+            converter,
+            seed=0,
+            shard_index=jax.process_index(),
+            num_shards=jax.process_count(),
+            shuffle=False,
+            num_epochs=1,
+            use_cached=cfg.use_cached,
         )
         totals: dict[str, float] = {}
         batches = 0
@@ -69,8 +83,9 @@ def training_eval(trainer, params, cfg: DatasetConfig, eval_steps: int, writer: 
 
 def _label_predict_fn(model, params, label_token_ids):
     def predict(batch):
-        labels = model.predict_batch(params, batch, method="labels",
-                                     label_token_ids=label_token_ids)
+        labels = model.predict_batch(
+            params, batch, method="labels", label_token_ids=label_token_ids
+        )
         return np.asarray(jax.device_get(labels))
 
     return predict
@@ -93,15 +108,24 @@ def _while_every_process_has_one(iterator):
 class InferenceEvaluation:
     """Runs the task's metrics on decoded predictions (and scores, for score metrics)."""
 
-    def __init__(self, model, cfg: DatasetConfig, model_dir, writer: MetricsWriter,
-                 max_decode_length: int | None = None, output_dir=None, method: str = "greedy"):
+    def __init__(
+        self,
+        model,
+        cfg: DatasetConfig,
+        model_dir,
+        writer: MetricsWriter,
+        max_decode_length: int | None = None,
+        output_dir=None,
+        method: str = "greedy",
+    ):
         from t5forge.data.evaluation import Evaluator
 
         self.model = model
         self.writer = writer
         self.method = method
         self.max_decode_length = max_decode_length or setup.default_max_decode_length(
-            model, cfg.task_feature_lengths)
+            model, cfg.task_feature_lengths
+        )
         output_dir = Path(output_dir or Path(model_dir) / "inference_eval")
         if jax.process_index() != 0:
             # Every process decodes (the parameters are sharded over all of them) but only
@@ -109,30 +133,42 @@ class InferenceEvaluation:
             self._scratch = tempfile.TemporaryDirectory(prefix="t5forge-eval-")
             output_dir = Path(self._scratch.name)
         self.evaluator = Evaluator(
-            cfg.mixture_or_task_name, cfg.task_feature_lengths or None, cfg.batch_size, output_dir,
-            split=cfg.split, converter=converter_for(model, pack=False), use_cached=cfg.use_cached,
+            cfg.mixture_or_task_name,
+            cfg.task_feature_lengths or None,
+            cfg.batch_size,
+            output_dir,
+            split=cfg.split,
+            converter=converter_for(model, pack=False),
+            use_cached=cfg.use_cached,
         )
 
     def predict_fn(self, params):
         def predict(batch):
             tokens = self.model.predict_batch(
-                params, batch, method=self.method, max_decode_length=self.max_decode_length)
+                params, batch, method=self.method, max_decode_length=self.max_decode_length
+            )
             return np.asarray(jax.device_get(tokens))
 
         return predict
 
     def label_predict_fns(self, params) -> dict:
         """{task: predict_fn} for tasks with single_token_labels: argmax over label tokens."""
-        return {task.name: _label_predict_fn(self.model, params, task.label_token_ids())
-                for task in self.evaluator.tasks if task.single_token_labels}
+        return {
+            task.name: _label_predict_fn(self.model, params, task.label_token_ids())
+            for task in self.evaluator.tasks
+            if task.single_token_labels
+        }
 
     def score_fn(self, params):
         return lambda batch: np.asarray(jax.device_get(self.model.score_batch(params, batch)))
 
     def run(self, step: int, params) -> dict:
         results = self.evaluator.evaluate(
-            predict_fn=self.predict_fn(params), score_fn=self.score_fn(params), step=step,
-            task_predict_fns=self.label_predict_fns(params))
+            predict_fn=self.predict_fn(params),
+            score_fn=self.score_fn(params),
+            step=step,
+            task_predict_fns=self.label_predict_fns(params),
+        )
         flat = {}
         for task_name, metrics in results.items():
             self.writer.write_scalars(step, metrics, split=f"inference_eval/{task_name}")

@@ -47,8 +47,17 @@ class Hook:
 class RunContext:
     """What a hook may see and do while `train` runs."""
 
-    def __init__(self, *, model, trainer, model_dir, writer, get_state: Callable[[], Any],
-                 save: Callable[[], Any], evaluate: Callable[[], dict]):
+    def __init__(
+        self,
+        *,
+        model,
+        trainer,
+        model_dir,
+        writer,
+        get_state: Callable[[], Any],
+        save: Callable[[], Any],
+        evaluate: Callable[[], dict],
+    ):
         self.model = model
         self.trainer = trainer
         self.model_dir = model_dir
@@ -110,13 +119,16 @@ class EarlyStopping(Hook):
     def on_eval(self, run: RunContext, step: int, results: dict) -> None:
         if self.metric not in results:
             known = ", ".join(sorted(results)) or "none"
-            raise ConfigError(f"EarlyStopping metric {self.metric!r} is not among the eval "
-                           f"results ({known})")
+            raise ConfigError(
+                f"EarlyStopping metric {self.metric!r} is not among the eval results ({known})"
+            )
         value = self.sign * float(results[self.metric])
         if value > self.best + self.min_delta:
             self.best, self.best_step, self.waited = value, step, 0
             return
         self.waited += 1
         if self.waited >= self.patience:
-            run.stop(f"early stopping: {self.metric} has not improved for {self.waited} "
-                     f"evaluations (best {self.sign * self.best:.4g} at step {self.best_step})")
+            run.stop(
+                f"early stopping: {self.metric} has not improved for {self.waited} "
+                f"evaluations (best {self.sign * self.best:.4g} at step {self.best_step})"
+            )

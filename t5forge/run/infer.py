@@ -26,8 +26,16 @@ def _text(vocabulary, tokens) -> str:
     return vocabulary.decode([int(t) for t in tokens if t > 0])
 
 
-def _run_task(model, params, task, cfg: DatasetConfig, mode: str, output: Path,
-              checkpoint_period: int, max_decode_length: int) -> int:
+def _run_task(
+    model,
+    params,
+    task,
+    cfg: DatasetConfig,
+    mode: str,
+    output: Path,
+    checkpoint_period: int,
+    max_decode_length: int,
+) -> int:
     from t5forge.data.pipeline import make_batch_iterator
 
     out_file = output / f"{task.name}-{mode}.jsonl"
@@ -37,14 +45,23 @@ def _run_task(model, params, task, cfg: DatasetConfig, mode: str, output: Path,
         out_file.unlink()
     vocabulary = task.output_features["targets"].vocabulary
     iterator = make_batch_iterator(
-        task.name, cfg.split, dict(cfg.task_feature_lengths), cfg.batch_size,
-        converter_for(model, pack=False), seed=0, shuffle=False, num_epochs=1,
+        task.name,
+        cfg.split,
+        dict(cfg.task_feature_lengths),
+        cfg.batch_size,
+        converter_for(model, pack=False),
+        seed=0,
+        shuffle=False,
+        num_epochs=1,
         use_cached=cfg.use_cached,
     )
     # A task with single_token_labels is predicted by its best label token, not decoded.
     label_ids = task.label_token_ids() if mode == "predict" else ()
-    options = ({"method": "labels", "label_token_ids": label_ids} if label_ids
-               else {"max_decode_length": max_decode_length})
+    options = (
+        {"method": "labels", "label_token_ids": label_ids}
+        if label_ids
+        else {"max_decode_length": max_decode_length}
+    )
     pending: list[str] = []
     batches = 0
     written = 0
@@ -82,9 +99,16 @@ def _flush(out_file: Path, progress_file: Path, lines: list[str], batches: int) 
     return len(lines)
 
 
-def infer(*, model, dataset_cfg: DatasetConfig, restore_checkpoint_cfg: RestoreCheckpointConfig,
-          output_dir: str, mode: str = "predict", checkpoint_period: int = 100,
-          max_decode_length: int | None = None) -> dict[str, int]:
+def infer(
+    *,
+    model,
+    dataset_cfg: DatasetConfig,
+    restore_checkpoint_cfg: RestoreCheckpointConfig,
+    output_dir: str,
+    mode: str = "predict",
+    checkpoint_period: int = 100,
+    max_decode_length: int | None = None,
+) -> dict[str, int]:
     """Writes one JSONL file per task into `output_dir`; returns {task: rows written}.
 
     `model` is a t5forge model, a T5Config or a preset name; `mode` is 'predict' or 'score'.
@@ -96,18 +120,24 @@ def infer(*, model, dataset_cfg: DatasetConfig, restore_checkpoint_cfg: RestoreC
     if mode not in MODES:
         raise ConfigError(f"infer.mode must be one of {MODES}, not {mode!r}")
     if not restore_checkpoint_cfg.path:
-        raise ConfigError("set CHECKPOINT_PATH (--gin.CHECKPOINT_PATH=...) to the checkpoint to run")
+        raise ConfigError(
+            "set CHECKPOINT_PATH (--gin.CHECKPOINT_PATH=...) to the checkpoint to run"
+        )
     if not dataset_cfg.task_feature_lengths:
-        raise ConfigError("set TASK_FEATURE_LENGTHS for inference, e.g. {'inputs': 512, 'targets': 128}")
+        raise ConfigError(
+            "set TASK_FEATURE_LENGTHS for inference, e.g. {'inputs': 512, 'targets': 128}"
+        )
     params, message = setup.load_params(restore_checkpoint_cfg.path, model)
     print(message, file=sys.stderr)
     output = Path(output_dir)
     output.mkdir(parents=True, exist_ok=True)
     decode_length = max_decode_length or setup.default_max_decode_length(
-        model, dataset_cfg.task_feature_lengths)
+        model, dataset_cfg.task_feature_lengths
+    )
     written = {}
     for task in get_mixture_or_task(dataset_cfg.mixture_or_task_name).tasks:
-        written[task.name] = _run_task(model, params, task, dataset_cfg, mode, output,
-                                       checkpoint_period, decode_length)
+        written[task.name] = _run_task(
+            model, params, task, dataset_cfg, mode, output, checkpoint_period, decode_length
+        )
         print(f"wrote {written[task.name]} rows to {output / f'{task.name}-{mode}.jsonl'}")
     return written

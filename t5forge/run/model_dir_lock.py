@@ -43,13 +43,20 @@ def _process_alive(pid: int) -> bool:
 class ModelDirLock:
     """The lease on one model dir; `acquire()` or refuse, `release()` at the end of the run."""
 
-    def __init__(self, model_dir: str | os.PathLike, take_over: bool = False,
-                 lease_seconds: float = LEASE_SECONDS):
+    def __init__(
+        self,
+        model_dir: str | os.PathLike,
+        take_over: bool = False,
+        lease_seconds: float = LEASE_SECONDS,
+    ):
         self.path = Path(model_dir).absolute() / LOCK_FILE
         self.take_over = take_over
         self.lease_seconds = lease_seconds
-        self._record = {"host": socket.gethostname(), "pid": os.getpid(),
-                        "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        self._record = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
 
@@ -86,15 +93,23 @@ class ModelDirLock:
                     f"{self.path.parent} is in use by another training run (pid "
                     f"{holder.get('pid')} on {holder.get('host')}, started "
                     f"{holder.get('started')}); wait for it to finish, use another MODEL_DIR, "
-                    f"or, if that run is gone, pass --gin.train.take_over_lock=True") from None
+                    f"or, if that run is gone, pass --gin.train.take_over_lock=True"
+                ) from None
             if holder.get("pid") != os.getpid() or holder.get("host") != self._record["host"]:
                 why = "taken over on request" if self._live(holder) else "its process is gone"
-                logger.warning("taking over the lock %s of pid %s on %s (%s)", self.path,
-                               holder.get("pid"), holder.get("host"), why)
+                logger.warning(
+                    "taking over the lock %s of pid %s on %s (%s)",
+                    self.path,
+                    holder.get("pid"),
+                    holder.get("host"),
+                    why,
+                )
             self._write()
         if not self._is_ours(self._holder()):
-            raise ConfigError(f"another training run took {self.path} at the same moment; "
-                              "only one run may write a MODEL_DIR")
+            raise ConfigError(
+                f"another training run took {self.path} at the same moment; "
+                "only one run may write a MODEL_DIR"
+            )
         _HELD[self.path] = self
         self._stop.clear()
         self._renewer = threading.Thread(target=self._renew, name="t5forge-lock", daemon=True)

@@ -20,8 +20,10 @@ class Preempted(Exception):
     def __init__(self, signum: int, step: int, checkpoint):
         self.signum, self.step, self.checkpoint = signum, step, checkpoint
         self.exit_code = 128 + signum
-        super().__init__(f"{signal.Signals(signum).name}: saved step {step} in {checkpoint} and "
-                         "stopped; rerun the same command to resume")
+        super().__init__(
+            f"{signal.Signals(signum).name}: saved step {step} in {checkpoint} and "
+            "stopped; rerun the same command to resume"
+        )
 
 
 class StopSignal:

@@ -29,8 +29,9 @@ def resolve_model(model):
     if isinstance(model, T5Config):
         return build_model(model)
     if not isinstance(model, BaseModel):
-        raise ConfigError(f"model must be a t5forge model, a T5Config or a preset name, "
-                          f"not {model!r}")
+        raise ConfigError(
+            f"model must be a t5forge model, a T5Config or a preset name, not {model!r}"
+        )
     return model
 
 
@@ -49,7 +50,9 @@ def load_params(path: str, model, target_params=None, assignment_map=()):
     """
     location = Path(path)
     if not location.exists():
-        raise CheckpointError(f"checkpoint path {path} does not exist; check INITIAL_CHECKPOINT_PATH / CHECKPOINT_PATH")
+        raise CheckpointError(
+            f"checkpoint path {path} does not exist; check INITIAL_CHECKPOINT_PATH / CHECKPOINT_PATH"
+        )
     fmt = formats.detect_format(location)
     if fmt in formats.FOREIGN:
         foreign = formats.read_params(location, fmt, model.config)
@@ -82,23 +85,30 @@ def model_metadata(model, dataset_cfg, model_dir: Path) -> dict:
 
     from t5forge.data.tasks import get_mixture_or_task
 
-    metadata = {"model_config": dataclasses.asdict(model.config),
-                "mixture_or_task_name": dataset_cfg.mixture_or_task_name,
-                "task_feature_lengths": dict(dataset_cfg.task_feature_lengths),
-                "batch_size": int(dataset_cfg.batch_size)}
+    metadata = {
+        "model_config": dataclasses.asdict(model.config),
+        "mixture_or_task_name": dataset_cfg.mixture_or_task_name,
+        "task_feature_lengths": dict(dataset_cfg.task_feature_lengths),
+        "batch_size": int(dataset_cfg.batch_size),
+    }
     features = get_mixture_or_task(dataset_cfg.mixture_or_task_name).output_features
     vocabulary = features["targets"].vocabulary
     if vocabulary.vocab_size > model.config.vocab_size:
         raise ConfigError(
             f"the task's vocabulary has {vocabulary.vocab_size} ids but the model's vocab_size is "
-            f"{model.config.vocab_size}; set T5Config.vocab_size >= {vocabulary.vocab_size}")
+            f"{model.config.vocab_size}; set T5Config.vocab_size >= {vocabulary.vocab_size}"
+        )
     vocab_path = getattr(vocabulary, "path", None)  # known once the vocabulary is loaded
     if vocab_path and Path(vocab_path).is_file():
         target = Path(model_dir) / "spiece.model"
         if jax.process_index() == 0 and not target.exists():
             shutil.copyfile(vocab_path, target)
-        metadata["vocabulary"] = {"path": "spiece.model", "extra_ids": vocabulary.extra_ids,
-                                  "sha256": _sha256(Path(vocab_path)), "source": str(vocab_path)}
+        metadata["vocabulary"] = {
+            "path": "spiece.model",
+            "extra_ids": vocabulary.extra_ids,
+            "sha256": _sha256(Path(vocab_path)),
+            "source": str(vocab_path),
+        }
     return metadata
 
 
@@ -112,20 +122,31 @@ def check_resume(recorded: dict, current: dict, checkpoint: Path) -> None:
     """ConfigError naming the first setting a resume would silently change: the vocabulary,
     the feature lengths or the batch size the checkpoint was trained with. (Checkpoints written
     before these were recorded are resumed unchecked.)"""
-    fix = ("; keep the original setting, or start a new MODEL_DIR from this checkpoint with "
-           f"--gin.INITIAL_CHECKPOINT_PATH={checkpoint}")
+    fix = (
+        "; keep the original setting, or start a new MODEL_DIR from this checkpoint with "
+        f"--gin.INITIAL_CHECKPOINT_PATH={checkpoint}"
+    )
     old_vocab, new_vocab = recorded.get("vocabulary", {}), current.get("vocabulary", {})
-    if old_vocab.get("sha256") and new_vocab.get("sha256") and (
-            old_vocab["sha256"] != new_vocab["sha256"]):
+    if (
+        old_vocab.get("sha256")
+        and new_vocab.get("sha256")
+        and (old_vocab["sha256"] != new_vocab["sha256"])
+    ):
         raise ConfigError(
             f"{checkpoint} was trained with the vocabulary {old_vocab.get('source')} (sha256 "
             f"{old_vocab['sha256'][:12]}) but this run's is {new_vocab.get('source')} (sha256 "
-            f"{new_vocab['sha256'][:12]}): the token ids would change meaning{fix}")
-    for key, name in (("task_feature_lengths", "TASK_FEATURE_LENGTHS"), ("batch_size", "BATCH_SIZE")):
+            f"{new_vocab['sha256'][:12]}): the token ids would change meaning{fix}"
+        )
+    for key, name in (
+        ("task_feature_lengths", "TASK_FEATURE_LENGTHS"),
+        ("batch_size", "BATCH_SIZE"),
+    ):
         if key in recorded and recorded[key] != current.get(key):
-            raise ConfigError(f"{checkpoint} was trained with {name}={recorded[key]} but this run "
-                              f"has {name}={current.get(key)}; resuming would change the data "
-                              f"position's meaning{fix}")
+            raise ConfigError(
+                f"{checkpoint} was trained with {name}={recorded[key]} but this run "
+                f"has {name}={current.get(key)}; resuming would change the data "
+                f"position's meaning{fix}"
+            )
 
 
 def default_max_decode_length(model, task_feature_lengths) -> int:

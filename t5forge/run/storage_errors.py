@@ -67,8 +67,11 @@ class StorageFailureEcho:
         if _storage_failure(error):
             self.failed = True
             return True
-        return self.failed and isinstance(error, RuntimeError) and (
-            "Event loop is closed" in str(error))
+        return (
+            self.failed
+            and isinstance(error, RuntimeError)
+            and ("Event loop is closed" in str(error))
+        )
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
@@ -94,7 +97,10 @@ class StorageFailureEcho:
                 previous_unraisable(args)
 
         sys.excepthook, threading.excepthook, sys.unraisablehook = (
-            except_hook, thread_hook, unraisable_hook)
+            except_hook,
+            thread_hook,
+            unraisable_hook,
+        )
         for name in self._LOGGERS:
             logging.getLogger(name).addFilter(self)
 

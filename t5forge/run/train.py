@@ -77,8 +77,11 @@ def _step_flops(config, batch, process_count: int) -> float:
 def _batch_counts(batch) -> dict[str, float]:
     weights = np.asarray(batch.get("decoder_loss_weights", batch["decoder_target_tokens"] > 0))
     tokens = np.asarray(batch["decoder_target_tokens"])
-    return {"target_tokens": float(weights.sum()), "all_tokens": float(tokens.size),
-            "seqs": float(tokens.shape[0])}
+    return {
+        "target_tokens": float(weights.sum()),
+        "all_tokens": float(tokens.size),
+        "seqs": float(tokens.shape[0]),
+    }
 
 
 def train(
@@ -133,11 +136,15 @@ def train(
         restore_checkpoint_cfg = restore_checkpoint_cfg or checkpoint_cfg.restore
         checkpoint_cfg = checkpoint_cfg.save or SaveCheckpointConfig()
     if not train_dataset_cfg.task_feature_lengths:
-        raise ConfigError("set TASK_FEATURE_LENGTHS, e.g. --gin.TASK_FEATURE_LENGTHS=\"{'inputs': 512, 'targets': 114}\"")
+        raise ConfigError(
+            "set TASK_FEATURE_LENGTHS, e.g. --gin.TASK_FEATURE_LENGTHS=\"{'inputs': 512, 'targets': 114}\""
+        )
     if total_steps < 0:
         raise ConfigError(f"TRAIN_STEPS must be >= 0, got {total_steps}")
     if max_skipped_nonfinite_steps < 0:
-        raise ConfigError(f"max_skipped_nonfinite_steps must be >= 0, got {max_skipped_nonfinite_steps}")
+        raise ConfigError(
+            f"max_skipped_nonfinite_steps must be >= 0, got {max_skipped_nonfinite_steps}"
+        )
     model_dir = Path(model_dir)
     model_dir.mkdir(parents=True, exist_ok=True)
     is_chief = jax.process_index() == 0
@@ -156,9 +163,12 @@ def train(
     trainer = trainer_cls(model, tx, partitioner, learning_rate_fn, num_microbatches, random_seed)
 
     ckpt = checkpoints.Checkpointer(
-        model_dir, keep=checkpoint_cfg.keep, period=checkpoint_cfg.period,
+        model_dir,
+        keep=checkpoint_cfg.keep,
+        period=checkpoint_cfg.period,
         keep_best_metric=checkpoint_cfg.metric_name_to_monitor,
-        best_mode=checkpoint_cfg.metric_mode, async_save=checkpoint_cfg.async_save,
+        best_mode=checkpoint_cfg.metric_mode,
+        async_save=checkpoint_cfg.async_save,
     )
     ckpt.check_matches(model.abstract_params())
 
@@ -185,7 +195,9 @@ def train(
 
     if is_chief:
         summaries.write_model_info(
-            model_dir / "model-info.txt", abstract_state.params, param_axes,
+            model_dir / "model-info.txt",
+            abstract_state.params,
+            param_axes,
             jax.tree.map(lambda s: str(s.spec), trainer.state_shardings.params),
             abstract_state.opt_state,
         )
@@ -193,15 +205,28 @@ def train(
         _warn_if_low_on_space(model_dir, abstract_state, ckpt)
     writer = summaries.MetricsWriter(model_dir, enabled=is_chief)
     writer.forget_after(restored.step if restored is not None else -1)
-    inference = (InferenceEvaluation(model, infer_eval_dataset_cfg, model_dir, writer,
-                                     infer_max_decode_length)
-                 if infer_eval_dataset_cfg else None)
+    inference = (
+        InferenceEvaluation(
+            model, infer_eval_dataset_cfg, model_dir, writer, infer_max_decode_length
+        )
+        if infer_eval_dataset_cfg
+        else None
+    )
 
     def evaluate(step_now, params) -> dict:
         results = {}
         if train_eval_dataset_cfg is not None:
-            results.update(training_eval(trainer, params, train_eval_dataset_cfg, eval_steps,
-                                         writer, step_now, converter_for(model, False)))
+            results.update(
+                training_eval(
+                    trainer,
+                    params,
+                    train_eval_dataset_cfg,
+                    eval_steps,
+                    writer,
+                    step_now,
+                    converter_for(model, False),
+                )
+            )
         if inference is not None:
             results.update(inference.run(step_now, params))
         if is_chief:
@@ -216,15 +241,25 @@ def train(
         when forced; `position` is the data position to record (default: the current one)."""
         if not force and at_step % checkpoint_cfg.period:
             return False  # skip gathering the data positions for a step that is not saved
-        return ckpt.save(at_step, state if of is None else of, _data_positions(
-            train_iter.get_state() if position is None else position),
-                         metadata=metadata, metrics=metrics, force=force)
+        return ckpt.save(
+            at_step,
+            state if of is None else of,
+            _data_positions(train_iter.get_state() if position is None else position),
+            metadata=metadata,
+            metrics=metrics,
+            force=force,
+        )
 
     step = int(jax.device_get(state.step))
     context = RunContext(
-        model=model, trainer=trainer, model_dir=model_dir, writer=writer,
-        get_state=lambda: state, save=lambda: save(step, force=True),
-        evaluate=lambda: evaluate(step, state.params))
+        model=model,
+        trainer=trainer,
+        model_dir=model_dir,
+        writer=writer,
+        get_state=lambda: state,
+        save=lambda: save(step, force=True),
+        evaluate=lambda: evaluate(step, state.params),
+    )
     start_step = step
     stop = StopSignal()
     last_metrics: dict = {}
@@ -254,24 +289,33 @@ def train(
             save(done_step - 1, force=True, position=position, of=state)  # no-op if on disk
             ckpt.wait_until_finished()
             raise T5ForgeError(_nonfinite_message(done_step, skipped, ckpt.step_dir(done_step - 1)))
-        print(f"warning: step {done_step} gave non-finite values; its batch is skipped "
-              f"({len(skipped)} of at most {max_skipped_nonfinite_steps})", file=sys.stderr)
+        print(
+            f"warning: step {done_step} gave non-finite values; its batch is skipped "
+            f"({len(skipped)} of at most {max_skipped_nonfinite_steps})",
+            file=sys.stderr,
+        )
         return state.replace(step=jax.device_put(done_step, trainer.state_shardings.step))
 
     def state_needed(at_step) -> bool:
         """Whether anything after step `at_step` reads the state or metrics (so it must be
         settled now); otherwise the check waits a step and the device stays busy."""
-        return bool(max_skipped_nonfinite_steps or at_step == total_steps
-                    or at_step % stats_period == 0 or at_step % checkpoint_cfg.period == 0
-                    or (eval_period and at_step % eval_period == 0)
-                    or any(at_step % max(hook.every, 1) == 0 for hook in hooks))
+        return bool(
+            max_skipped_nonfinite_steps
+            or at_step == total_steps
+            or at_step % stats_period == 0
+            or at_step % checkpoint_cfg.period == 0
+            or (eval_period and at_step % eval_period == 0)
+            or any(at_step % max(hook.every, 1) == 0 for hook in hooks)
+        )
 
     pending = None  # (step, its `applied` flag on device, the data position before it)
     echo = StorageFailureEcho()
     echo.install()
     try:
         while step < total_steps:
-            position = train_iter.get_state()  # the data position of `step`, in case it is last good
+            position = (
+                train_iter.get_state()
+            )  # the data position of `step`, in case it is last good
             batch = next(train_iter)
             if step_flops is None and peak_flops is not None:
                 step_flops = _step_flops(model.config, batch, process_count)
@@ -291,22 +335,28 @@ def train(
                 if max_skipped_nonfinite_steps:
                     host["nonfinite_steps_skipped"] = float(len(skipped))
                 elapsed = time.perf_counter() - window_start
-                host.update({
-                    "timing/steps_per_second": window_steps / elapsed,
-                    "timing/seqs_per_second": counts["seqs"] / elapsed,
-                    "timing/target_tokens_per_second": counts["target_tokens"] / elapsed,
-                    "non_padding_fraction/loss_weights": counts["target_tokens"] / max(counts["all_tokens"], 1),
-                })
+                host.update(
+                    {
+                        "timing/steps_per_second": window_steps / elapsed,
+                        "timing/seqs_per_second": counts["seqs"] / elapsed,
+                        "timing/target_tokens_per_second": counts["target_tokens"] / elapsed,
+                        "non_padding_fraction/loss_weights": counts["target_tokens"]
+                        / max(counts["all_tokens"], 1),
+                    }
+                )
                 if peak_flops is not None:  # accelerators only: no CPU has a known peak
-                    host["timing/mfu"] = flops.mfu(step_flops * window_steps, elapsed, peak_flops,
-                                                   jax.device_count())
+                    host["timing/mfu"] = flops.mfu(
+                        step_flops * window_steps, elapsed, peak_flops, jax.device_count()
+                    )
                 writer.write_scalars(step, host, split="train")
                 last_metrics = host
                 for hook in hooks:
                     hook.on_metrics(context, step, host)
                 if bar is not None:
-                    bar.set_postfix(loss=f"{host['loss']:.4g}",
-                                    tok_s=f"{host['timing/target_tokens_per_second']:.0f}")
+                    bar.set_postfix(
+                        loss=f"{host['loss']:.4g}",
+                        tok_s=f"{host['timing/target_tokens_per_second']:.0f}",
+                    )
                 counts = dict.fromkeys(counts, 0.0)
                 window_start, window_steps = time.perf_counter(), 0
             if bar is not None:
@@ -320,7 +370,9 @@ def train(
             else:
                 save(step)
             if preempted:
-                print(f"{_signal_name(stop.signum)}: saving step {step} and exiting", file=sys.stderr)
+                print(
+                    f"{_signal_name(stop.signum)}: saving step {step} and exiting", file=sys.stderr
+                )
                 break
             if context.stop_reason:
                 print(f"{context.stop_reason}; saving step {step}", file=sys.stderr)
@@ -329,8 +381,7 @@ def train(
             eval_results, evaluated_at = evaluate(step, state.params), step
         if ckpt.latest_step() != step:
             # Eval metrics belong to the checkpoint only if they were computed at this step.
-            save(step, metrics=(eval_results if evaluated_at == step else None) or None,
-                 force=True)
+            save(step, metrics=(eval_results if evaluated_at == step else None) or None, force=True)
         for hook in hooks:
             hook.on_end(context, step)
         ckpt.wait_until_finished()
@@ -359,25 +410,35 @@ def _signal_name(signum: int | None) -> str:
 
 def _nonfinite_message(step: int, skipped: list[int], last_good: Path) -> str:
     allowed = len(skipped) - 1
-    return (f"step {step} gave a non-finite loss, parameter or optimizer value"
-            + (f" (after {allowed} skipped: steps {skipped[:-1]})" if allowed else "")
-            + f"; it was not applied, and the last good state (step {step - 1}) is in "
-            f"{last_good}. Lower the learning rate or use float32 activations, then rerun the "
-            "same command to resume from it (or allow skipping a few bad batches with "
-            "--gin.train.max_skipped_nonfinite_steps=N)")
+    return (
+        f"step {step} gave a non-finite loss, parameter or optimizer value"
+        + (f" (after {allowed} skipped: steps {skipped[:-1]})" if allowed else "")
+        + f"; it was not applied, and the last good state (step {step - 1}) is in "
+        f"{last_good}. Lower the learning rate or use float32 activations, then rerun the "
+        "same command to resume from it (or allow skipping a few bad batches with "
+        "--gin.train.max_skipped_nonfinite_steps=N)"
+    )
 
 
 def _storage_message(error: Exception, model_dir: Path, ckpt) -> str:
     """Disk full or read-only, as one line: what failed, what survives, what to do."""
     finished = [step for step in ckpt.all_steps() if ckpt.step_dir(step).is_dir()]
     latest = finished[-1] if finished else None  # orbax lists a failed save's step too
-    kept = (f"the last good checkpoint is {ckpt.step_dir(latest)}" if latest is not None
-            else "no checkpoint was saved yet")
-    what = (f"{error.filename or model_dir}: {error.strerror}" if isinstance(error, OSError)
-            else f"checkpoint files in {model_dir}: {os.strerror(storage_errno(error))}")
-    return (f"cannot write {what}; {kept}. "
-            f"Free space in (or make writable) {model_dir}, then rerun the same command to "
-            "resume")
+    kept = (
+        f"the last good checkpoint is {ckpt.step_dir(latest)}"
+        if latest is not None
+        else "no checkpoint was saved yet"
+    )
+    what = (
+        f"{error.filename or model_dir}: {error.strerror}"
+        if isinstance(error, OSError)
+        else f"checkpoint files in {model_dir}: {os.strerror(storage_errno(error))}"
+    )
+    return (
+        f"cannot write {what}; {kept}. "
+        f"Free space in (or make writable) {model_dir}, then rerun the same command to "
+        "resume"
+    )
 
 
 def _close_quietly(ckpt) -> None:
@@ -401,12 +462,18 @@ def _warn_if_low_on_space(model_dir: Path, abstract_state, ckpt) -> None:
     if latest is not None:
         size = _directory_bytes(ckpt.step_dir(latest))
     else:
-        size = sum(int(np.prod(x.shape)) * x.dtype.itemsize
-                   for x in jax.tree.leaves(abstract_state))
+        size = sum(
+            int(np.prod(x.shape)) * x.dtype.itemsize for x in jax.tree.leaves(abstract_state)
+        )
     free = shutil.disk_usage(model_dir).free
     if free < 2 * size:
-        logger.warning("warning: %s has %.1f MB free, less than two checkpoints (%.1f MB each); "
-                       "the run stops when the disk is full", model_dir, free / 1e6, size / 1e6)
+        logger.warning(
+            "warning: %s has %.1f MB free, less than two checkpoints (%.1f MB each); "
+            "the run stops when the disk is full",
+            model_dir,
+            free / 1e6,
+            size / 1e6,
+        )
 
 
 def _flat(results: dict) -> dict:
@@ -433,7 +500,7 @@ def _data_positions(local_state: dict) -> dict:
     else:
         lengths = multihost_utils.process_allgather(np.int32(len(local)))
         padded = np.zeros(int(lengths.max()), np.uint8)
-        padded[:len(local)] = np.frombuffer(local, np.uint8)
+        padded[: len(local)] = np.frombuffer(local, np.uint8)
         rows = multihost_utils.process_allgather(padded)
         encoded = [row[:length].tobytes() for row, length in zip(rows, lengths)]
     return {"process_count": len(encoded), "process_states": [json.loads(e) for e in encoded]}
@@ -450,20 +517,29 @@ def _restore_data_position(train_iter, restored) -> None:
     if saved_count == jax.process_count():
         train_iter.set_state(positions["process_states"][jax.process_index()])
     elif saved_count is not None and jax.process_index() == 0:
-        print(f"{restored.path} was written by {saved_count} process(es) and this run has "
-              f"{jax.process_count()}; the data is sharded differently, so each process reads "
-              "its new shard from the start", file=sys.stderr)
+        print(
+            f"{restored.path} was written by {saved_count} process(es) and this run has "
+            f"{jax.process_count()}; the data is sharded differently, so each process reads "
+            "its new shard from the start",
+            file=sys.stderr,
+        )
 
 
 def _batch_iterator(model, cfg: DatasetConfig, random_seed: int, shuffle: bool):
     from t5forge.data.pipeline import make_batch_iterator
 
     return make_batch_iterator(
-        cfg.mixture_or_task_name, cfg.split, dict(cfg.task_feature_lengths),
-        cfg.batch_size // jax.process_count(), converter_for(model, cfg.pack),
+        cfg.mixture_or_task_name,
+        cfg.split,
+        dict(cfg.task_feature_lengths),
+        cfg.batch_size // jax.process_count(),
+        converter_for(model, cfg.pack),
         seed=random_seed if cfg.seed is None else cfg.seed,
-        shard_index=jax.process_index(), num_shards=jax.process_count(),
-        shuffle=shuffle and cfg.shuffle, num_epochs=None, use_cached=cfg.use_cached,
+        shard_index=jax.process_index(),
+        num_shards=jax.process_count(),
+        shuffle=shuffle and cfg.shuffle,
+        num_epochs=None,
+        use_cached=cfg.use_cached,
     )
 
 

@@ -49,8 +49,10 @@ def _validation_message(error: RequestValidationError) -> str:
         return f"the body is not valid JSON ({first.get('ctx', {}).get('error', 'parse error')})"
     if tuple(first.get("loc", ())) == ("body",) and first.get("type") != "value_error":
         # Not JSON at all, or JSON that is not an object (a model check's error is fine).
-        return ("the body must be a JSON object with this endpoint's fields, sent with "
-                "Content-Type: application/json")
+        return (
+            "the body must be a JSON object with this endpoint's fields, sent with "
+            "Content-Type: application/json"
+        )
     location = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
     message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
     if first.get("type") == "extra_forbidden":
@@ -94,16 +96,23 @@ class _Guard:
                 endpoint = path if path in _ENDPOINTS else "other"
                 self.metrics.requests.labels(endpoint=endpoint, status=str(status[0])).inc()
                 self.metrics.latency.labels(endpoint=endpoint).observe(
-                    time.perf_counter() - started)
+                    time.perf_counter() - started
+                )
 
     def _refusal(self, path: str, headers: dict) -> JSONResponse | None:
         protected = path.startswith("/v1/") or path == "/metrics"
         given = headers.get(b"authorization", b"")
-        if protected and self.expected is not None and not hmac.compare_digest(given,
-                                                                               self.expected):
+        if (
+            protected
+            and self.expected is not None
+            and not hmac.compare_digest(given, self.expected)
+        ):
             self.metrics.rejected.labels(reason="unauthorized").inc()
-            return _error(401, "missing or wrong API key; send 'Authorization: Bearer <key>'",
-                          {"WWW-Authenticate": "Bearer"})
+            return _error(
+                401,
+                "missing or wrong API key; send 'Authorization: Bearer <key>'",
+                {"WWW-Authenticate": "Bearer"},
+            )
         declared = headers.get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.settings.max_body_bytes:
             return self._too_large()
@@ -111,8 +120,11 @@ class _Guard:
 
     def _too_large(self) -> JSONResponse:
         self.metrics.rejected.labels(reason="too_large").inc()
-        return _error(413, f"the body is larger than the server's limit of "
-                           f"{self.settings.max_body_bytes} bytes; send fewer or shorter inputs")
+        return _error(
+            413,
+            f"the body is larger than the server's limit of "
+            f"{self.settings.max_body_bytes} bytes; send fewer or shorter inputs",
+        )
 
     async def _app_with_body_limit(self, scope, receive, send):
         """Runs the app; a body without Content-Length that grows past the limit is answered
@@ -152,9 +164,13 @@ def create_app(service: InferenceService) -> FastAPI:
         yield
         await service.stop()
 
-    app = FastAPI(title="t5forge", version=t5forge.__version__, lifespan=lifespan,
-                  description="Generation, scoring and rank classification with a T5-family "
-                              "model, dynamically batched.")
+    app = FastAPI(
+        title="t5forge",
+        version=t5forge.__version__,
+        lifespan=lifespan,
+        description="Generation, scoring and rank classification with a T5-family "
+        "model, dynamically batched.",
+    )
 
     @app.exception_handler(RequestError)
     async def _request_error(_request, error: RequestError):
@@ -164,9 +180,11 @@ def create_app(service: InferenceService) -> FastAPI:
     @app.exception_handler(QueueFull)
     async def _queue_full(_request, error: QueueFull):
         metrics.rejected.labels(reason="queue_full").inc()
-        return _error(503, f"the server is at capacity ({error}); retry after "
-                           f"{settings.retry_after_s} s",
-                      {"Retry-After": str(settings.retry_after_s)})
+        return _error(
+            503,
+            f"the server is at capacity ({error}); retry after {settings.retry_after_s} s",
+            {"Retry-After": str(settings.retry_after_s)},
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request, error: RequestValidationError):
@@ -190,15 +208,26 @@ def create_app(service: InferenceService) -> FastAPI:
         metrics.disconnects.inc()
         return _error(_CLIENT_CLOSED, "the client closed the connection")
 
-    @app.post("/v1/predict", response_model=PredictResponse, response_model_exclude_none=True,
-              responses={200: {"content": {"text/event-stream": {}},
-                               "description": "JSON, or server-sent events with stream=true"}})
+    @app.post(
+        "/v1/predict",
+        response_model=PredictResponse,
+        response_model_exclude_none=True,
+        responses={
+            200: {
+                "content": {"text/event-stream": {}},
+                "description": "JSON, or server-sent events with stream=true",
+            }
+        },
+    )
     async def predict(request: Request, body: PredictRequest):
         """Generates one output per input (greedy, beam search or sampling)."""
         if body.stream:
             check_limits(body, settings)
-            return StreamingResponse(service.stream(body), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache"})
+            return StreamingResponse(
+                service.stream(body),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
         return await answer(request, body, service.predict)
 
     @app.post("/v1/score", response_model=ScoreResponse)
@@ -217,8 +246,11 @@ def create_app(service: InferenceService) -> FastAPI:
         done, total = service.warmup_progress
         if service.ready:
             return {"status": "ready", "compiled": total}
-        return JSONResponse({"status": "warming up", "compiled": done, "of": total}, 503,
-                            headers={"Retry-After": str(settings.retry_after_s)})
+        return JSONResponse(
+            {"status": "warming up", "compiled": done, "of": total},
+            503,
+            headers={"Retry-After": str(settings.retry_after_s)},
+        )
 
     @app.get("/metrics")
     async def prometheus():

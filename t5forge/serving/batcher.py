@@ -46,8 +46,14 @@ RunBatch = Callable[[Hashable, list[Job]], list[Any]]
 class Batcher:
     """Owns the queue, the worker task and the single device thread."""
 
-    def __init__(self, run_batch: RunBatch, max_batch_size: int, max_wait_ms: float,
-                 max_queue: int, on_batch: Callable[[Hashable, int], None] | None = None):
+    def __init__(
+        self,
+        run_batch: RunBatch,
+        max_batch_size: int,
+        max_wait_ms: float,
+        max_queue: int,
+        on_batch: Callable[[Hashable, int], None] | None = None,
+    ):
         self._run_batch = run_batch
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_ms / 1000.0
@@ -82,14 +88,20 @@ class Batcher:
         """Runs fn on the device thread (warm-up uses it, so it never races a batch)."""
         return await asyncio.get_running_loop().run_in_executor(self._device, fn)
 
-    def submit(self, group: Hashable, payloads: list[Any],
-               on_tokens: list[Callable[[int], None]] | None = None) -> list[asyncio.Future]:
+    def submit(
+        self,
+        group: Hashable,
+        payloads: list[Any],
+        on_tokens: list[Callable[[int], None]] | None = None,
+    ) -> list[asyncio.Future]:
         """Queues one job per payload (all or none), returning their futures."""
         if len(self._jobs) + len(payloads) > self.max_queue:
             raise QueueFull(f"{len(self._jobs)} rows are waiting (limit {self.max_queue})")
         loop = asyncio.get_running_loop()
-        jobs = [Job(group, payload, loop.create_future(), on_tokens[i] if on_tokens else None)
-                for i, payload in enumerate(payloads)]
+        jobs = [
+            Job(group, payload, loop.create_future(), on_tokens[i] if on_tokens else None)
+            for i, payload in enumerate(payloads)
+        ]
         self._jobs.extend(jobs)
         self._arrived.set()
         return [job.future for job in jobs]

@@ -67,33 +67,52 @@ class Engine:
         self.batch_buckets = batch_buckets(settings.max_batch_size)
         self.input_buckets = length_buckets(model.max_input_length)
         # Beam outputs are rescored as targets, so targets reach max_new_tokens_limit too.
-        self.target_buckets = length_buckets(max(settings.max_target_length,
-                                                 settings.max_new_tokens_limit))
+        self.target_buckets = length_buckets(
+            max(settings.max_target_length, settings.max_new_tokens_limit)
+        )
 
     # ------------------------------------------------------------------ generation
 
     def _predict_features(self, rows: list[list[int]], batch_rows: int | None = None):
         batch = _fit(batch_rows or len(rows), self.batch_buckets)
-        return predict_features(self.model.config, rows, batch,
-                                _fit(max(map(len, rows)), self.input_buckets))
+        return predict_features(
+            self.model.config, rows, batch, _fit(max(map(len, rows)), self.input_buckets)
+        )
 
-    def generate(self, rows: list[list[int]], options: list[RowOptions],
-                 emit: Callable[[int, int], None] | None = None,
-                 cancelled: Callable[[int], bool] | None = None) -> list[Decoded]:
+    def generate(
+        self,
+        rows: list[list[int]],
+        options: list[RowOptions],
+        emit: Callable[[int, int], None] | None = None,
+        cancelled: Callable[[int], bool] | None = None,
+    ) -> list[Decoded]:
         """Greedy or sampled continuations, each row with its own options (see stepwise)."""
         features, prompt_width = self._predict_features(rows)
-        return self.decoder.decode(self.params, features,
-                                   prompt_width + self.settings.max_new_tokens_limit, options,
-                                   emit, cancelled)
+        return self.decoder.decode(
+            self.params,
+            features,
+            prompt_width + self.settings.max_new_tokens_limit,
+            options,
+            emit,
+            cancelled,
+        )
 
     def beam(self, rows: list[list[int]], num_beams: int, max_new_tokens: int) -> list[Decoded]:
         """Beam search (T5X's) as `Model.generate(method='beam')`; log-likelihoods rescored."""
         features, prompt_width = self._predict_features(rows)
         tokens = self.model.t5x_model.predict_batch(
-            self.params, features, jax.random.PRNGKey(0), method="beam", num_decodes=num_beams,
-            alpha=_BEAM_ALPHA, max_decode_length=prompt_width + max_new_tokens)
-        outputs = [_until_eos(row, self.model.t5x_model.eos_id)
-                   for row in np.asarray(tokens)[:len(rows), :max_new_tokens].tolist()]
+            self.params,
+            features,
+            jax.random.PRNGKey(0),
+            method="beam",
+            num_decodes=num_beams,
+            alpha=_BEAM_ALPHA,
+            max_decode_length=prompt_width + max_new_tokens,
+        )
+        outputs = [
+            _until_eos(row, self.model.t5x_model.eos_id)
+            for row in np.asarray(tokens)[: len(rows), :max_new_tokens].tolist()
+        ]
         scores = self.score([ScorePair(r, o) for r, o in zip(rows, outputs)])
         return [Decoded(o, s) for o, s in zip(outputs, scores)]
 
@@ -107,11 +126,16 @@ class Engine:
         target_length = _fit(max(map(len, targets)), self.target_buckets)
         if self.model.config.is_decoder_only:  # one sequence per pair
             input_length, target_length = 0, input_length + target_length
-        features = score_features(self.model.config, inputs, targets,
-                                  _fit(len(pairs), self.batch_buckets), input_length,
-                                  target_length)
+        features = score_features(
+            self.model.config,
+            inputs,
+            targets,
+            _fit(len(pairs), self.batch_buckets),
+            input_length,
+            target_length,
+        )
         scores = self.model.t5x_model.score_batch(self.params, features)
-        return [float(s) for s in np.asarray(scores)[:len(pairs)]]
+        return [float(s) for s in np.asarray(scores)[: len(pairs)]]
 
     # ------------------------------------------------------------------ warm-up
 
@@ -125,8 +149,9 @@ class Engine:
                 options = [RowOptions(max_new_tokens=1)] * batch
                 yield lambda rows=rows, options=options: self.generate(rows, options)
                 if settings.warmup_num_beams:
-                    yield lambda rows=rows: self.beam(rows, settings.warmup_num_beams,
-                                                      settings.max_new_tokens)
+                    yield lambda rows=rows: self.beam(
+                        rows, settings.warmup_num_beams, settings.max_new_tokens
+                    )
                 for target_length in self.target_buckets:
                     pairs = [ScorePair([1] * length, [1] * target_length)] * batch
                     yield lambda pairs=pairs: self.score(pairs)
@@ -134,4 +159,4 @@ class Engine:
 
 def _until_eos(tokens: list[int], eos_id: int) -> list[int]:
     """The tokens up to and including the first EOS (the decoders pad with 0 after it)."""
-    return tokens[:tokens.index(eos_id) + 1] if eos_id in tokens else [t for t in tokens if t]
+    return tokens[: tokens.index(eos_id) + 1] if eos_id in tokens else [t for t in tokens if t]

@@ -27,27 +27,51 @@ class ServerMetrics:
 
     def __init__(self):
         self.registry = CollectorRegistry()
-        self.requests = Counter("t5forge_requests", "HTTP requests by endpoint and status code",
-                                ["endpoint", "status"], registry=self.registry)
-        self.latency = Histogram("t5forge_request_latency_seconds",
-                                 "Time from request to response by endpoint", ["endpoint"],
-                                 buckets=_LATENCY_BUCKETS, registry=self.registry)
-        self.batch_size = Histogram("t5forge_batch_size", "Rows per device batch by kind",
-                                    ["kind"], buckets=_BATCH_BUCKETS, registry=self.registry)
-        self.queue_depth = Gauge("t5forge_queue_depth", "Rows waiting for the device",
-                                 registry=self.registry)
-        self.generated_tokens = Counter("t5forge_generated_tokens", "Tokens generated",
-                                        registry=self.registry)
-        self.tokens_per_second = Gauge("t5forge_tokens_per_second",
-                                       "Generated tokens per second of the last device batch",
-                                       registry=self.registry)
-        self.rejected = Counter("t5forge_rejected", "Requests refused before reaching the "
-                                "device, by reason", ["reason"], registry=self.registry)
-        self.disconnects = Counter("t5forge_client_disconnects",
-                                   "Requests whose client left before the answer",
-                                   registry=self.registry)
-        self.ready = Gauge("t5forge_ready", "1 once warm-up compilation has finished",
-                           registry=self.registry)
+        self.requests = Counter(
+            "t5forge_requests",
+            "HTTP requests by endpoint and status code",
+            ["endpoint", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "t5forge_request_latency_seconds",
+            "Time from request to response by endpoint",
+            ["endpoint"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.batch_size = Histogram(
+            "t5forge_batch_size",
+            "Rows per device batch by kind",
+            ["kind"],
+            buckets=_BATCH_BUCKETS,
+            registry=self.registry,
+        )
+        self.queue_depth = Gauge(
+            "t5forge_queue_depth", "Rows waiting for the device", registry=self.registry
+        )
+        self.generated_tokens = Counter(
+            "t5forge_generated_tokens", "Tokens generated", registry=self.registry
+        )
+        self.tokens_per_second = Gauge(
+            "t5forge_tokens_per_second",
+            "Generated tokens per second of the last device batch",
+            registry=self.registry,
+        )
+        self.rejected = Counter(
+            "t5forge_rejected",
+            "Requests refused before reaching the device, by reason",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.disconnects = Counter(
+            "t5forge_client_disconnects",
+            "Requests whose client left before the answer",
+            registry=self.registry,
+        )
+        self.ready = Gauge(
+            "t5forge_ready", "1 once warm-up compilation has finished", registry=self.registry
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -48,20 +48,28 @@ class _Request(BaseModel):
 class PredictRequest(_Request):
     """POST /v1/predict."""
 
-    max_new_tokens: int | None = Field(None, description="Tokens to generate at most per input "
-                                       "(default: the server's --max_new_tokens)")
+    max_new_tokens: int | None = Field(
+        None,
+        description="Tokens to generate at most per input (default: the server's --max_new_tokens)",
+    )
     method: Literal["greedy", "beam", "sample"] = "greedy"
     num_beams: int | None = Field(None, description="Beams for method 'beam' (default 4)")
     temperature: float | None = Field(None, description="Sampling temperature (default 1.0)")
-    top_k: int | None = Field(None, description=f"Sample among the k most likely (<= "
-                              f"{TOP_K_LIMIT}; 0: off)")
-    top_p: float | None = Field(None, description="Sample from the smallest set with this "
-                                "much probability (0: off)")
-    seed: int | None = Field(None, description="Sampling seed: the same seed and input give the "
-                             "same output, whatever else shares the batch")
+    top_k: int | None = Field(
+        None, description=f"Sample among the k most likely (<= {TOP_K_LIMIT}; 0: off)"
+    )
+    top_p: float | None = Field(
+        None, description="Sample from the smallest set with this much probability (0: off)"
+    )
+    seed: int | None = Field(
+        None,
+        description="Sampling seed: the same seed and input give the "
+        "same output, whatever else shares the batch",
+    )
     return_scores: bool = Field(False, description="Also return each output's log-likelihood")
-    stream: bool = Field(False, description="Send tokens as server-sent events as they are "
-                         "made (greedy and sample)")
+    stream: bool = Field(
+        False, description="Send tokens as server-sent events as they are made (greedy and sample)"
+    )
 
     @model_validator(mode="after")
     def _options_fit_the_method(self):
@@ -71,8 +79,10 @@ class PredictRequest(_Request):
         if self.method != "beam" and self.num_beams is not None:
             raise ValueError(f"num_beams applies to method 'beam', not {self.method!r}")
         if self.stream and self.method == "beam":
-            raise ValueError("stream works with method 'greedy' or 'sample'; beam search only "
-                             "knows its output at the end")
+            raise ValueError(
+                "stream works with method 'greedy' or 'sample'; beam search only "
+                "knows its output at the end"
+            )
         if self.temperature is not None and not 0 <= self.temperature <= 100:
             raise ValueError(f"temperature must be in [0, 100], got {self.temperature}")
         if self.top_k is not None and not 0 <= self.top_k <= TOP_K_LIMIT:
@@ -94,8 +104,10 @@ class ScoreRequest(_Request):
     @model_validator(mode="after")
     def _one_target_per_input(self):
         if len(self.targets) != len(self.inputs):
-            raise ValueError(f"{len(self.inputs)} inputs but {len(self.targets)} targets; send "
-                             f"one target per input")
+            raise ValueError(
+                f"{len(self.inputs)} inputs but {len(self.targets)} targets; send "
+                f"one target per input"
+            )
         return self
 
 
@@ -103,8 +115,8 @@ class ClassifyRequest(_Request):
     """POST /v1/classify: rank classification, as T0's evaluation does it."""
 
     choices: list[str] | list[list[str]] = Field(
-        description="The candidate answers: one list shared by all inputs, or one list per "
-        "input")
+        description="The candidate answers: one list shared by all inputs, or one list per input"
+    )
 
     def choices_per_input(self) -> list[list[str]]:
         if self.choices and isinstance(self.choices[0], list):
@@ -115,8 +127,10 @@ class ClassifyRequest(_Request):
     def _choices_fit(self):
         per_input = self.choices_per_input()
         if len(per_input) != len(self.inputs):
-            raise ValueError(f"{len(self.inputs)} inputs but {len(per_input)} lists of choices; "
-                             f"send one list per input or one shared list")
+            raise ValueError(
+                f"{len(self.inputs)} inputs but {len(per_input)} lists of choices; "
+                f"send one list per input or one shared list"
+            )
         for i, choices in enumerate(per_input):
             if not choices:
                 raise ValueError(f"choices for inputs[{i}] are empty; send at least one")
@@ -128,8 +142,10 @@ class ClassifyRequest(_Request):
 class PredictResponse(BaseModel):
     outputs: list[str]
     scores: list[float] | None = None
-    truncated: list[bool] = Field(description="Which inputs were cut to the model's maximum "
-                                  "input length (input length policy 'truncate')")
+    truncated: list[bool] = Field(
+        description="Which inputs were cut to the model's maximum "
+        "input length (input length policy 'truncate')"
+    )
 
 
 class ScoreResponse(BaseModel):
@@ -158,15 +174,23 @@ def check_limits(request: _Request, settings: ServerSettings) -> None:
     if isinstance(request, ClassifyRequest):
         rows = sum(len(c) for c in request.choices_per_input())
     if rows > settings.max_items:
-        raise RequestError(413, f"the request holds {rows} items (inputs, or input-choice "
-                                f"pairs); the server takes at most {settings.max_items} per "
-                                f"request: split it")
+        raise RequestError(
+            413,
+            f"the request holds {rows} items (inputs, or input-choice "
+            f"pairs); the server takes at most {settings.max_items} per "
+            f"request: split it",
+        )
     if isinstance(request, PredictRequest):
         if request.max_new_tokens is not None and not (
-                1 <= request.max_new_tokens <= settings.max_new_tokens_limit):
-            raise RequestError(422, f"max_new_tokens must be in [1, "
-                                    f"{settings.max_new_tokens_limit}], got "
-                                    f"{request.max_new_tokens}")
+            1 <= request.max_new_tokens <= settings.max_new_tokens_limit
+        ):
+            raise RequestError(
+                422,
+                f"max_new_tokens must be in [1, "
+                f"{settings.max_new_tokens_limit}], got "
+                f"{request.max_new_tokens}",
+            )
         if request.num_beams is not None and not 1 <= request.num_beams <= settings.max_num_beams:
-            raise RequestError(422, f"num_beams must be in [1, {settings.max_num_beams}], got "
-                                    f"{request.num_beams}")
+            raise RequestError(
+                422, f"num_beams must be in [1, {settings.max_num_beams}], got {request.num_beams}"
+            )

@@ -37,9 +37,16 @@ def load_for_serving(checkpoint, vocab=None, extra_ids: int = 100, config=None):
     return model
 
 
-def serve(checkpoint, *, vocab=None, extra_ids: int = 100, config=None,
-          settings: ServerSettings | None = None, log_level: str = "info",
-          **setting_values) -> None:
+def serve(
+    checkpoint,
+    *,
+    vocab=None,
+    extra_ids: int = 100,
+    config=None,
+    settings: ServerSettings | None = None,
+    log_level: str = "info",
+    **setting_values,
+) -> None:
     """Serves a model over HTTP until stopped (SIGTERM/SIGINT drain in-flight requests).
 
     `checkpoint` is a path `t5forge.load` accepts or an already loaded `t5forge.api.Model`;
@@ -53,11 +60,15 @@ def serve(checkpoint, *, vocab=None, extra_ids: int = 100, config=None,
         settings = ServerSettings(**setting_values)
     elif setting_values:
         raise ConfigError("pass either settings= or individual settings, not both")
-    service = InferenceService(load_for_serving(checkpoint, vocab, extra_ids, config),
-                               settings)
-    server_config = uvicorn.Config(create_app(service), host=settings.host, port=settings.port,
-                            log_level=log_level, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
-                            access_log=False)
+    service = InferenceService(load_for_serving(checkpoint, vocab, extra_ids, config), settings)
+    server_config = uvicorn.Config(
+        create_app(service),
+        host=settings.host,
+        port=settings.port,
+        log_level=log_level,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        access_log=False,
+    )
     logger.info("serving on http://%s:%d (docs at /docs)", settings.host, settings.port)
     with _sigterm_after_drain_is_success():
         uvicorn.Server(server_config).run()

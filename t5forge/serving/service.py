@@ -39,8 +39,10 @@ class InferenceService:
 
     def __init__(self, model: Model, settings: ServerSettings):
         if model.vocabulary is None:
-            raise T5ForgeError("the model has no vocabulary (no spiece.model beside the "
-                               "checkpoint); pass --vocab PATH to serve text")
+            raise T5ForgeError(
+                "the model has no vocabulary (no spiece.model beside the "
+                "checkpoint); pass --vocab PATH to serve text"
+            )
         # A shallow copy: the server's length policy must not change the caller's model
         # (params and compiled functions are shared, not copied).
         model = copy.copy(model)
@@ -51,8 +53,13 @@ class InferenceService:
         self.settings = settings
         self.engine = Engine(model, settings)
         self.metrics = ServerMetrics()
-        self.batcher = Batcher(self._run_batch, settings.max_batch_size, settings.max_wait_ms,
-                               settings.max_queue, on_batch=self._count_batch)
+        self.batcher = Batcher(
+            self._run_batch,
+            settings.max_batch_size,
+            settings.max_wait_ms,
+            settings.max_queue,
+            on_batch=self._count_batch,
+        )
         self.ready = False
         self.warmup_progress = (0, 0)
 
@@ -76,8 +83,9 @@ class InferenceService:
         self.warmup_progress = (len(steps), len(steps))
         self.ready = True
         self.metrics.ready.set(1)
-        logger.info("ready: %d shapes compiled in %.1f s", len(steps),
-                    time.perf_counter() - started)
+        logger.info(
+            "ready: %d shapes compiled in %.1f s", len(steps), time.perf_counter() - started
+        )
 
     # ------------------------------------------------------------------ device side
 
@@ -92,12 +100,17 @@ class InferenceService:
             return self.engine.score([job.payload for job in jobs])
         rows = [job.payload[0] for job in jobs]
         if group == _GENERATE:
+
             def emit(row: int, token: int) -> None:
                 if jobs[row].on_token is not None:
                     self.batcher.call_soon(jobs[row].on_token, token)
 
-            results = self.engine.generate(rows, [job.payload[1] for job in jobs], emit,
-                                           lambda row: jobs[row].future.cancelled())
+            results = self.engine.generate(
+                rows,
+                [job.payload[1] for job in jobs],
+                emit,
+                lambda row: jobs[row].future.cancelled(),
+            )
         else:
             _, num_beams, max_new_tokens = group
             results = self.engine.beam(rows, num_beams, max_new_tokens)
@@ -108,8 +121,9 @@ class InferenceService:
 
     # ------------------------------------------------------------------ requests
 
-    def _encode(self, texts: list[str], name: str, add_eos: bool = True,
-                length_policy: bool = True) -> EncodedRows:
+    def _encode(
+        self, texts: list[str], name: str, add_eos: bool = True, length_policy: bool = True
+    ) -> EncodedRows:
         try:
             return self.model.encode(texts, name, add_eos, apply_length_policy=length_policy)
         except T5ForgeError as error:
@@ -118,8 +132,11 @@ class InferenceService:
     def _submit(self, group: Hashable, payloads: list, on_tokens=None) -> list[asyncio.Future]:
         if not self.ready:
             self.metrics.rejected.labels(reason="warming_up").inc()
-            raise RequestError(503, "the server is still compiling its models (warm-up); retry "
-                                    "shortly, /healthz says when it is ready")
+            raise RequestError(
+                503,
+                "the server is still compiling its models (warm-up); retry "
+                "shortly, /healthz says when it is ready",
+            )
         futures = self.batcher.submit(group, payloads, on_tokens)
         self.metrics.queue_depth.set(self.batcher.depth)
         return futures
@@ -135,16 +152,22 @@ class InferenceService:
             options = RowOptions(
                 max_new_tokens=max_new_tokens,
                 temperature=(1.0 if request.temperature is None else request.temperature)
-                if sampling else 0.0,
-                top_k=request.top_k or 0, top_p=request.top_p or 0.0, seed=request.seed or 0)
+                if sampling
+                else 0.0,
+                top_k=request.top_k or 0,
+                top_p=request.top_p or 0.0,
+                seed=request.seed or 0,
+            )
             group, payloads = _GENERATE, [(row, options) for row in encoded.rows]
         return encoded, self._submit(group, payloads, on_tokens)
 
     async def predict(self, request: PredictRequest) -> dict:
         encoded, futures = self._predict_jobs(request)
         results: list[Decoded] = await _gather(futures)
-        answer = {"outputs": [self.model.vocabulary.decode(r.tokens) for r in results],
-                  "truncated": encoded.truncated}
+        answer = {
+            "outputs": [self.model.vocabulary.decode(r.tokens) for r in results],
+            "truncated": encoded.truncated,
+        }
         if request.return_scores:
             answer["scores"] = [r.log_likelihood for r in results]
         return answer
@@ -154,8 +177,9 @@ class InferenceService:
         returns the server-sent events: {"index", "token", "text"} per token, then each row's
         full output, then [DONE]. Leaving early (client gone) cancels the rows."""
         tokens: asyncio.Queue = asyncio.Queue()
-        callbacks = [lambda token, i=i: tokens.put_nowait((i, token))
-                     for i in range(len(request.inputs))]
+        callbacks = [
+            lambda token, i=i: tokens.put_nowait((i, token)) for i in range(len(request.inputs))
+        ]
         encoded, futures = self._predict_jobs(request, callbacks)
         return self._events(request, encoded, futures, tokens)
 
@@ -170,11 +194,14 @@ class InferenceService:
                     getter.cancel()
                     continue
                 index, token = getter.result()
-                yield sse_event({"index": index, "token": token,
-                                 "text": deltas[index].add(token)})
+                yield sse_event({"index": index, "token": token, "text": deltas[index].add(token)})
             for index, result in enumerate(finished.result()):
-                event = {"index": index, "output": self.model.vocabulary.decode(result.tokens),
-                         "truncated": encoded.truncated[index], "done": True}
+                event = {
+                    "index": index,
+                    "output": self.model.vocabulary.decode(result.tokens),
+                    "truncated": encoded.truncated[index],
+                    "done": True,
+                }
                 if request.return_scores:
                     event["score"] = result.log_likelihood
                 yield sse_event(event)
@@ -188,8 +215,7 @@ class InferenceService:
         inputs = self._encode(request.inputs, "inputs", not self.model.config.is_decoder_only)
         targets = self._encode(request.targets, "targets", length_policy=False)
         self._check_targets(targets.rows, "targets")
-        futures = self._submit(_SCORE, [ScorePair(i, t) for i, t in
-                                        zip(inputs.rows, targets.rows)])
+        futures = self._submit(_SCORE, [ScorePair(i, t) for i, t in zip(inputs.rows, targets.rows)])
         return {"scores": await _gather(futures), "truncated": inputs.truncated}
 
     async def classify(self, request: ClassifyRequest) -> dict:
@@ -203,8 +229,9 @@ class InferenceService:
         scores = iter(await _gather(self._submit(_SCORE, pairs)))
         results = []
         for choices in per_input:
-            ranked = sorted(({"choice": c, "score": next(scores)} for c in choices),
-                            key=lambda r: -r["score"])
+            ranked = sorted(
+                ({"choice": c, "score": next(scores)} for c in choices), key=lambda r: -r["score"]
+            )
             results.append({"prediction": ranked[0]["choice"], "ranked": ranked})
         return {"results": results, "truncated": inputs.truncated}
 
@@ -212,8 +239,11 @@ class InferenceService:
         limit = self.settings.max_target_length
         for i, row in enumerate(rows):
             if len(row) > limit:
-                raise RequestError(422, f"{name}[{i}] has {len(row)} tokens; the server scores "
-                                        f"at most {limit} (--max_target_length)")
+                raise RequestError(
+                    422,
+                    f"{name}[{i}] has {len(row)} tokens; the server scores "
+                    f"at most {limit} (--max_target_length)",
+                )
 
 
 async def _gather(futures: list[asyncio.Future]) -> list:

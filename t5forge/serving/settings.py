@@ -27,9 +27,9 @@ class ServerSettings:
     # Request limits.
     max_items: int = 64
     max_body_bytes: int = 1_000_000
-    max_new_tokens: int = 64          # when a request gives none
-    max_new_tokens_limit: int = 128   # the most a request may ask for
-    max_target_length: int = 128      # /v1/score targets and /v1/classify choices, in tokens
+    max_new_tokens: int = 64  # when a request gives none
+    max_new_tokens_limit: int = 128  # the most a request may ask for
+    max_target_length: int = 128  # /v1/score targets and /v1/classify choices, in tokens
     max_num_beams: int = 8
     # Beam search with this many beams (at max_new_tokens) is compiled at start-up; 0: none.
     warmup_num_beams: int = 4
@@ -40,27 +40,43 @@ class ServerSettings:
     retry_after_s: int = 1
 
     def __post_init__(self):
-        positive = ("port", "max_batch_size", "max_queue", "max_items", "max_body_bytes",
-                    "max_new_tokens", "max_new_tokens_limit", "max_target_length",
-                    "max_num_beams", "retry_after_s")
+        positive = (
+            "port",
+            "max_batch_size",
+            "max_queue",
+            "max_items",
+            "max_body_bytes",
+            "max_new_tokens",
+            "max_new_tokens_limit",
+            "max_target_length",
+            "max_num_beams",
+            "retry_after_s",
+        )
         for name in positive:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"server setting {name} must be an integer >= 1, got "
-                                  f"{value!r}")
+                raise ConfigError(f"server setting {name} must be an integer >= 1, got {value!r}")
         if not 0 <= self.warmup_num_beams <= self.max_num_beams:
-            raise ConfigError(f"warmup_num_beams must be in [0, max_num_beams="
-                              f"{self.max_num_beams}], got {self.warmup_num_beams}")
+            raise ConfigError(
+                f"warmup_num_beams must be in [0, max_num_beams="
+                f"{self.max_num_beams}], got {self.warmup_num_beams}"
+            )
         if not 0 <= self.max_wait_ms <= 10_000:
             raise ConfigError(f"max_wait_ms must be in [0, 10000], got {self.max_wait_ms!r}")
         if self.max_new_tokens > self.max_new_tokens_limit:
-            raise ConfigError(f"max_new_tokens {self.max_new_tokens} is over "
-                              f"max_new_tokens_limit {self.max_new_tokens_limit}; raise the limit")
+            raise ConfigError(
+                f"max_new_tokens {self.max_new_tokens} is over "
+                f"max_new_tokens_limit {self.max_new_tokens_limit}; raise the limit"
+            )
         if self.input_length_policy not in INPUT_LENGTH_POLICIES:
-            raise ConfigError(f"input_length_policy must be one of {INPUT_LENGTH_POLICIES}, got "
-                              f"{self.input_length_policy!r}")
+            raise ConfigError(
+                f"input_length_policy must be one of {INPUT_LENGTH_POLICIES}, got "
+                f"{self.input_length_policy!r}"
+            )
         if self.max_input_length is not None and self.max_input_length < 1:
             raise ConfigError(f"max_input_length must be >= 1, got {self.max_input_length}")
         if self.api_key is not None and len(self.api_key) < 8:
-            raise ConfigError("api_key must be at least 8 characters; use a long random token "
-                              "(e.g. `python -c 'import secrets; print(secrets.token_urlsafe())'`)")
+            raise ConfigError(
+                "api_key must be at least 8 characters; use a long random token "
+                "(e.g. `python -c 'import secrets; print(secrets.token_urlsafe())'`)"
+            )

@@ -99,22 +99,46 @@ class StepDecoder:
         return cache, _prompt_buffer(prompt)
 
     @functools.partial(jax.jit, static_argnums=(0,), static_argnames=("cache_length",))
-    def _step(self, params, features, cache, buffer, token, step, seeds, temperature, top_k,
-              top_p, *, cache_length):
+    def _step(
+        self,
+        params,
+        features,
+        cache,
+        buffer,
+        token,
+        step,
+        seeds,
+        temperature,
+        top_k,
+        top_p,
+        *,
+        cache_length,
+    ):
         # Only the step function is used here; XLA drops the unused encoding/prefill.
         _, _, tokens_to_logits = self.model.decoding_state(params, features, cache_length)
         logits, cache = tokens_to_logits(token[:, None], cache, step)
         keys = jax.vmap(lambda seed: jax.random.fold_in(jax.random.PRNGKey(seed), step))(seeds)
-        chosen, log_likelihood = _choose(logits.astype(jnp.float32), keys, temperature, top_k,
-                                         top_p)
+        chosen, log_likelihood = _choose(
+            logits.astype(jnp.float32), keys, temperature, top_k, top_p
+        )
         forced = jax.lax.dynamic_index_in_dim(buffer, step + 1, axis=1, keepdims=False)
         generated = forced == 0
-        return (jnp.where(generated, chosen, forced), generated,
-                jnp.where(generated, log_likelihood, 0.0), cache)
+        return (
+            jnp.where(generated, chosen, forced),
+            generated,
+            jnp.where(generated, log_likelihood, 0.0),
+            cache,
+        )
 
-    def decode(self, params, features: dict, cache_length: int, rows: list[RowOptions],
-               emit: Callable[[int, int], None] | None = None,
-               cancelled: Callable[[int], bool] | None = None) -> list[Decoded]:
+    def decode(
+        self,
+        params,
+        features: dict,
+        cache_length: int,
+        rows: list[RowOptions],
+        emit: Callable[[int, int], None] | None = None,
+        cancelled: Callable[[int], bool] | None = None,
+    ) -> list[Decoded]:
         """Decodes the first len(rows) rows of a padded batch (extra rows are padding).
 
         emit(row, token) is called for each generated token as soon as it is known;
@@ -123,12 +147,17 @@ class StepDecoder:
         batch = next(iter(features.values())).shape[0]
         options = rows + [RowOptions(max_new_tokens=0)] * (batch - len(rows))
         # On the device once, not copied again by every step.
-        features, per_row = jax.device_put((features, {
-            "seeds": np.array([o.seed % 2**32 for o in options], np.uint32),
-            "temperature": np.array([o.temperature for o in options], np.float32),
-            "top_k": np.array([o.top_k for o in options], np.int32),
-            "top_p": np.array([o.top_p for o in options], np.float32),
-        }))
+        features, per_row = jax.device_put(
+            (
+                features,
+                {
+                    "seeds": np.array([o.seed % 2**32 for o in options], np.uint32),
+                    "temperature": np.array([o.temperature for o in options], np.float32),
+                    "top_k": np.array([o.top_k for o in options], np.int32),
+                    "top_p": np.array([o.top_p for o in options], np.float32),
+                },
+            )
+        )
         cache, buffer = self._start(params, features, cache_length=cache_length)
         token = jnp.zeros((batch,), jnp.int32)
         results = [Decoded([], 0.0) for _ in rows]
@@ -137,8 +166,15 @@ class StepDecoder:
             if not any(live):
                 break
             token, generated, log_likelihood, cache = self._step(
-                params, features, cache, buffer, token, jnp.int32(step), **per_row,
-                cache_length=cache_length)
+                params,
+                features,
+                cache,
+                buffer,
+                token,
+                jnp.int32(step),
+                **per_row,
+                cache_length=cache_length,
+            )
             tokens, generated, log_likelihood = jax.device_get((token, generated, log_likelihood))
             for row, result in enumerate(results):
                 if not live[row] or not generated[row]:

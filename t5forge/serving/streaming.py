@@ -24,7 +24,7 @@ class TextDeltas:
         text = self.vocabulary.decode(self.tokens)
         if text.endswith("\ufffd") or not text.startswith(self.sent):
             return ""
-        delta, self.sent = text[len(self.sent):], text
+        delta, self.sent = text[len(self.sent) :], text
         return delta
 
 

@@ -48,40 +48,55 @@ def _features(vocabulary) -> dict[str, Feature]:
 
 def _supervised_task(name, source, vocabulary, to_text, metric_fns, extra_steps=()):
     """to_text -> tokenize -> [cache] -> extra steps -> trim with EOS."""
-    steps = [to_text, pp.tokenize, pp.CacheDatasetPlaceholder(), *extra_steps,
-             pp.append_eos_after_trim]
+    steps = [
+        to_text,
+        pp.tokenize,
+        pp.CacheDatasetPlaceholder(),
+        *extra_steps,
+        pp.append_eos_after_trim,
+    ]
     return Task(name, source, steps, _features(vocabulary), metric_fns=metric_fns)
 
 
 def translation_task(name, data_dir, folder, source_language, target_language, vocabulary):
     """'translate English to German: <en>' -> '<de>', scored with BLEU."""
-    to_text = pp.translate.bind(source_language=source_language,
-                                target_language=target_language)
-    return _supervised_task(name, jsonl_splits(data_dir, folder), vocabulary, to_text,
-                            [metrics.bleu])
+    to_text = pp.translate.bind(source_language=source_language, target_language=target_language)
+    return _supervised_task(
+        name, jsonl_splits(data_dir, folder), vocabulary, to_text, [metrics.bleu]
+    )
 
 
 def classification_task(name, data_dir, folder, text_key, label_key, prefix, vocabulary):
     """'<prefix>: <text>' -> '<label>'; long texts keep their first and last tokens."""
     to_text = pp.classify.bind(text_key=text_key, label_key=label_key, prefix=prefix)
-    return _supervised_task(name, jsonl_splits(data_dir, folder), vocabulary, to_text,
-                            [metrics.accuracy, functools.partial(metrics.f1, average="macro")],
-                            extra_steps=[pp.truncate_head_and_tail])
+    return _supervised_task(
+        name,
+        jsonl_splits(data_dir, folder),
+        vocabulary,
+        to_text,
+        [metrics.accuracy, functools.partial(metrics.f1, average="macro")],
+        extra_steps=[pp.truncate_head_and_tail],
+    )
 
 
 def summarization_task(name, data_dir, folder, article_key, summary_key, vocabulary):
     """'summarize: <article>' -> '<summary>', scored with ROUGE."""
     to_text = pp.summarize.bind(article_key=article_key, summary_key=summary_key)
-    return _supervised_task(name, jsonl_splits(data_dir, folder), vocabulary, to_text,
-                            [metrics.rouge])
+    return _supervised_task(
+        name, jsonl_splits(data_dir, folder), vocabulary, to_text, [metrics.rouge]
+    )
 
 
 def span_corruption_task(name, data_dir, folder, vocabulary, text_key="text"):
     """T5 pretraining: documents -> span-corrupted (inputs, targets) at the sequence length."""
-    steps = [pp.rekey.bind(key_map={"inputs": None, "targets": text_key}), pp.tokenize,
-             pp.CacheDatasetPlaceholder(), pp.span_corruption, pp.append_eos_after_trim]
-    return Task(name, jsonl_splits(data_dir, folder, CORPUS_SPLITS), steps,
-                _features(vocabulary))
+    steps = [
+        pp.rekey.bind(key_map={"inputs": None, "targets": text_key}),
+        pp.tokenize,
+        pp.CacheDatasetPlaceholder(),
+        pp.span_corruption,
+        pp.append_eos_after_trim,
+    ]
+    return Task(name, jsonl_splits(data_dir, folder, CORPUS_SPLITS), steps, _features(vocabulary))
 
 
 def builtin_tasks(vocabulary=None, data_dir=None) -> list[Task]:
@@ -91,12 +106,27 @@ def builtin_tasks(vocabulary=None, data_dir=None) -> list[Task]:
     return [
         translation_task("en_de_lohelp_translate", root, "en_de_lohelp", "en", "de", vocab),
         translation_task("en_ro_messages_translate", root, "en_ro_messages", "en", "ro", vocab),
-        classification_task("rotten_tomatoes_sentiment", root, "rotten_tomatoes", "text",
-                            "label", "sentiment", vocab),
-        summarization_task("debian_summarize", root, "debian_descriptions", "description",
-                           "summary", vocab),
-        classification_task("debian_section_classify", root, "debian_descriptions",
-                            "description", "section", "section", vocab),
+        classification_task(
+            "rotten_tomatoes_sentiment",
+            root,
+            "rotten_tomatoes",
+            "text",
+            "label",
+            "sentiment",
+            vocab,
+        ),
+        summarization_task(
+            "debian_summarize", root, "debian_descriptions", "description", "summary", vocab
+        ),
+        classification_task(
+            "debian_section_classify",
+            root,
+            "debian_descriptions",
+            "description",
+            "section",
+            "section",
+            vocab,
+        ),
         span_corruption_task("english_span_corruption", root, "english_corpus", vocab),
         span_corruption_task("romanian_span_corruption", root, "romanian_corpus", vocab),
     ]

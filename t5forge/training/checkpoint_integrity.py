@@ -34,15 +34,19 @@ def _crc32(path: Path) -> int:
 
 
 def _hashed_files(step_dir: Path) -> list[Path]:
-    return sorted(p for p in step_dir.rglob("*")
-                  if p.is_file() and not (p.parent == step_dir and p.name in _UNHASHED))
+    return sorted(
+        p
+        for p in step_dir.rglob("*")
+        if p.is_file() and not (p.parent == step_dir and p.name in _UNHASHED)
+    )
 
 
 def seal(step_dir: str | os.PathLike) -> None:
     """Records the size and CRC-32 of every file under `step_dir` in its checksums.json."""
     step_dir = Path(step_dir)
-    files = {str(p.relative_to(step_dir)): [p.stat().st_size, _crc32(p)]
-             for p in _hashed_files(step_dir)}
+    files = {
+        str(p.relative_to(step_dir)): [p.stat().st_size, _crc32(p)] for p in _hashed_files(step_dir)
+    }
     temporary = step_dir / f".{CHECKSUMS_FILE}.tmp"
     temporary.write_text(json.dumps({"algorithm": "crc32", "files": files}, indent=0))
     os.replace(temporary, step_dir / CHECKSUMS_FILE)
@@ -60,15 +64,18 @@ def verify(step_dir: str | os.PathLike) -> int:
     try:
         files = json.loads(record_path.read_text())["files"]
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as error:
-        raise CheckpointError(f"{record_path} is unreadable ({type(error).__name__}); the "
-                              "checkpoint cannot be verified") from None
+        raise CheckpointError(
+            f"{record_path} is unreadable ({type(error).__name__}); the "
+            "checkpoint cannot be verified"
+        ) from None
     for name, (size, crc) in sorted(files.items()):
         path = step_dir / name
         if not path.is_file():
             raise CheckpointError(f"{path} is missing (it was written by the save)")
         if path.stat().st_size != size:
-            raise CheckpointError(f"{path} has {path.stat().st_size} bytes but the save wrote "
-                                  f"{size}")
+            raise CheckpointError(
+                f"{path} has {path.stat().st_size} bytes but the save wrote {size}"
+            )
         if _crc32(path) != crc:
             raise CheckpointError(f"{path} changed after it was saved (checksum mismatch)")
     return len(files)

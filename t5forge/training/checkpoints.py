@@ -55,9 +55,11 @@ class RestoreReport:
     fresh: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
-        return (f"restored {len(self.restored)} parameters from the checkpoint, "
-                f"kept {len(self.fresh)} freshly initialised"
-                + (f" ({', '.join(self.fresh)})" if self.fresh else ""))
+        return (
+            f"restored {len(self.restored)} parameters from the checkpoint, "
+            f"kept {len(self.fresh)} freshly initialised"
+            + (f" ({', '.join(self.fresh)})" if self.fresh else "")
+        )
 
 
 def _with_shardings(abstract_tree, shardings):
@@ -65,8 +67,9 @@ def _with_shardings(abstract_tree, shardings):
     if shardings is None:
         default = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
         return jax.tree.map(
-            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
-                                           sharding=getattr(x, "sharding", None) or default),
+            lambda x: jax.ShapeDtypeStruct(
+                x.shape, x.dtype, sharding=getattr(x, "sharding", None) or default
+            ),
             abstract_tree,
         )
     return jax.tree.map(
@@ -103,13 +106,18 @@ class Checkpointer:
         policies = [preservation_policy.LatestN(n=keep)]
         best_fn = None
         if keep_best_metric is not None:
+
             def best_fn(metrics):
                 return metrics[keep_best_metric]
 
-            policies.append(preservation_policy.BestN(
-                get_metric_fn=best_fn, reverse=best_mode == "min", n=1,
-                keep_checkpoints_without_metrics=False,
-            ))
+            policies.append(
+                preservation_policy.BestN(
+                    get_metric_fn=best_fn,
+                    reverse=best_mode == "min",
+                    n=1,
+                    keep_checkpoints_without_metrics=False,
+                )
+            )
         options = ocp.CheckpointManagerOptions(
             best_fn=best_fn,  # makes orbax store each checkpoint's metrics beside it
             best_mode=best_mode,
@@ -119,7 +127,8 @@ class Checkpointer:
             preservation_policy=preservation_policy.AnyPreservationPolicy(policies),
             cleanup_tmp_directories=True,
             async_options=ocp.AsyncOptions(post_finalization_callback=self._seal_pending)
-            if async_save else None,
+            if async_save
+            else None,
         )
         self._async = async_save
         self._pending: set[int] = set()
@@ -158,12 +167,16 @@ class Checkpointer:
             # it, and orbax would refuse (StepAlreadyExistsError) after starting the write.
             logger.info("checkpoint %s already exists; not saving it again", self.step_dir(step))
             return False
-        if metrics is not None and self.keep_best_metric is not None and (
-                self.keep_best_metric not in metrics):
+        if (
+            metrics is not None
+            and self.keep_best_metric is not None
+            and (self.keep_best_metric not in metrics)
+        ):
             raise CheckpointError(
                 f"metric_name_to_monitor {self.keep_best_metric!r} is not among the evaluation "
                 f"metrics ({', '.join(sorted(metrics))}); set "
-                "utils.SaveCheckpointConfig.metric_name_to_monitor to one of them")
+                "utils.SaveCheckpointConfig.metric_name_to_monitor to one of them"
+            )
         items = {
             STATE: ocp.args.StandardSave(state),
             DATASET: ocp.args.JsonSave(dataset_state or {}),
@@ -189,8 +202,11 @@ class Checkpointer:
         with self._pending_lock:
             for step in sorted(self._pending):
                 final = self.step_dir(step)
-                written = [final] if final.is_dir() else sorted(
-                    self.model_dir.glob(f"{final.name}.orbax-checkpoint-tmp*"))
+                written = (
+                    [final]
+                    if final.is_dir()
+                    else sorted(self.model_dir.glob(f"{final.name}.orbax-checkpoint-tmp*"))
+                )
                 if written:
                     checkpoint_integrity.seal(written[0])
                     self._pending.discard(step)
@@ -207,18 +223,28 @@ class Checkpointer:
         checking its files against the checksums recorded when it was saved."""
         checkpoint_integrity.verify(self.step_dir(step))
         target = _with_shardings(abstract_state, shardings)
-        restored = self._manager.restore(int(step), args=ocp.args.Composite(**{
-            STATE: ocp.args.StandardRestore(target),
-            DATASET: ocp.args.JsonRestore(),
-            METADATA: ocp.args.JsonRestore(),
-        }))
+        restored = self._manager.restore(
+            int(step),
+            args=ocp.args.Composite(
+                **{
+                    STATE: ocp.args.StandardRestore(target),
+                    DATASET: ocp.args.JsonRestore(),
+                    METADATA: ocp.args.JsonRestore(),
+                }
+            ),
+        )
         state_step = getattr(restored[STATE], "step", None)
         if state_step is not None and int(jax.device_get(state_step)) != int(step):
-            raise CheckpointError(f"{self.step_dir(step)} holds a train state of step "
-                                  f"{int(jax.device_get(state_step))}, not {step}")
+            raise CheckpointError(
+                f"{self.step_dir(step)} holds a train state of step "
+                f"{int(jax.device_get(state_step))}, not {step}"
+            )
         return RestoredCheckpoint(
-            step=int(step), state=restored[STATE], dataset_state=restored[DATASET] or None,
-            metadata=restored[METADATA] or {}, path=self.step_dir(step),
+            step=int(step),
+            state=restored[STATE],
+            dataset_state=restored[DATASET] or None,
+            metadata=restored[METADATA] or {},
+            path=self.step_dir(step),
         )
 
     def restore_latest(self, abstract_state, shardings=None) -> RestoredCheckpoint | None:
@@ -248,7 +274,8 @@ class Checkpointer:
                     raise CheckpointError(
                         f"{self.step_dir(step)} does not fit this run's train state ({first}); "
                         "resume with the optimizer and model it was trained with, or start a "
-                        "new MODEL_DIR from it with INITIAL_CHECKPOINT_PATH") from None
+                        "new MODEL_DIR from it with INITIAL_CHECKPOINT_PATH"
+                    ) from None
                 self._skip_damaged(step, error, move_aside=False)
         if steps:
             raise CheckpointError(
@@ -266,9 +293,13 @@ class Checkpointer:
         if move_aside and jax.process_index() == 0 and where.is_dir():
             where = checkpoint_integrity.quarantine(where)
             self._manager.reload()  # orbax caches the step list
-        logger.warning("skipping unreadable checkpoint %s%s (%s: %s)", self.step_dir(step),
-                       f", moved to {where.name}" if where != self.step_dir(step) else "",
-                       type(error).__name__, lines[0][:300] if lines else "")
+        logger.warning(
+            "skipping unreadable checkpoint %s%s (%s: %s)",
+            self.step_dir(step),
+            f", moved to {where.name}" if where != self.step_dir(step) else "",
+            type(error).__name__,
+            lines[0][:300] if lines else "",
+        )
 
     def check_matches(self, abstract_params) -> None:
         """Fails early if this directory's newest readable checkpoint was made for a different
@@ -311,12 +342,14 @@ def check_params_match(step_dir: Path, abstract_params) -> None:
 
 def _check_shapes(step_dir: Path, stored: dict[str, tuple[int, ...]], abstract_params) -> None:
     """Every model parameter must be stored with its shape; extra stored ones are harmless."""
-    mismatch = param_names.shape_mismatch(param_names.shapes(abstract_params), stored,
-                                          allow_extra=True)
+    mismatch = param_names.shape_mismatch(
+        param_names.shapes(abstract_params), stored, allow_extra=True
+    )
     if mismatch:
         raise CheckpointError(
             f"checkpoint {step_dir} does not match the model: it {mismatch}; use a fresh "
-            "MODEL_DIR or the model config the checkpoint was trained with")
+            "MODEL_DIR or the model config the checkpoint was trained with"
+        )
 
 
 def resolve_step_dir(path: str | Path) -> Path:
@@ -324,10 +357,15 @@ def resolve_step_dir(path: str | Path) -> Path:
     path = Path(path).absolute()
     if (path / STATE).is_dir():
         return path
-    steps = sorted(
-        (int(m.group(1)), p) for p in path.glob(f"{STEP_PREFIX}_*")
-        if (m := re.fullmatch(rf"{STEP_PREFIX}_(\d+)", p.name)) and (p / STATE).is_dir()
-    ) if path.is_dir() else []
+    steps = (
+        sorted(
+            (int(m.group(1)), p)
+            for p in path.glob(f"{STEP_PREFIX}_*")
+            if (m := re.fullmatch(rf"{STEP_PREFIX}_(\d+)", p.name)) and (p / STATE).is_dir()
+        )
+        if path.is_dir()
+        else []
+    )
     if not steps:
         raise CheckpointError(
             f"no t5forge checkpoint at {path}; give a checkpoint_<step> directory or a model "
@@ -345,8 +383,10 @@ def read_metadata(step_dir: str | Path) -> dict:
     try:
         return json.loads(file.read_text())
     except (OSError, ValueError) as error:
-        raise CheckpointError(f"cannot read {file} ({error}); the checkpoint is damaged: use an "
-                              "earlier checkpoint_<step>") from None
+        raise CheckpointError(
+            f"cannot read {file} ({error}); the checkpoint is damaged: use an "
+            "earlier checkpoint_<step>"
+        ) from None
 
 
 def _source_name(target: str, assignment_map: AssignmentMap) -> str | None:
@@ -425,23 +465,29 @@ def _load_named_params(step_dir: Path, wanted: dict[str, Any]) -> dict[str, jax.
         *parents, last = name.split("/")
         for part in parents:
             node = node.setdefault(part, {})
-        node[last] = jax.ShapeDtypeStruct(leaf.shape, leaf.dtype,
-                                          sharding=getattr(leaf, "sharding", None) or default)
+        node[last] = jax.ShapeDtypeStruct(
+            leaf.shape, leaf.dtype, sharding=getattr(leaf, "sharding", None) or default
+        )
     try:
         restored = ocp.PyTreeCheckpointer().restore(
             Path(step_dir) / STATE,
             args=ocp.args.PyTreeRestore(
                 item=nested,
                 restore_args=jax.tree.map(
-                    lambda x: ocp.ArrayRestoreArgs(sharding=x.sharding, global_shape=x.shape,
-                                                   dtype=x.dtype), nested),
+                    lambda x: ocp.ArrayRestoreArgs(
+                        sharding=x.sharding, global_shape=x.shape, dtype=x.dtype
+                    ),
+                    nested,
+                ),
                 partial_restore=True,
             ),
         )
     except Exception as error:  # noqa: BLE001 - TensorStore and orbax raise many types
         first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
-        raise CheckpointError(f"cannot read the parameters of {step_dir} ({first}); the "
-                              "checkpoint is damaged: use an earlier checkpoint_<step>") from None
+        raise CheckpointError(
+            f"cannot read the parameters of {step_dir} ({first}); the "
+            "checkpoint is damaged: use an earlier checkpoint_<step>"
+        ) from None
     return param_names.named_leaves(restored["params"])
 
 
@@ -456,18 +502,30 @@ def verify_checkpoint(path: str | Path) -> str:
     state_dir = step_dir / STATE
     try:
         tree = ocp.PyTreeCheckpointHandler().metadata(state_dir).tree
-        restored = ocp.PyTreeCheckpointer().restore(state_dir, args=ocp.args.PyTreeRestore(
-            restore_args=jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)))
+        restored = ocp.PyTreeCheckpointer().restore(
+            state_dir,
+            args=ocp.args.PyTreeRestore(
+                restore_args=jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
+            ),
+        )
     except Exception as error:  # noqa: BLE001 - TensorStore and orbax raise many types
         first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
         raise CheckpointError(f"cannot read the arrays of {step_dir} ({first})") from None
     tensors = param_names.named_leaves(restored)
-    bad = [name for name, value in tensors.items()
-           if np.issubdtype(np.asarray(value).dtype, np.inexact)
-           and not np.isfinite(np.asarray(value)).all()]
+    bad = [
+        name
+        for name, value in tensors.items()
+        if np.issubdtype(np.asarray(value).dtype, np.inexact)
+        and not np.isfinite(np.asarray(value)).all()
+    ]
     if bad:
-        raise CheckpointError(f"{step_dir} holds non-finite values in {len(bad)} of "
-                              f"{len(tensors)} tensors (first: {bad[0]})")
-    sums = (f"{checked} files match their checksums" if checked
-            else "no checksums recorded (saved before t5forge wrote them)")
+        raise CheckpointError(
+            f"{step_dir} holds non-finite values in {len(bad)} of "
+            f"{len(tensors)} tensors (first: {bad[0]})"
+        )
+    sums = (
+        f"{checked} files match their checksums"
+        if checked
+        else "no checksums recorded (saved before t5forge wrote them)"
+    )
     return f"{step_dir}: ok; {sums}, {len(tensors)} tensors read, all finite"

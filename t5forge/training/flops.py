@@ -62,8 +62,9 @@ def _per_position_matmul_params(config: T5Config) -> tuple[int, int, int]:
     return encoder, decoder, cross_key_value
 
 
-def model_flops_per_step(config: T5Config, batch_size: int, input_length: int,
-                         target_length: int, training: bool = True) -> float:
+def model_flops_per_step(
+    config: T5Config, batch_size: int, input_length: int, target_length: int, training: bool = True
+) -> float:
     """Model FLOPs of one step over a [batch_size, input_length / target_length] batch.
 
     For a decoder-only model `target_length` is the decoder length and `input_length` must be
@@ -73,16 +74,21 @@ def model_flops_per_step(config: T5Config, batch_size: int, input_length: int,
         if value <= 0:
             raise ConfigError(f"model_flops_per_step needs a positive {name}, got {value}")
     if config.is_decoder_only and input_length:
-        raise ConfigError("a decoder_only model has no inputs: pass input_length=0 and the "
-                          "decoder length as target_length")
+        raise ConfigError(
+            "a decoder_only model has no inputs: pass input_length=0 and the "
+            "decoder length as target_length"
+        )
     if not config.is_decoder_only and input_length <= 0:
-        raise ConfigError(f"an encoder_decoder model needs a positive input_length, got "
-                          f"{input_length}")
+        raise ConfigError(
+            f"an encoder_decoder model needs a positive input_length, got {input_length}"
+        )
     encoder, decoder, cross_key_value = _per_position_matmul_params(config)
     multiply_adds = (encoder + cross_key_value) * input_length + decoder * target_length
     inner = config.num_heads * config.head_dim
-    score_pairs = (config.num_encoder_layers * input_length * input_length
-                   + config.num_decoder_layers * target_length * target_length)
+    score_pairs = (
+        config.num_encoder_layers * input_length * input_length
+        + config.num_decoder_layers * target_length * target_length
+    )
     if not config.is_decoder_only:
         score_pairs += config.num_decoder_layers * target_length * input_length
     multiply_adds += 2 * inner * score_pairs  # q k^T and weights x v
@@ -105,12 +111,15 @@ def local_peak_flops(dtype: str) -> float | None:
     return peak_flops_per_device(jax.devices()[0].device_kind, dtype)
 
 
-def mfu(model_flops: float, step_seconds: float, peak_flops: float | None,
-        num_devices: int = 1) -> float | None:
+def mfu(
+    model_flops: float, step_seconds: float, peak_flops: float | None, num_devices: int = 1
+) -> float | None:
     """model_flops / (step_seconds x peak_flops x num_devices); None when the peak is unknown."""
     if step_seconds <= 0 or num_devices <= 0:
-        raise ConfigError(f"mfu needs a positive step time and device count, got "
-                          f"{step_seconds} s on {num_devices} devices")
+        raise ConfigError(
+            f"mfu needs a positive step time and device count, got "
+            f"{step_seconds} s on {num_devices} devices"
+        )
     if peak_flops is None:
         return None
     return model_flops / (step_seconds * peak_flops * num_devices)

@@ -251,7 +251,10 @@ def adafactor(
             return -step, AdafactorSlots(**new, plan=plan)
 
         results = jax.tree.map(
-            update_one, grads, params, state.param_states,
+            update_one,
+            grads,
+            params,
+            state.param_states,
             is_leaf=lambda x: isinstance(x, AdafactorSlots),
         )
         treedef = jax.tree.structure(grads)
@@ -285,8 +288,9 @@ def adamw(
     global_norm_clip_threshold: float | None = None,
 ) -> optax.GradientTransformation:
     """AdamW whose weight decay skips norms and biases; optional global-norm gradient clipping."""
-    tx = optax.adamw(learning_rate, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay,
-                     mask=decay_mask)
+    tx = optax.adamw(
+        learning_rate, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=decay_mask
+    )
     if global_norm_clip_threshold:
         return optax.chain(optax.clip_by_global_norm(global_norm_clip_threshold), tx)
     return tx

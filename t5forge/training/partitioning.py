@@ -27,8 +27,15 @@ MODEL_AXIS = "model"
 LogicalAxisRules = Sequence[tuple[str, str | tuple[str, ...] | None]]
 
 # Logical names that are never sharded (T5X's "replicated" rules).
-_REPLICATED_NAMES = (axes.RELPOS_BUCKETS, "abspos_buckets", axes.LENGTH, axes.LAYERS, "stack",
-                     "mlp_activations", axes.KV)
+_REPLICATED_NAMES = (
+    axes.RELPOS_BUCKETS,
+    "abspos_buckets",
+    axes.LENGTH,
+    axes.LAYERS,
+    "stack",
+    "mlp_activations",
+    axes.KV,
+)
 
 
 def standard_logical_axis_rules(
@@ -96,20 +103,27 @@ def is_logical_axes(node) -> bool:
     """
     if isinstance(node, PartitionSpec):
         return True
-    return (type(node) is tuple and len(node) > 0
-            and all(name is None or isinstance(name, str) for name in node))
+    return (
+        type(node) is tuple
+        and len(node) > 0
+        and all(name is None or isinstance(name, str) for name in node)
+    )
 
 
 def logical_to_mesh_spec(
-    logical_axes: Sequence[str | None], mesh: Mesh, rules: LogicalAxisRules,
+    logical_axes: Sequence[str | None],
+    mesh: Mesh,
+    rules: LogicalAxisRules,
     shape: Sequence[int] | None = None,
 ) -> PartitionSpec:
     """Mesh PartitionSpec for one array; with `shape`, dims a mesh axis can't divide stay whole."""
     spec = list(nn.logical_to_mesh_axes(tuple(logical_axes), rules))
     spec += [None] * (len(logical_axes) - len(spec))
     if shape is not None:
-        spec = [axis if size % _mesh_axis_size(mesh, axis) == 0 else None
-                for axis, size in zip(spec, shape)]
+        spec = [
+            axis if size % _mesh_axis_size(mesh, axis) == 0 else None
+            for axis, size in zip(spec, shape)
+        ]
     return PartitionSpec(*spec)
 
 
@@ -122,12 +136,15 @@ def logical_to_mesh_sharding(axes_tree, mesh: Mesh, rules: LogicalAxisRules, sha
     if shapes is None:
         return jax.tree.map(
             lambda names: NamedSharding(mesh, logical_to_mesh_spec(names, mesh, rules)),
-            axes_tree, is_leaf=is_logical_axes,
+            axes_tree,
+            is_leaf=is_logical_axes,
         )
     return jax.tree.map(
-        lambda leaf, names: NamedSharding(mesh, logical_to_mesh_spec(names, mesh, rules,
-                                                                     leaf.shape)),
-        shapes, axes_tree,
+        lambda leaf, names: NamedSharding(
+            mesh, logical_to_mesh_spec(names, mesh, rules, leaf.shape)
+        ),
+        shapes,
+        axes_tree,
     )
 
 
@@ -195,19 +212,27 @@ class PjitPartitioner:
     partitioner can be configured (by gin or in Python) before `jax.distributed` starts.
     """
 
-    def __init__(self, num_partitions: int = 1, mesh_shape: Sequence[int] | None = None,
-                 fsdp: bool = False, logical_axis_rules: LogicalAxisRules = (),
-                 devices: Sequence[jax.Device] | None = None):
+    def __init__(
+        self,
+        num_partitions: int = 1,
+        mesh_shape: Sequence[int] | None = None,
+        fsdp: bool = False,
+        logical_axis_rules: LogicalAxisRules = (),
+        devices: Sequence[jax.Device] | None = None,
+    ):
         self.num_partitions = num_partitions
         self.mesh_shape = tuple(mesh_shape) if mesh_shape is not None else None
         self.fsdp = fsdp
         self.logical_axis_rules = standard_logical_axis_rules(
-            fsdp=fsdp, overrides=tuple(tuple(rule) for rule in logical_axis_rules))
+            fsdp=fsdp, overrides=tuple(tuple(rule) for rule in logical_axis_rules)
+        )
         self._devices = devices
 
     def __repr__(self) -> str:
-        return (f"PjitPartitioner(num_partitions={self.num_partitions}, "
-                f"mesh_shape={self.mesh_shape}, fsdp={self.fsdp})")
+        return (
+            f"PjitPartitioner(num_partitions={self.num_partitions}, "
+            f"mesh_shape={self.mesh_shape}, fsdp={self.fsdp})"
+        )
 
     @functools.cached_property
     def mesh(self) -> Mesh:
@@ -215,19 +240,25 @@ class PjitPartitioner:
 
     def sharding(self, logical_axes_tree, shapes=None):
         """NamedShardings for a tree of logical axes (see `logical_to_mesh_sharding`)."""
-        return logical_to_mesh_sharding(logical_axes_tree, self.mesh, self.logical_axis_rules,
-                                        shapes)
+        return logical_to_mesh_sharding(
+            logical_axes_tree, self.mesh, self.logical_axis_rules, shapes
+        )
 
-    def partition(self, fn: Callable, in_shardings, out_shardings, donate_argnums=(),
-                  static_argnums=()):
+    def partition(
+        self, fn: Callable, in_shardings, out_shardings, donate_argnums=(), static_argnums=()
+    ):
         """`fn` jitted over the mesh with pinned in/out layouts (T5X's `partition`).
 
         Shardings may be NamedShardings (or trees of them), None to let XLA choose, or the
         string 'batch' for an argument laid out as a data batch.
         """
-        return jax.jit(fn, in_shardings=self._resolve(in_shardings),
-                       out_shardings=self._resolve(out_shardings),
-                       donate_argnums=donate_argnums, static_argnums=static_argnums)
+        return jax.jit(
+            fn,
+            in_shardings=self._resolve(in_shardings),
+            out_shardings=self._resolve(out_shardings),
+            donate_argnums=donate_argnums,
+            static_argnums=static_argnums,
+        )
 
     def compile(self, partitioned_fn, *args):
         """Ahead-of-time compilation for concrete or abstract (ShapeDtypeStruct) arguments."""
@@ -238,8 +269,11 @@ class PjitPartitioner:
 
     def _resolve(self, shardings):
         batch = batch_sharding(self.mesh)
-        return jax.tree.map(lambda s: batch if s == axes.BATCH else s, shardings,
-                            is_leaf=lambda s: s is None or isinstance(s, str))
+        return jax.tree.map(
+            lambda s: batch if s == axes.BATCH else s,
+            shardings,
+            is_leaf=lambda s: s is None or isinstance(s, str),
+        )
 
 
 def initialize_distributed(

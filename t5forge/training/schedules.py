@@ -102,8 +102,9 @@ def create_learning_rate_scheduler(
     step) and `min_learning_rate` floors the result so a decaying product never reaches 0.
     """
     names = parse_factors(factors)
-    knobs = ScheduleKnobs(base_learning_rate, warmup_steps, decay_factor, steps_per_decay,
-                          steps_per_cycle)
+    knobs = ScheduleKnobs(
+        base_learning_rate, warmup_steps, decay_factor, steps_per_decay, steps_per_cycle
+    )
 
     def schedule(step):
         step = jnp.maximum(0, jnp.asarray(step) - step_offset).astype(jnp.float32)

@@ -109,8 +109,9 @@ class MetricsWriter:
         if split not in self._writers:
             from tensorboardX import SummaryWriter
 
-            self._writers[split] = SummaryWriter(str(self.model_dir / split),
-                                                 purge_step=self._purge_step)
+            self._writers[split] = SummaryWriter(
+                str(self.model_dir / split), purge_step=self._purge_step
+            )
         return self._writers[split]
 
     def write_scalars(self, step: int, metrics: Mapping[str, float], split: str = "train"):
@@ -121,7 +122,11 @@ class MetricsWriter:
         for name, value in values.items():
             writer.add_scalar(name, value, global_step=int(step))
         writer.flush()
-        record = {"step": int(step), "split": split, **{k: _json_number(v) for k, v in values.items()}}
+        record = {
+            "step": int(step),
+            "split": split,
+            **{k: _json_number(v) for k, v in values.items()},
+        }
         with open(self.model_dir / METRICS_FILE, "a") as f:
             f.write(json.dumps(record) + "\n")
 
@@ -201,8 +206,14 @@ def plot_training_curves(model_dir: str | os.PathLike, output: str | os.PathLike
     series = curve_series(read_metrics(model_dir))
     if not series:
         return None
-    panels = sorted({name for _, name in series},
-                    key=lambda n: (n not in _CURVE_METRICS, _CURVE_METRICS.index(n) if n in _CURVE_METRICS else 0, n))
+    panels = sorted(
+        {name for _, name in series},
+        key=lambda n: (
+            n not in _CURVE_METRICS,
+            _CURVE_METRICS.index(n) if n in _CURVE_METRICS else 0,
+            n,
+        ),
+    )
     cols = min(3, len(panels))
     rows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.5 * rows), squeeze=False)
@@ -218,7 +229,7 @@ def plot_training_curves(model_dir: str | os.PathLike, output: str | os.PathLike
             ax.set_yscale("log")
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     fig.tight_layout()
     out = Path(output) if output else Path(model_dir) / PLOT_FILE

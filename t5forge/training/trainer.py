@@ -113,12 +113,12 @@ class Trainer:
             ), None
 
         zero_grads = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
-        _, metric_shapes = jax.eval_shape(
-            loss_fn, params, jax.tree.map(lambda x: x[0], micro), rng
-        )
+        _, metric_shapes = jax.eval_shape(loss_fn, params, jax.tree.map(lambda x: x[0], micro), rng)
         zero_metrics = jax.tree.map(lambda m: jnp.zeros(m.shape, m.dtype), metric_shapes)
         (loss, metrics, grads), _ = jax.lax.scan(
-            accumulate, (jnp.zeros([], jnp.float32), zero_metrics, zero_grads), (jnp.arange(k), micro)
+            accumulate,
+            (jnp.zeros([], jnp.float32), zero_metrics, zero_grads),
+            (jnp.arange(k), micro),
         )
         # Metrics are per-microbatch rates (accuracy, per-token losses): report their mean.
         # The loss is summed, as one big batch would sum it, unless the model normalizes it per
@@ -177,7 +177,8 @@ class Trainer:
             param_shardings = self.state_shardings.params if self.state_shardings else None
             self._eval_step = self.partitioner.partition(
                 lambda p, b: self.model.loss_fn(p, b, None),
-                in_shardings=(param_shardings, "batch"), out_shardings=None,
+                in_shardings=(param_shardings, "batch"),
+                out_shardings=None,
             )
         loss, metrics = self._eval_step(params, self._to_global(batch))
         return {"loss": loss, **metrics}
@@ -199,8 +200,11 @@ class Trainer:
 
 def _all_finite(tree) -> jax.Array:
     """One boolean: every floating-point value in `tree` is finite."""
-    checks = [jnp.isfinite(leaf).all() for leaf in jax.tree.leaves(tree)
-              if jnp.issubdtype(leaf.dtype, jnp.inexact)]
+    checks = [
+        jnp.isfinite(leaf).all()
+        for leaf in jax.tree.leaves(tree)
+        if jnp.issubdtype(leaf.dtype, jnp.inexact)
+    ]
     return jnp.all(jnp.stack(checks)) if checks else jnp.bool_(True)
 
 

@@ -31,9 +31,17 @@ def test_plain_and_t5x_quoted_strings_are_the_same_value():
 
 def test_split_and_parse_bindings_command_line_wins(tmp_path):
     gin_file = tmp_path / "run.gin"
-    gin_file.write_text("MODEL_DIR = '/from/file'\n_toy_train.model_dir = %MODEL_DIR\n_toy_train.train_steps = 5\n")
+    gin_file.write_text(
+        "MODEL_DIR = '/from/file'\n_toy_train.model_dir = %MODEL_DIR\n_toy_train.train_steps = 5\n"
+    )
     flags = split_gin_flags(
-        [f"--gin_file={gin_file}", "--gin.MODEL_DIR=/tmp/m", "--gin._toy_train.train_steps", "7", "--seed=3"]
+        [
+            f"--gin_file={gin_file}",
+            "--gin.MODEL_DIR=/tmp/m",
+            "--gin._toy_train.train_steps",
+            "7",
+            "--seed=3",
+        ]
     )
     assert flags.rest == ["--seed=3"]
     parse_gin(flags)

@@ -42,12 +42,20 @@ def _value(binding):
 def test_example_train_file_becomes_t5forge_train_arguments(capsys):
     _parse(f"--gin_file={EXAMPLES}/tiny_en_de_from_scratch.gin", TASK, "--gin.MODEL_DIR=/tmp/m")
     config = _value("train.model").config
-    assert (config.emb_dim, config.mlp_activations, config.logits_via_embedding) == \
-        (32, ("gelu", "linear"), False)
+    assert (config.emb_dim, config.mlp_activations, config.logits_via_embedding) == (
+        32,
+        ("gelu", "linear"),
+        False,
+    )
     assert _value("models.Model.z_loss") == 0.0001
     data = _value("train.train_dataset_cfg")
-    assert (data.mixture_or_task_name, data.split, data.batch_size, data.pack, data.seed) == \
-        ("en_de_lohelp_translate", "train", 8, True, 0)
+    assert (data.mixture_or_task_name, data.split, data.batch_size, data.pack, data.seed) == (
+        "en_de_lohelp_translate",
+        "train",
+        8,
+        True,
+        0,
+    )
     assert _value("train.infer_eval_dataset_cfg").split == "validation"
     checkpoints = _value("train.checkpoint_cfg")
     assert checkpoints.save.period == 4 and checkpoints.restore.path is None
@@ -58,24 +66,39 @@ def test_example_train_file_becomes_t5forge_train_arguments(capsys):
     assert gin.query_parameter("adafactor.Adafactor.decay_rate") == 0.8
     assert (_value("train.eval_period"), _value("train.random_seed")) == (4, 0)
     err = capsys.readouterr().err
-    assert f"{EXAMPLES}/tiny_en_de_from_scratch.gin:44: train_script.train.use_hardware_rng = " \
-           "True: accepted and ignored" in err
-    assert f"{EXAMPLES}/tiny_en_de_from_scratch.gin:57: models.EncoderDecoderModel." \
-           "predict_batch_with_aux.num_decodes = 4: accepted and ignored" in err
-    assert "t5_1_1/tiny.gin:15: seqio.SentencePieceVocabulary.sentencepiece_model_file = " \
-           "'gs://example-bucket/vocabs/spm.model': object storage is not supported yet" in err
+    assert (
+        f"{EXAMPLES}/tiny_en_de_from_scratch.gin:44: train_script.train.use_hardware_rng = "
+        "True: accepted and ignored" in err
+    )
+    assert (
+        f"{EXAMPLES}/tiny_en_de_from_scratch.gin:57: models.EncoderDecoderModel."
+        "predict_batch_with_aux.num_decodes = 4: accepted and ignored" in err
+    )
+    assert (
+        "t5_1_1/tiny.gin:15: seqio.SentencePieceVocabulary.sentencepiece_model_file = "
+        "'gs://example-bucket/vocabs/spm.model': object storage is not supported yet" in err
+    )
     assert f"{EXAMPLES}/tiny_en_de_from_scratch.gin:6: from t5.data import mixtures" in err
     assert all(line.startswith("warning: ") for line in err.splitlines())
 
 
-@pytest.mark.parametrize("family, activations, tied", [
-    ("t5_1_1", ("gelu", "linear"), False), ("t5_1_0", ("relu",), True),
-    ("mt5", ("gelu", "linear"), False),
-])
+@pytest.mark.parametrize(
+    "family, activations, tied",
+    [
+        ("t5_1_1", ("gelu", "linear"), False),
+        ("t5_1_0", ("relu",), True),
+        ("mt5", ("gelu", "linear"), False),
+    ],
+)
 def test_model_files_of_each_family_with_the_eval_run_file(family, activations, tied):
-    _parse(f"--gin_file=t5x/examples/t5/{family}/tiny.gin", "--gin_file=t5x/configs/runs/eval.gin",
-           "--gin.DROPOUT_RATE=0.0", TASK, "--gin.CHECKPOINT_PATH=/tmp/ckpt",
-           "--gin.EVAL_OUTPUT_DIR=/tmp/eval")
+    _parse(
+        f"--gin_file=t5x/examples/t5/{family}/tiny.gin",
+        "--gin_file=t5x/configs/runs/eval.gin",
+        "--gin.DROPOUT_RATE=0.0",
+        TASK,
+        "--gin.CHECKPOINT_PATH=/tmp/ckpt",
+        "--gin.EVAL_OUTPUT_DIR=/tmp/eval",
+    )
     config = _value("evaluate.model").config
     assert (config.mlp_activations, config.logits_via_embedding) == (activations, tied)
     assert _value("evaluate.dataset_cfg").split == "test"
@@ -84,14 +107,23 @@ def test_model_files_of_each_family_with_the_eval_run_file(family, activations, 
 
 
 def test_infer_run_file_and_its_float32_restore_warning(capsys):
-    _parse(f"--gin_file={EXAMPLES}/tiny_en_de_infer.gin", TASK, "--gin.CHECKPOINT_PATH=/tmp/c",
-           "--gin.INFER_OUTPUT_DIR=/tmp/out")
+    _parse(
+        f"--gin_file={EXAMPLES}/tiny_en_de_infer.gin",
+        TASK,
+        "--gin.CHECKPOINT_PATH=/tmp/c",
+        "--gin.INFER_OUTPUT_DIR=/tmp/out",
+    )
     assert (_value("infer.mode"), _value("infer.checkpoint_period")) == ("predict", 100)
     data = _value("infer.dataset_cfg")
-    assert (data.split, data.batch_size, data.task_feature_lengths) == \
-        ("validation", 16, {"inputs": 32, "targets": 32})
-    assert "runs/infer.gin:44: utils.RestoreCheckpointConfig.dtype = 'bfloat16': accepted " \
-           "and ignored: t5forge keeps parameters in float32" in capsys.readouterr().err
+    assert (data.split, data.batch_size, data.task_feature_lengths) == (
+        "validation",
+        16,
+        {"inputs": 32, "targets": 32},
+    )
+    assert (
+        "runs/infer.gin:44: utils.RestoreCheckpointConfig.dtype = 'bfloat16': accepted "
+        "and ignored: t5forge keeps parameters in float32" in capsys.readouterr().err
+    )
 
 
 def test_remaining_import_forms_actions_and_microbatches(capsys):
@@ -103,16 +135,25 @@ def test_remaining_import_forms_actions_and_microbatches(capsys):
     assert _value("train.train_dataset_cfg").module is None
     err = capsys.readouterr().err
     assert f"{EXAMPLES}/tiny_test_train.gin:6: import t5.data.mixtures" in err
-    assert "pretrain.gin:48: train/utils.DatasetConfig.module = %MIXTURE_OR_TASK_MODULE " \
-           "(= 't5.data.mixtures'): accepted and ignored: T5's and SeqIO's TensorFlow task " \
-           "modules cannot be imported" in err
+    assert (
+        "pretrain.gin:48: train/utils.DatasetConfig.module = %MIXTURE_OR_TASK_MODULE "
+        "(= 't5.data.mixtures'): accepted and ignored: T5's and SeqIO's TensorFlow task "
+        "modules cannot be imported" in err
+    )
 
 
 def test_command_line_overrides_win_over_t5x_files():
-    _parse(f"--gin_file={EXAMPLES}/tiny_en_de_from_scratch.gin", TASK, "--gin.MODEL_DIR=/tmp/m",
-           "--gin.utils.SaveCheckpointConfig.period=7", "--gin.train.eval_period=2",
-           "--gin.train/utils.DatasetConfig.batch_size=4", "--gin.network.T5Config.emb_dim=64",
-           "--gin.trainer.Trainer.num_microbatches=4", "--gin.models.EncoderDecoderModel.z_loss=0.5")
+    _parse(
+        f"--gin_file={EXAMPLES}/tiny_en_de_from_scratch.gin",
+        TASK,
+        "--gin.MODEL_DIR=/tmp/m",
+        "--gin.utils.SaveCheckpointConfig.period=7",
+        "--gin.train.eval_period=2",
+        "--gin.train/utils.DatasetConfig.batch_size=4",
+        "--gin.network.T5Config.emb_dim=64",
+        "--gin.trainer.Trainer.num_microbatches=4",
+        "--gin.models.EncoderDecoderModel.z_loss=0.5",
+    )
     assert _value("train.checkpoint_cfg").save.period == 7
     assert _value("train.eval_period") == 2
     assert _value("train.train_dataset_cfg").batch_size == 4
@@ -123,14 +164,18 @@ def test_command_line_overrides_win_over_t5x_files():
 
 def test_refused_binding_is_one_line_with_file_line_and_reason(tmp_path):
     run = tmp_path / "run.gin"
-    run.write_text("from __gin__ import dynamic_registration\nfrom t5x import utils\n"
-                   f"include '{EXAMPLES}/tiny_en_de_from_scratch.gin'\n"
-                   "utils.SaveCheckpointConfig.dtype = 'bfloat16'\n")
+    run.write_text(
+        "from __gin__ import dynamic_registration\nfrom t5x import utils\n"
+        f"include '{EXAMPLES}/tiny_en_de_from_scratch.gin'\n"
+        "utils.SaveCheckpointConfig.dtype = 'bfloat16'\n"
+    )
     with pytest.raises(ConfigError) as e:
         _parse(f"--gin_file={run}", TASK, "--gin.MODEL_DIR=/tmp/m")
-    assert str(e.value) == (f"{run}:4: utils.SaveCheckpointConfig.dtype = 'bfloat16': not "
-                            "supported: t5forge keeps parameters in float32 and computes in "
-                            "T5Config.dtype")
+    assert str(e.value) == (
+        f"{run}:4: utils.SaveCheckpointConfig.dtype = 'bfloat16': not "
+        "supported: t5forge keeps parameters in float32 and computes in "
+        "T5Config.dtype"
+    )
 
 
 def test_remote_checkpoint_path_is_refused_naming_the_binding():
@@ -140,12 +185,20 @@ def test_remote_checkpoint_path_is_refused_naming_the_binding():
         f"{CHECKOUT}/{EXAMPLES}/tiny_en_de_finetune.gin:19: INITIAL_CHECKPOINT_PATH = "
         "'gs://example-bucket/pretrained/checkpoint_1000000': reaches "
         "RestoreCheckpointConfig.path (via %INITIAL_CHECKPOINT_PATH): object storage is "
-        "not supported yet; copy it to a local path and bind that instead")
+        "not supported yet; copy it to a local path and bind that instead"
+    )
     gin.clear_config()
-    with pytest.raises(ConfigError, match=r"^--gin.MODEL_DIR='gs://b/run': MODEL_DIR = "
-                                          r"'gs://b/run': reaches train.model_dir \(via %MODEL_DIR\)"):
-        _parse(f"--gin_file={EXAMPLES}/tiny_en_de_finetune.gin", TASK, "--gin.MODEL_DIR=gs://b/run",
-               "--gin.INITIAL_CHECKPOINT_PATH=None")
+    with pytest.raises(
+        ConfigError,
+        match=r"^--gin.MODEL_DIR='gs://b/run': MODEL_DIR = "
+        r"'gs://b/run': reaches train.model_dir \(via %MODEL_DIR\)",
+    ):
+        _parse(
+            f"--gin_file={EXAMPLES}/tiny_en_de_finetune.gin",
+            TASK,
+            "--gin.MODEL_DIR=gs://b/run",
+            "--gin.INITIAL_CHECKPOINT_PATH=None",
+        )
 
 
 def test_t5x_module_names_exist_only_while_gin_parses():
@@ -170,14 +223,23 @@ def test_config_gin_uses_t5forge_names_and_parses_back(tmp_path):
     assert _value("train.model").config.emb_dim == 32
 
 
-@pytest.mark.parametrize("text, message", [
-    ("from t5x import optimizers\noptimizers.chain.transformations = []",
-     r"bad.gin:2: T5X module t5x.optimizers is not available in t5forge"),
-    ("import seqio\nseqio.PassThroughFeatureConverter.x = 1",
-     r"bad.gin:3: seqio.PassThroughFeatureConverter is not supported by t5forge"),
-    ("from t5x import utils\nutils.DatasetConfig.batch_sise = 1",
-     r"has no parameter 'batch_sise'.*did you mean .*batch_size"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "from t5x import optimizers\noptimizers.chain.transformations = []",
+            r"bad.gin:2: T5X module t5x.optimizers is not available in t5forge",
+        ),
+        (
+            "import seqio\nseqio.PassThroughFeatureConverter.x = 1",
+            r"bad.gin:3: seqio.PassThroughFeatureConverter is not supported by t5forge",
+        ),
+        (
+            "from t5x import utils\nutils.DatasetConfig.batch_sise = 1",
+            r"has no parameter 'batch_sise'.*did you mean .*batch_size",
+        ),
+    ],
+)
 def test_unknown_t5x_names_are_one_line(tmp_path, text, message):
     bad = tmp_path / "bad.gin"
     bad.write_text("from __gin__ import dynamic_registration\n" + text + "\n")

@@ -22,8 +22,19 @@ def test_show_prints_splits_steps_and_features(capsys, shared_data):
 
 def test_preview_decodes_processed_examples(capsys, shared_data, test_spm_path, monkeypatch):
     monkeypatch.setenv("T5FORGE_VOCAB", "")  # restored after the test; --vocab sets it
-    argv = ["tasks", "preview", "en_ro_messages_translate", "--split", "validation", "-n", "2",
-            "--vocab", str(test_spm_path), "--sequence_length", "inputs=256,targets=256"]
+    argv = [
+        "tasks",
+        "preview",
+        "en_ro_messages_translate",
+        "--split",
+        "validation",
+        "-n",
+        "2",
+        "--vocab",
+        str(test_spm_path),
+        "--sequence_length",
+        "inputs=256,targets=256",
+    ]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert out.count("--- example") == 2
@@ -32,13 +43,20 @@ def test_preview_decodes_processed_examples(capsys, shared_data, test_spm_path, 
     assert "  targets (" in out
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["tasks", "preview", "rotten_tomatos_sentiment"],
-     "error: unknown task or mixture 'rotten_tomatos_sentiment'; did you mean "
-     "rotten_tomatoes_sentiment?"),
-    (["tasks", "preview", "rotten_tomatoes_sentiment", "--sequence_length", "inputs"],
-     "error: --sequence_length 'inputs': write name=length pairs"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["tasks", "preview", "rotten_tomatos_sentiment"],
+            "error: unknown task or mixture 'rotten_tomatos_sentiment'; did you mean "
+            "rotten_tomatoes_sentiment?",
+        ),
+        (
+            ["tasks", "preview", "rotten_tomatoes_sentiment", "--sequence_length", "inputs"],
+            "error: --sequence_length 'inputs': write name=length pairs",
+        ),
+    ],
+)
 def test_mistakes_are_one_line(capsys, argv, message):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err

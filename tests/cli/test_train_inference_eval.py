@@ -16,15 +16,29 @@ TASK = "en_de_lohelp_translate"
 def test_finetune_run_writes_inference_eval_predictions_and_bleu(workdir):
     model_dir = workdir / "infer_eval"
     # BATCH_SIZE 200: the 400-row validation split decodes in two batches.
-    flags = ["--gin.EVAL_PERIOD=2", "--gin.BATCH_SIZE=200", "--gin.train.progress=False",
-             "--gin.train.train_eval_dataset_cfg=None",
-             "--gin.infer_eval/utils.DatasetConfig.split=validation"]
-    result = subprocess.run(_train_command(workdir, model_dir, 2, flags), cwd=REPO,
-                            env=_env(workdir), capture_output=True, text=True, timeout=600)
+    flags = [
+        "--gin.EVAL_PERIOD=2",
+        "--gin.BATCH_SIZE=200",
+        "--gin.train.progress=False",
+        "--gin.train.train_eval_dataset_cfg=None",
+        "--gin.infer_eval/utils.DatasetConfig.split=validation",
+    ]
+    result = subprocess.run(
+        _train_command(workdir, model_dir, 2, flags),
+        cwd=REPO,
+        env=_env(workdir),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
 
-    rows = [json.loads(line) for line in
-            (model_dir / "inference_eval" / f"{TASK}-predictions.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(line)
+        for line in (model_dir / "inference_eval" / f"{TASK}-predictions.jsonl")
+        .read_text()
+        .splitlines()
+    ]
     assert len(rows) == 400
     assert all({"inputs", "targets", "prediction"} <= set(row) for row in rows)
     assert rows[0]["inputs"].startswith("translate English to German:")

@@ -27,9 +27,15 @@ workdir = test_train_e2e.workdir
 
 # -O0 halves XLA's CPU compile time, which dominates these few-step runs.
 XLA_FLAGS = "--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0"
-FLAGS = ["--gin.DROPOUT_RATE=0.0", "--gin.EVAL_PERIOD=0", "--gin.CHECKPOINT_PERIOD=2",
-         "--gin.train.stats_period=1", "--gin.train.infer_eval_dataset_cfg=None",
-         "--gin.train.train_eval_dataset_cfg=None", "--gin.train.progress=False"]
+FLAGS = [
+    "--gin.DROPOUT_RATE=0.0",
+    "--gin.EVAL_PERIOD=0",
+    "--gin.CHECKPOINT_PERIOD=2",
+    "--gin.train.stats_period=1",
+    "--gin.train.infer_eval_dataset_cfg=None",
+    "--gin.train.train_eval_dataset_cfg=None",
+    "--gin.train.progress=False",
+]
 
 
 def _free_port() -> int:
@@ -49,11 +55,23 @@ def two_process_run(workdir):
     port = _free_port()
     processes = [
         subprocess.Popen(
-            _train_command(workdir, model_dir, 4, [
-                *FLAGS, f"--coordinator_address=127.0.0.1:{port}", "--process_count=2",
-                f"--process_index={index}"]),
-            cwd=REPO, env=_run_env(workdir), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True)
+            _train_command(
+                workdir,
+                model_dir,
+                4,
+                [
+                    *FLAGS,
+                    f"--coordinator_address=127.0.0.1:{port}",
+                    "--process_count=2",
+                    f"--process_index={index}",
+                ],
+            ),
+            cwd=REPO,
+            env=_run_env(workdir),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for index in range(2)
     ]
     outputs = [process.communicate(timeout=600) for process in processes]
@@ -68,10 +86,13 @@ def test_two_processes_train_and_checkpoint_together(two_process_run):
     for name in ("config.gin", "model-info.txt", "spiece.model", "checkpoint_2", "checkpoint_4"):
         assert (model_dir / name).exists(), name
     assert {p.name for p in (model_dir / "checkpoint_4" / "state").glob("ocdbt.process_*")} == {
-        "ocdbt.process_0", "ocdbt.process_1"}
+        "ocdbt.process_0",
+        "ocdbt.process_1",
+    }
     # only process 0 writes metrics: each step is logged once
-    steps = [json.loads(line)["step"] for line in
-             (model_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [
+        json.loads(line)["step"] for line in (model_dir / "metrics.jsonl").read_text().splitlines()
+    ]
     assert steps == [1, 2, 3, 4]
     assert all(np.isfinite(loss) for loss in _losses(model_dir).values())
     # each process read its own shard, so each one's data position is recorded
@@ -82,8 +103,14 @@ def test_two_processes_train_and_checkpoint_together(two_process_run):
 @pytest.mark.slow
 def test_one_process_restart_continues_from_the_two_process_checkpoint(workdir, two_process_run):
     model_dir = two_process_run
-    restart = subprocess.run(_train_command(workdir, model_dir, 6, FLAGS), cwd=REPO,
-                             env=_run_env(workdir), capture_output=True, text=True, timeout=600)
+    restart = subprocess.run(
+        _train_command(workdir, model_dir, 6, FLAGS),
+        cwd=REPO,
+        env=_run_env(workdir),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert restart.returncode == 0, restart.stderr[-3000:]
     assert f"resumed from {model_dir / 'checkpoint_4'} (step 4)" in restart.stderr
     assert "was written by 2 process(es) and this run has 1" in restart.stderr
@@ -109,10 +136,24 @@ def test_sigterm_to_one_process_stops_both_at_the_same_step(workdir, tmp_path):
     logs = [open(tmp_path / f"process_{index}.log", "w+") for index in range(2)]
     processes = [
         subprocess.Popen(
-            _train_command(workdir, model_dir, 1000, [
-                *FLAGS, "--gin.CHECKPOINT_PERIOD=1000", f"--coordinator_address=127.0.0.1:{port}",
-                "--process_count=2", f"--process_index={index}"]),
-            cwd=REPO, env=_run_env(workdir), stdout=log, stderr=subprocess.STDOUT, text=True)
+            _train_command(
+                workdir,
+                model_dir,
+                1000,
+                [
+                    *FLAGS,
+                    "--gin.CHECKPOINT_PERIOD=1000",
+                    f"--coordinator_address=127.0.0.1:{port}",
+                    "--process_count=2",
+                    f"--process_index={index}",
+                ],
+            ),
+            cwd=REPO,
+            env=_run_env(workdir),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         for index, log in enumerate(logs)
     ]
     metrics = model_dir / "metrics.jsonl"
@@ -133,5 +174,6 @@ def test_sigterm_to_one_process_stops_both_at_the_same_step(workdir, tmp_path):
     assert len(steps) == 1, steps  # the same step on both processes
     step = steps.pop()
     assert 3 <= step < 1000
-    assert {p.name for p in (model_dir / f"checkpoint_{step}" / "state").glob("ocdbt.process_*")} == {
-        "ocdbt.process_0", "ocdbt.process_1"}
+    assert {
+        p.name for p in (model_dir / f"checkpoint_{step}" / "state").glob("ocdbt.process_*")
+    } == {"ocdbt.process_0", "ocdbt.process_1"}

@@ -16,12 +16,27 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 def test_train_prints_the_summary_and_writes_the_model(shared_data, tmp_path, capsys):
     output = tmp_path / "out" / "spiece.model"
-    status = vocab.main([
-        "train", "--input", str(shared_data / "rotten_tomatoes" / "*.jsonl.gz"),
-        "--field", "text", "--vocab_size", "1500", "--extra_ids", "100",
-        "--model_type", "unigram", "--byte_fallback", "--input_sentence_size", "5000",
-        "--output", str(output), "--no_progress",
-    ])
+    status = vocab.main(
+        [
+            "train",
+            "--input",
+            str(shared_data / "rotten_tomatoes" / "*.jsonl.gz"),
+            "--field",
+            "text",
+            "--vocab_size",
+            "1500",
+            "--extra_ids",
+            "100",
+            "--model_type",
+            "unigram",
+            "--byte_fallback",
+            "--input_sentence_size",
+            "5000",
+            "--output",
+            str(output),
+            "--no_progress",
+        ]
+    )
     assert status == 0
     printed = capsys.readouterr().out
     assert f"wrote {output} (unigram)" in printed
@@ -32,8 +47,18 @@ def test_train_prints_the_summary_and_writes_the_model(shared_data, tmp_path, ca
 
 
 def test_dispatcher_reports_user_errors_in_one_line(tmp_path, capsys):
-    status = cli_main.main(["vocab", "train", "--input", str(tmp_path / "missing*.txt"),
-                            "--vocab_size", "100", "--output", str(tmp_path / "x.model")])
+    status = cli_main.main(
+        [
+            "vocab",
+            "train",
+            "--input",
+            str(tmp_path / "missing*.txt"),
+            "--vocab_size",
+            "100",
+            "--output",
+            str(tmp_path / "x.model"),
+        ]
+    )
     assert status == 2
     error = capsys.readouterr().err.strip()
     assert error.startswith("error: no input file matches") and "\n" not in error
@@ -41,13 +66,33 @@ def test_dispatcher_reports_user_errors_in_one_line(tmp_path, capsys):
 
 def test_python_module_entry_point(shared_data, tmp_path):
     text = tmp_path / "sentences.txt"
-    text.write_text("".join(f"sentence number {i} is about the {w} and more\n"
-                            for i, w in enumerate(["cat", "dog", "tree", "river"] * 200)))
+    text.write_text(
+        "".join(
+            f"sentence number {i} is about the {w} and more\n"
+            for i, w in enumerate(["cat", "dog", "tree", "river"] * 200)
+        )
+    )
     output = tmp_path / "spiece.model"
     result = subprocess.run(
-        [sys.executable, "-m", "t5forge.cli.main", "vocab", "train", "--input", str(text),
-         "--vocab_size", "200", "--model_type", "bpe", "--output", str(output)],
-        capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "t5forge.cli.main",
+            "vocab",
+            "train",
+            "--input",
+            str(text),
+            "--vocab_size",
+            "200",
+            "--model_type",
+            "bpe",
+            "--output",
+            str(output),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     assert "200 pieces + 100 extra ids = 300" in result.stdout
@@ -65,11 +110,20 @@ def test_each_input_names_its_own_field(tmp_path, capsys):
     for half in (0, 1):
         _write_jsonl(tmp_path / f"pairs_{half}.jsonl", "de", german[half::2])
     output = tmp_path / "spiece.model"
-    status = vocab.main([
-        "train", "--input", str(tmp_path / "english.jsonl"),
-        "--input", f"{tmp_path / 'pairs_*.jsonl'}:de", "--vocab_size", "40",
-        "--output", str(output), "--no_progress",
-    ])
+    status = vocab.main(
+        [
+            "train",
+            "--input",
+            str(tmp_path / "english.jsonl"),
+            "--input",
+            f"{tmp_path / 'pairs_*.jsonl'}:de",
+            "--vocab_size",
+            "40",
+            "--output",
+            str(output),
+            "--no_progress",
+        ]
+    )
     assert status == 0
     # Every sentence of both inputs was read: 600 less the 6 held out for the summary.
     assert "training sentences:  594" in capsys.readouterr().out
@@ -83,14 +137,26 @@ def test_task_from_a_module_import(tmp_path, monkeypatch, capsys):
         "from t5forge.data.tasks import Feature, TaskRegistry\n"
         "from t5forge.data.vocabularies import ByteVocabulary\n"
         f"TaskRegistry.add('user_vocab_reviews', JsonLinesSource({{'train': [{str(rows)!r}]}}),\n"
-        "                 output_features={'targets': Feature(ByteVocabulary())})\n")
+        "                 output_features={'targets': Feature(ByteVocabulary())})\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
-        status = vocab.main([
-            "train", "--task", "user_vocab_reviews", "--module_import", "user_vocab_tasks",
-            "--field", "body", "--vocab_size", "40", "--output", str(tmp_path / "spiece.model"),
-            "--no_progress",
-        ])
+        status = vocab.main(
+            [
+                "train",
+                "--task",
+                "user_vocab_reviews",
+                "--module_import",
+                "user_vocab_tasks",
+                "--field",
+                "body",
+                "--vocab_size",
+                "40",
+                "--output",
+                str(tmp_path / "spiece.model"),
+                "--no_progress",
+            ]
+        )
     finally:
         TaskRegistry.remove("user_vocab_reviews")
         sys.modules.pop("user_vocab_tasks", None)

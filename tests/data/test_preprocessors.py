@@ -90,7 +90,8 @@ def test_grouped_reads_tokenize_like_single_reads(features, vocab):
     assert [e["targets"].tolist() for e in ds] == [vocab.encode(t) for t in texts]
     context = pp.PipelineContext("test_grouped", features, None, 0, task.dropped_example_counts)
     tokenized = grain.MapDataset.source(_rows("train")).map(
-        lambda row: {"inputs": row["question"], "targets": row["answer"]})
+        lambda row: {"inputs": row["question"], "targets": row["answer"]}
+    )
     tokenized = pp.tokenize.apply(tokenized, context, seed=0)
     grouped = list(RegroupIterDataset(tokenized, keep_group, group_size=3, seed=0))
     assert [g["targets"].tolist() for g in grouped] == [
@@ -147,22 +148,34 @@ def test_truncate_head_and_tail_keeps_both_ends(features):
     assert short["inputs"].tolist() == list(range(5))
 
 
-@pytest.mark.parametrize("length, head_tokens, kept", [
-    (11, None, [0, 1, 2, 3, 4, 95, 96, 97, 98, 99]),  # even budget: halves
-    (10, None, [0, 1, 2, 3, 4, 96, 97, 98, 99]),  # odd budget: the head takes the extra token
-    (11, 3, [0, 1, 2, 93, 94, 95, 96, 97, 98, 99]),
-    (11, 50, list(range(10))),  # capped at the budget
-])
+@pytest.mark.parametrize(
+    "length, head_tokens, kept",
+    [
+        (11, None, [0, 1, 2, 3, 4, 95, 96, 97, 98, 99]),  # even budget: halves
+        (10, None, [0, 1, 2, 3, 4, 96, 97, 98, 99]),  # odd budget: the head takes the extra token
+        (11, 3, [0, 1, 2, 93, 94, 95, 96, 97, 98, 99]),
+        (11, 50, list(range(10))),  # capped at the budget
+    ],
+)
 def test_truncate_head_and_tail_splits_the_budget(features, length, head_tokens, kept):
-    out = pp.truncate_head_and_tail({"inputs": np.arange(100)}, sequence_length={"inputs": length},
-                                    output_features=features, head_tokens=head_tokens)
+    out = pp.truncate_head_and_tail(
+        {"inputs": np.arange(100)},
+        sequence_length={"inputs": length},
+        output_features=features,
+        head_tokens=head_tokens,
+    )
     assert out["inputs"].tolist() == kept
 
 
 def test_truncate_head_and_tail_refuses_both_shares(features):
     with pytest.raises(DataError, match="head_tokens or tail_tokens, not both"):
-        pp.truncate_head_and_tail({"inputs": np.arange(100)}, sequence_length={"inputs": 11},
-                                  output_features=features, head_tokens=3, tail_tokens=4)
+        pp.truncate_head_and_tail(
+            {"inputs": np.arange(100)},
+            sequence_length={"inputs": 11},
+            output_features=features,
+            head_tokens=3,
+            tail_tokens=4,
+        )
 
 
 def _add_noise_token(example, rng):

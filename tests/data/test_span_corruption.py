@@ -199,8 +199,12 @@ def test_resume_is_exact_anywhere(span_task, documents_per_merge):
     lengths = {"inputs": 128, "targets": 64}
     steps = list(span_task.preprocessors)
     steps[3] = pp.span_corruption.bind(documents_per_merge=documents_per_merge)
-    task = Task(f"{span_task.name}_{documents_per_merge}", span_task.source, steps,
-                span_task.output_features)
+    task = Task(
+        f"{span_task.name}_{documents_per_merge}",
+        span_task.source,
+        steps,
+        span_task.output_features,
+    )
     iterator = iter(task.get_dataset("train", sequence_length=lengths, seed=3))
     expected, states = [], []
     for _ in range(30):
@@ -209,7 +213,7 @@ def test_resume_is_exact_anywhere(span_task, documents_per_merge):
     for start in (0, 1, 7, 13, 25):
         resumed = iter(task.get_dataset("train", sequence_length=lengths, seed=3))
         resumed.set_state(states[start])
-        for want in expected[start:start + 5]:
+        for want in expected[start : start + 5]:
             got = next(resumed)
             assert np.array_equal(want["inputs"], got["inputs"])
             assert np.array_equal(want["targets"], got["targets"])

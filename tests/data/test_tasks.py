@@ -254,8 +254,11 @@ def test_without_a_data_dir_only_the_bundled_slice_is_read(monkeypatch, test_spm
     monkeypatch.setenv("T5FORGE_VOCAB", str(test_spm_path))
     tasks = {task.name: task for task in builtin_tasks()}
     assert tasks["en_de_lohelp_translate"].num_input_examples("validation") == 400
-    with pytest.raises(DataError, match=rf"{BUNDLED_DATA_DIR}/rotten_tomatoes/train.jsonl.gz.*"
-                                        "set T5FORGE_DATA_DIR"):
+    with pytest.raises(
+        DataError,
+        match=rf"{BUNDLED_DATA_DIR}/rotten_tomatoes/train.jsonl.gz.*"
+        "set T5FORGE_DATA_DIR",
+    ):
         next(iter(tasks["rotten_tomatoes_sentiment"].get_dataset("train")))
 
 

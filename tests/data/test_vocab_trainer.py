@@ -25,8 +25,13 @@ def trained(english, tmp_path_factory):
     output = tmp_path_factory.mktemp("vocab") / "spiece.model"
     inputs = vocab_trainer.expand_inputs([str(english / "train.jsonl.gz")])
     summary = vocab_trainer.train_vocabulary(
-        vocab_trainer.input_texts(inputs), output, vocab_size=8000, extra_ids=100,
-        byte_fallback=True, input_sentence_size=16_000, progress=False,
+        vocab_trainer.input_texts(inputs),
+        output,
+        vocab_size=8000,
+        extra_ids=100,
+        byte_fallback=True,
+        input_sentence_size=16_000,
+        progress=False,
     )
     return output, summary
 
@@ -71,22 +76,37 @@ def test_validation_split_round_trips_losslessly(trained, english):
 
 
 def test_bpe_from_text_lines_and_a_task(tmp_path, shared_data):
-    rows = [json.loads(line) for line in
-            gzip.open(shared_data / "rotten_tomatoes" / "train.jsonl.gz", "rt")][:3000]
+    rows = [
+        json.loads(line)
+        for line in gzip.open(shared_data / "rotten_tomatoes" / "train.jsonl.gz", "rt")
+    ][:3000]
     lines = tmp_path / "reviews.txt"
     lines.write_text("".join(r["text"] + "\n" for r in rows))
     from_lines = vocab_trainer.train_vocabulary(
-        vocab_trainer.file_texts([str(lines)]), tmp_path / "lines.model", vocab_size=1000,
-        model_type="bpe", progress=False)
+        vocab_trainer.file_texts([str(lines)]),
+        tmp_path / "lines.model",
+        vocab_size=1000,
+        model_type="bpe",
+        progress=False,
+    )
     name = "vocab_trainer_test_reviews"
-    TaskRegistry.add(name, JsonLinesSource({"train": [str(shared_data / "rotten_tomatoes" /
-                                                          "train.jsonl.gz")]}),
-                     output_features={"targets": Feature(SentencePieceVocabulary(
-                         shared_data / "vocab" / "sentencepiece.model"))})
+    TaskRegistry.add(
+        name,
+        JsonLinesSource({"train": [str(shared_data / "rotten_tomatoes" / "train.jsonl.gz")]}),
+        output_features={
+            "targets": Feature(
+                SentencePieceVocabulary(shared_data / "vocab" / "sentencepiece.model")
+            )
+        },
+    )
     try:
         from_task = vocab_trainer.train_vocabulary(
-            vocab_trainer.task_texts(name, "text"), tmp_path / "task.model", vocab_size=1000,
-            model_type="bpe", progress=False)
+            vocab_trainer.task_texts(name, "text"),
+            tmp_path / "task.model",
+            vocab_size=1000,
+            model_type="bpe",
+            progress=False,
+        )
     finally:
         TaskRegistry.remove(name)
     assert from_lines.vocab_size == from_task.vocab_size == 1000
@@ -99,8 +119,12 @@ def test_inputs_name_their_field_after_the_last_colon(tmp_path):
     assert vocab_trainer.expand_inputs(
         [f"{tmp_path}/*.jsonl:de", str(tmp_path / "time:12.txt"), str(tmp_path / "a.jsonl")],
         default_field="en",
-    ) == [(str(tmp_path / "a.jsonl"), "de"), (str(tmp_path / "b.jsonl"), "de"),
-          (str(tmp_path / "time:12.txt"), "en"), (str(tmp_path / "a.jsonl"), "en")]
+    ) == [
+        (str(tmp_path / "a.jsonl"), "de"),
+        (str(tmp_path / "b.jsonl"), "de"),
+        (str(tmp_path / "time:12.txt"), "en"),
+        (str(tmp_path / "a.jsonl"), "en"),
+    ]
 
 
 def test_bad_input_gives_one_line_errors(tmp_path):
@@ -111,13 +135,19 @@ def test_bad_input_gives_one_line_errors(tmp_path):
     with pytest.raises(DataError, match="no field 'body' \\(has: text, label\\); pass --field"):
         list(vocab_trainer.file_texts([str(rows)], "body"))
     with pytest.raises(DataError, match="the input holds no text"):
-        vocab_trainer.train_vocabulary(vocab_trainer.file_texts([str(rows)]), tmp_path / "a.model",
-                                       vocab_size=100, progress=False)
+        vocab_trainer.train_vocabulary(
+            vocab_trainer.file_texts([str(rows)]),
+            tmp_path / "a.model",
+            vocab_size=100,
+            progress=False,
+        )
     small = ["the cat sat on the mat"] * 50
-    with pytest.raises(DataError, match="--vocab_size 8000 is too large for this data: it "
-                                        "supports at most \\d+ pieces"):
-        vocab_trainer.train_vocabulary(small, tmp_path / "b.model", vocab_size=8000,
-                                       progress=False)
+    with pytest.raises(
+        DataError,
+        match="--vocab_size 8000 is too large for this data: it supports at most \\d+ pieces",
+    ):
+        vocab_trainer.train_vocabulary(small, tmp_path / "b.model", vocab_size=8000, progress=False)
     with pytest.raises(ConfigError, match="--model_type must be one of"):
-        vocab_trainer.train_vocabulary(small, tmp_path / "c.model", vocab_size=10,
-                                       model_type="word", progress=False)
+        vocab_trainer.train_vocabulary(
+            small, tmp_path / "c.model", vocab_size=10, model_type="word", progress=False
+        )

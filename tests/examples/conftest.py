@@ -32,8 +32,12 @@ def run_t5forge(example_env):
 
     def run(*args, env=None, timeout=600) -> subprocess.CompletedProcess:
         result = subprocess.run(
-            [sys.executable, "-m", "t5forge.cli.main", *map(str, args)], cwd=REPO,
-            env={**example_env, **(env or {})}, capture_output=True, text=True, timeout=timeout,
+            [sys.executable, "-m", "t5forge.cli.main", *map(str, args)],
+            cwd=REPO,
+            env={**example_env, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
         assert result.returncode == 0, f"t5forge {args[0]} failed:\n{result.stderr[-3000:]}"
         return result

@@ -23,30 +23,60 @@ def _records(path):
 def trained(tmp_path_factory, shared_data, tiny_model_gin, run_t5forge):
     root = tmp_path_factory.mktemp("classify_sentiment")
     vocab = root / "spiece.model"
-    run_t5forge("vocab", "train", "--input", f"{shared_data}/english_corpus/train.jsonl.gz:text",
-                "--input", f"{shared_data}/rotten_tomatoes/train.jsonl.gz:text",
-                "--vocab_size", "1000", "--input_sentence_size", "20000", "--byte_fallback",
-                "--whole_words", "fresh,rotten", "--output", vocab, "--no_progress")
+    run_t5forge(
+        "vocab",
+        "train",
+        "--input",
+        f"{shared_data}/english_corpus/train.jsonl.gz:text",
+        "--input",
+        f"{shared_data}/rotten_tomatoes/train.jsonl.gz:text",
+        "--vocab_size",
+        "1000",
+        "--input_sentence_size",
+        "20000",
+        "--byte_fallback",
+        "--whole_words",
+        "fresh,rotten",
+        "--output",
+        vocab,
+        "--no_progress",
+    )
     env = {"T5FORGE_VOCAB": str(vocab)}
     pretrain = root / "pretrain"
-    run_t5forge("train", "--gin_file=examples/classify_sentiment/pretrain.gin",
-                f"--gin_file={tiny_model_gin}", f"--gin.MODEL_DIR={pretrain}",
-                "--gin.TRAIN_STEPS=4", "--gin.EVAL_PERIOD=4", "--gin.CHECKPOINT_PERIOD=4",
-                "--gin.train.eval_steps=1",
-                "--gin.BATCH_SIZE=8", "--gin.TASK_FEATURE_LENGTHS={'inputs': 64, 'targets': 16}",
-                env=env)
+    run_t5forge(
+        "train",
+        "--gin_file=examples/classify_sentiment/pretrain.gin",
+        f"--gin_file={tiny_model_gin}",
+        f"--gin.MODEL_DIR={pretrain}",
+        "--gin.TRAIN_STEPS=4",
+        "--gin.EVAL_PERIOD=4",
+        "--gin.CHECKPOINT_PERIOD=4",
+        "--gin.train.eval_steps=1",
+        "--gin.BATCH_SIZE=8",
+        "--gin.TASK_FEATURE_LENGTHS={'inputs': 64, 'targets': 16}",
+        env=env,
+    )
     evaluated = {r["split"] for r in _records(pretrain / "metrics.jsonl") if r["step"] == 4}
-    assert {"training_eval/english_span_corruption",
-            "training_eval/reviews_span_corruption"} <= evaluated, evaluated
+    assert {
+        "training_eval/english_span_corruption",
+        "training_eval/reviews_span_corruption",
+    } <= evaluated, evaluated
     model_dir = root / "run"
     finetuned = run_t5forge(
-        "train", "--gin_file=examples/classify_sentiment/classify_sentiment.gin",
-        f"--gin_file={tiny_model_gin}", f"--gin.MODEL_DIR={model_dir}",
+        "train",
+        "--gin_file=examples/classify_sentiment/classify_sentiment.gin",
+        f"--gin_file={tiny_model_gin}",
+        f"--gin.MODEL_DIR={model_dir}",
         f"--gin.INITIAL_CHECKPOINT_PATH={pretrain / 'checkpoint_4'}",
-        "--gin.TRAIN_STEPS=30", "--gin.EVAL_PERIOD=10", "--gin.CHECKPOINT_PERIOD=10",
-        "--gin.BATCH_SIZE=16", "--gin.train.eval_steps=2",
+        "--gin.TRAIN_STEPS=30",
+        "--gin.EVAL_PERIOD=10",
+        "--gin.CHECKPOINT_PERIOD=10",
+        "--gin.BATCH_SIZE=16",
+        "--gin.train.eval_steps=2",
         "--gin.utils.SaveCheckpointConfig.async_save=False",
-        "--gin.utils.create_learning_rate_scheduler.base_learning_rate=0.01", env=env)
+        "--gin.utils.create_learning_rate_scheduler.base_learning_rate=0.01",
+        env=env,
+    )
     assert "parameters from the checkpoint, kept 0 freshly initialised" in finetuned.stderr
     return root, model_dir, env
 
@@ -70,13 +100,21 @@ def test_label_predictions_and_best_checkpoint_kept(trained):
 def test_infer_predicts_the_labels_inference_eval_did(trained, tiny_model_gin, run_t5forge):
     root, model_dir, env = trained
     infer_dir = root / "infer"
-    run_t5forge("infer", "--gin_file=runs/infer.gin",
-                "--gin_file=examples/classify_sentiment/model.gin", f"--gin_file={tiny_model_gin}",
-                "--module_import=examples.classify_sentiment.tasks",
-                f"--gin.CHECKPOINT_PATH={model_dir / 'checkpoint_30'}",
-                f"--gin.INFER_OUTPUT_DIR={infer_dir}", f"--gin.MIXTURE_OR_TASK_NAME={TASK}",
-                "--gin.TASK_FEATURE_LENGTHS={'inputs': 64, 'targets': 2}", env=env)
+    run_t5forge(
+        "infer",
+        "--gin_file=runs/infer.gin",
+        "--gin_file=examples/classify_sentiment/model.gin",
+        f"--gin_file={tiny_model_gin}",
+        "--module_import=examples.classify_sentiment.tasks",
+        f"--gin.CHECKPOINT_PATH={model_dir / 'checkpoint_30'}",
+        f"--gin.INFER_OUTPUT_DIR={infer_dir}",
+        f"--gin.MIXTURE_OR_TASK_NAME={TASK}",
+        "--gin.TASK_FEATURE_LENGTHS={'inputs': 64, 'targets': 2}",
+        env=env,
+    )
     inferred = [row["prediction"] for row in _records(infer_dir / f"{TASK}-predict.jsonl")]
-    evaluated = [row["prediction"] for row in
-                 _records(model_dir / "inference_eval" / f"{TASK}-predictions.jsonl")]
+    evaluated = [
+        row["prediction"]
+        for row in _records(model_dir / "inference_eval" / f"{TASK}-predictions.jsonl")
+    ]
     assert inferred == evaluated

@@ -11,10 +11,17 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-TINY = ["--gin.T5Config.emb_dim=32", "--gin.T5Config.head_dim=8", "--gin.T5Config.mlp_dim=64",
-        "--gin.T5Config.num_encoder_layers=1", "--gin.T5Config.num_decoder_layers=1",
-        "--gin.BATCH_SIZE=4", "--gin.EVAL_PERIOD=4", "--gin.CHECKPOINT_PERIOD=4",
-        "--gin.train.stats_period=2"]
+TINY = [
+    "--gin.T5Config.emb_dim=32",
+    "--gin.T5Config.head_dim=8",
+    "--gin.T5Config.mlp_dim=64",
+    "--gin.T5Config.num_encoder_layers=1",
+    "--gin.T5Config.num_decoder_layers=1",
+    "--gin.BATCH_SIZE=4",
+    "--gin.EVAL_PERIOD=4",
+    "--gin.CHECKPOINT_PERIOD=4",
+    "--gin.train.stats_period=2",
+]
 
 
 def test_demo_trains_evaluates_translates_and_prints_paths(tmp_path, run_t5forge):

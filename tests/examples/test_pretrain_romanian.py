@@ -20,12 +20,23 @@ pytestmark = pytest.mark.slow
 
 
 def _train_command(tiny_model_gin, model_dir, steps):
-    return [sys.executable, "-m", "t5forge.cli.main", "train",
-            "--gin_file=examples/pretrain_romanian/pretrain.gin", f"--gin_file={tiny_model_gin}",
-            "--module_import=examples.pretrain_romanian.tasks", f"--gin.MODEL_DIR={model_dir}",
-            "--gin.TASK_FEATURE_LENGTHS={'inputs': 64, 'targets': 16}", "--gin.BATCH_SIZE=8",
-            "--gin.CHECKPOINT_PERIOD=5", "--gin.EVAL_PERIOD=10", "--gin.train.stats_period=1",
-            "--gin.utils.SaveCheckpointConfig.async_save=False", f"--gin.TRAIN_STEPS={steps}"]
+    return [
+        sys.executable,
+        "-m",
+        "t5forge.cli.main",
+        "train",
+        "--gin_file=examples/pretrain_romanian/pretrain.gin",
+        f"--gin_file={tiny_model_gin}",
+        "--module_import=examples.pretrain_romanian.tasks",
+        f"--gin.MODEL_DIR={model_dir}",
+        "--gin.TASK_FEATURE_LENGTHS={'inputs': 64, 'targets': 16}",
+        "--gin.BATCH_SIZE=8",
+        "--gin.CHECKPOINT_PERIOD=5",
+        "--gin.EVAL_PERIOD=10",
+        "--gin.train.stats_period=1",
+        "--gin.utils.SaveCheckpointConfig.async_save=False",
+        f"--gin.TRAIN_STEPS={steps}",
+    ]
 
 
 def _logged_steps(model_dir, split) -> list[int]:
@@ -33,17 +44,36 @@ def _logged_steps(model_dir, split) -> list[int]:
     return sorted({record["step"] for record in records if record["split"] == split})
 
 
-def test_vocab_pretrain_kill_resume_extend_convert(tmp_path, shared_data, tiny_model_gin,
-                                                     example_env, run_t5forge):
+def test_vocab_pretrain_kill_resume_extend_convert(
+    tmp_path, shared_data, tiny_model_gin, example_env, run_t5forge
+):
     vocab = tmp_path / "ro_spiece.model"
-    run_t5forge("vocab", "train", "--input", shared_data / "romanian_corpus" / "train.jsonl.gz",
-                "--field", "text", "--vocab_size", "1000", "--input_sentence_size", "5000",
-                "--output", vocab, "--no_progress")
+    run_t5forge(
+        "vocab",
+        "train",
+        "--input",
+        shared_data / "romanian_corpus" / "train.jsonl.gz",
+        "--field",
+        "text",
+        "--vocab_size",
+        "1000",
+        "--input_sentence_size",
+        "5000",
+        "--output",
+        vocab,
+        "--no_progress",
+    )
     env = {**example_env, "ROMANIAN_VOCAB": str(vocab)}
     model_dir = tmp_path / "run"
 
-    process = subprocess.Popen(_train_command(tiny_model_gin, model_dir, 20), cwd=REPO, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        _train_command(tiny_model_gin, model_dir, 20),
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 300
     while not (model_dir / "checkpoint_5").exists() and process.poll() is None:
         assert time.time() < deadline, "no checkpoint_5 after 300 s"
@@ -53,22 +83,35 @@ def test_vocab_pretrain_kill_resume_extend_convert(tmp_path, shared_data, tiny_m
     assert process.returncode == -signal.SIGKILL, stderr[-3000:]
     assert not (model_dir / "checkpoint_20").exists()
 
-    rerun = subprocess.run(_train_command(tiny_model_gin, model_dir, 20), cwd=REPO, env=env,
-                           capture_output=True, text=True, timeout=300)
+    rerun = subprocess.run(
+        _train_command(tiny_model_gin, model_dir, 20),
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert "resumed from" in rerun.stderr
     assert (model_dir / "checkpoint_20").is_dir()
 
-    extend = subprocess.run(_train_command(tiny_model_gin, model_dir, 25), cwd=REPO, env=env,
-                            capture_output=True, text=True, timeout=300)
+    extend = subprocess.run(
+        _train_command(tiny_model_gin, model_dir, 25),
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert extend.returncode == 0, extend.stderr[-3000:]
     assert "(step 20)" in extend.stderr
     assert _logged_steps(model_dir, "train") == list(range(1, 26))
     assert _logged_steps(model_dir, "training_eval/pretrain_romanian") == [10, 20, 25]
 
     hf_dir = tmp_path / "hf"
-    run_t5forge("convert", "--from", "t5forge", "--to", "hf", "--input", model_dir,
-                "--output", hf_dir)
+    run_t5forge(
+        "convert", "--from", "t5forge", "--to", "hf", "--input", model_dir, "--output", hf_dir
+    )
     _assert_transformers_logits_match(model_dir / "checkpoint_25", hf_dir)
 
 
@@ -85,6 +128,9 @@ def _assert_transformers_logits_match(checkpoint, hf_dir):
         encoder[row, : len(ids)] = ids
     decoder = np.array([[0, 1099, 40, 41], [0, 1098, 42, 0]])
     with torch.no_grad():
-        expected = hf(input_ids=torch.tensor(encoder), attention_mask=torch.tensor(encoder > 0),
-                      decoder_input_ids=torch.tensor(decoder)).logits.numpy()
+        expected = hf(
+            input_ids=torch.tensor(encoder),
+            attention_mask=torch.tensor(encoder > 0),
+            decoder_input_ids=torch.tensor(decoder),
+        ).logits.numpy()
     np.testing.assert_allclose(ours.logits(encoder, decoder), expected, atol=1e-4)

@@ -25,9 +25,13 @@ T5Config.mlp_activations = ('gelu', 'linear')
 T5Config.dropout_rate = %DROPOUT_RATE
 T5Config.logits_via_embedding = False
 """
-QUIET_TRAIN = ["--gin.EVAL_PERIOD=0", "--gin.train.stats_period=1",
-               "--gin.train.infer_eval_dataset_cfg=None", "--gin.train.train_eval_dataset_cfg=None",
-               "--gin.utils.SaveCheckpointConfig.async_save=False"]
+QUIET_TRAIN = [
+    "--gin.EVAL_PERIOD=0",
+    "--gin.train.stats_period=1",
+    "--gin.train.infer_eval_dataset_cfg=None",
+    "--gin.train.train_eval_dataset_cfg=None",
+    "--gin.utils.SaveCheckpointConfig.async_save=False",
+]
 
 
 class Faults:
@@ -39,11 +43,15 @@ class Faults:
 
     def env(self, **extra) -> dict:
         env = dict(os.environ)
-        env.update(T5FORGE_VOCAB=str(self.vocab), T5FORGE_DATA_DIR=str(REPO / "t5forge/tasks/data"),
-                   JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1",
-                   JAX_COMPILATION_CACHE_DIR=str(self.root / "jax_cache"),
-                   JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-                   JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+        env.update(
+            T5FORGE_VOCAB=str(self.vocab),
+            T5FORGE_DATA_DIR=str(REPO / "t5forge/tasks/data"),
+            JAX_PLATFORMS="cpu",
+            PYTHONUNBUFFERED="1",
+            JAX_COMPILATION_CACHE_DIR=str(self.root / "jax_cache"),
+            JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+            JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
+        )
         env.update({k: str(v) for k, v in extra.items()})
         return env
 
@@ -51,28 +59,56 @@ class Faults:
         return [sys.executable, "-m", "t5forge.cli.main", *map(str, args)]
 
     def run(self, *args, timeout=600, env=None, **kwargs) -> subprocess.CompletedProcess:
-        return subprocess.run(self.command(*args), cwd=REPO, env=env or self.env(),
-                              capture_output=True, text=True, timeout=timeout, **kwargs)
+        return subprocess.run(
+            self.command(*args),
+            cwd=REPO,
+            env=env or self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            **kwargs,
+        )
 
     def run_python(self, script: str, *args, timeout=600) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-c", script, *map(str, args)], cwd=REPO,
-                              env=self.env(), capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-c", script, *map(str, args)],
+            cwd=REPO,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def train_args(self, model_dir, steps, *extra, period=5, batch=8, lengths=(32, 32)):
-        return ["train", f"--gin_file={self.gin}", "--gin_file=runs/finetune.gin",
-                f"--gin.MODEL_DIR={model_dir}", f"--gin.MIXTURE_OR_TASK_NAME={TASK}",
-                f"--gin.TASK_FEATURE_LENGTHS={{'inputs': {lengths[0]}, 'targets': {lengths[1]}}}",
-                f"--gin.TRAIN_STEPS={steps}", f"--gin.BATCH_SIZE={batch}",
-                "--gin.INITIAL_CHECKPOINT_PATH=None", "--gin.DROPOUT_RATE=0.1",
-                "--gin.utils.create_learning_rate_scheduler.base_learning_rate=0.01",
-                f"--gin.CHECKPOINT_PERIOD={period}", *QUIET_TRAIN, *extra]
+        return [
+            "train",
+            f"--gin_file={self.gin}",
+            "--gin_file=runs/finetune.gin",
+            f"--gin.MODEL_DIR={model_dir}",
+            f"--gin.MIXTURE_OR_TASK_NAME={TASK}",
+            f"--gin.TASK_FEATURE_LENGTHS={{'inputs': {lengths[0]}, 'targets': {lengths[1]}}}",
+            f"--gin.TRAIN_STEPS={steps}",
+            f"--gin.BATCH_SIZE={batch}",
+            "--gin.INITIAL_CHECKPOINT_PATH=None",
+            "--gin.DROPOUT_RATE=0.1",
+            "--gin.utils.create_learning_rate_scheduler.base_learning_rate=0.01",
+            f"--gin.CHECKPOINT_PERIOD={period}",
+            *QUIET_TRAIN,
+            *extra,
+        ]
 
     def train(self, model_dir, steps, *extra, env=None, **kwargs) -> subprocess.CompletedProcess:
         return self.run(*self.train_args(model_dir, steps, *extra, **kwargs), env=env)
 
     def popen(self, *args, env=None) -> subprocess.Popen:
-        return subprocess.Popen(self.command(*args), cwd=REPO, env=env or self.env(),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            self.command(*args),
+            cwd=REPO,
+            env=env or self.env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
 
 @pytest.fixture(scope="session")
@@ -113,13 +149,18 @@ def losses(model_dir: Path, split: str = "train") -> dict[int, float]:
 
 
 def metric_rows(model_dir: Path) -> list[tuple[int, str]]:
-    return [(row["step"], row["split"]) for row in map(
-        json.loads, (model_dir / "metrics.jsonl").read_text().splitlines())]
+    return [
+        (row["step"], row["split"])
+        for row in map(json.loads, (model_dir / "metrics.jsonl").read_text().splitlines())
+    ]
 
 
 def checkpoint_steps(model_dir: Path) -> list[int]:
-    return sorted(int(p.name.split("_")[1]) for p in model_dir.glob("checkpoint_*")
-                  if p.name.split("_")[1].isdigit())
+    return sorted(
+        int(p.name.split("_")[1])
+        for p in model_dir.glob("checkpoint_*")
+        if p.name.split("_")[1].isdigit()
+    )
 
 
 def largest_file(directory: Path) -> Path:

@@ -24,18 +24,29 @@ def _numbered_text(lines: int) -> bytes:
 
 
 BAD_FILES = {  # what train.jsonl.gz holds -> what the error line must name
-    "non-UTF-8 byte": (gzip.compress(_jsonl(ROWS[:2]) + b'{"en": "caf\xe9", "de": "x"}\n'),
-                       "train.jsonl.gz:3: not UTF-8"),
-    "truncated gzip": (gzip.compress(_jsonl({"en": line, "de": line} for line in
-                                            _numbered_text(2000).decode().splitlines()))[:4000],
-                       "train.jsonl.gz: the gzip data"),
+    "non-UTF-8 byte": (
+        gzip.compress(_jsonl(ROWS[:2]) + b'{"en": "caf\xe9", "de": "x"}\n'),
+        "train.jsonl.gz:3: not UTF-8",
+    ),
+    "truncated gzip": (
+        gzip.compress(
+            _jsonl({"en": line, "de": line} for line in _numbered_text(2000).decode().splitlines())
+        )[:4000],
+        "train.jsonl.gz: the gzip data",
+    ),
     "not gzip at all": (_jsonl(ROWS), "train.jsonl.gz: the gzip data"),
-    "missing field": (gzip.compress(_jsonl(ROWS[:2]) + b'{"en": "only english"}\n'),
-                      "train.jsonl.gz:3: no field de"),
-    "malformed JSON": (gzip.compress(_jsonl(ROWS[:1]) + b'{"en": "a", \n'),
-                       "train.jsonl.gz:2: malformed JSON"),
-    "JSON array row": (gzip.compress(_jsonl(ROWS[:1]) + b'["en", "de"]\n'),
-                       "train.jsonl.gz:2: expected a JSON object"),
+    "missing field": (
+        gzip.compress(_jsonl(ROWS[:2]) + b'{"en": "only english"}\n'),
+        "train.jsonl.gz:3: no field de",
+    ),
+    "malformed JSON": (
+        gzip.compress(_jsonl(ROWS[:1]) + b'{"en": "a", \n'),
+        "train.jsonl.gz:2: malformed JSON",
+    ),
+    "JSON array row": (
+        gzip.compress(_jsonl(ROWS[:1]) + b'["en", "de"]\n'),
+        "train.jsonl.gz:2: expected a JSON object",
+    ),
 }
 
 
@@ -51,22 +62,37 @@ def data_dir(tmp_path):
 def test_bad_data_file_names_file_and_line(faults, data_dir, fault):
     content, expected = BAD_FILES[fault]
     (data_dir / "train.jsonl.gz").write_bytes(content)
-    result = faults.run("tasks", "preview", TASK, "--split", "train", "-n", "2",
-                        env=faults.env(T5FORGE_DATA_DIR=data_dir.parent))
+    result = faults.run(
+        "tasks",
+        "preview",
+        TASK,
+        "--split",
+        "train",
+        "-n",
+        "2",
+        env=faults.env(T5FORGE_DATA_DIR=data_dir.parent),
+    )
     line = error_line(result)
     assert expected in line and str(data_dir) in line, line
 
 
 def test_missing_data_file_names_the_pattern(faults, data_dir):
     (data_dir / "train.jsonl.gz").unlink()
-    result = faults.run("tasks", "preview", TASK, "--split", "train",
-                        env=faults.env(T5FORGE_DATA_DIR=data_dir.parent))
+    result = faults.run(
+        "tasks",
+        "preview",
+        TASK,
+        "--split",
+        "train",
+        env=faults.env(T5FORGE_DATA_DIR=data_dir.parent),
+    )
     assert "no file matches" in error_line(result)
 
 
 @pytest.mark.slow
-def test_training_on_a_file_with_a_missing_field_stops_before_the_first_step(faults, data_dir,
-                                                                               tmp_path):
+def test_training_on_a_file_with_a_missing_field_stops_before_the_first_step(
+    faults, data_dir, tmp_path
+):
     (data_dir / "train.jsonl.gz").write_bytes(BAD_FILES["missing field"][0])
     result = faults.train(tmp_path / "run", 5, env=faults.env(T5FORGE_DATA_DIR=data_dir.parent))
     assert "train.jsonl.gz:3: no field de" in error_line(result)
@@ -75,9 +101,16 @@ def test_training_on_a_file_with_a_missing_field_stops_before_the_first_step(fau
 
 VOCAB_INPUTS = {
     "non-UTF-8 text file": ("corpus.txt", b"hello world\nna\xefve\n", "corpus.txt:2: not UTF-8"),
-    "truncated gzip": ("corpus.txt.gz", gzip.compress(_numbered_text(2000))[:4000],
-                       "corpus.txt.gz: the gzip data"),
-    "missing JSON field": ("rows.jsonl", b'{"text": "a"}\n{"body": "b"}\n', "rows.jsonl:2: no field"),
+    "truncated gzip": (
+        "corpus.txt.gz",
+        gzip.compress(_numbered_text(2000))[:4000],
+        "corpus.txt.gz: the gzip data",
+    ),
+    "missing JSON field": (
+        "rows.jsonl",
+        b'{"text": "a"}\n{"body": "b"}\n',
+        "rows.jsonl:2: no field",
+    ),
 }
 
 
@@ -85,8 +118,16 @@ VOCAB_INPUTS = {
 def test_vocab_train_names_the_bad_input(faults, tmp_path, fault):
     name, content, expected = VOCAB_INPUTS[fault]
     (tmp_path / name).write_bytes(content)
-    result = faults.run("vocab", "train", "--input", tmp_path / name, "--vocab_size", "50",
-                        "--output", tmp_path / "spiece.model")
+    result = faults.run(
+        "vocab",
+        "train",
+        "--input",
+        tmp_path / name,
+        "--vocab_size",
+        "50",
+        "--output",
+        tmp_path / "spiece.model",
+    )
     assert expected in error_line(result)
     assert not (tmp_path / "spiece.model").exists()
 
@@ -109,12 +150,21 @@ def test_bad_configuration_is_one_line(faults, tmp_path, fault):
 
 
 GIN_VALUE_FAULTS = {  # binding -> (its value, what the error line must say after where)
-    "TASK_FEATURE_LENGTHS a string": ("TASK_FEATURE_LENGTHS", "'abc'",
-                                      "TASK_FEATURE_LENGTHS must be a dict of feature name"),
-    "TASK_FEATURE_LENGTHS an int": ("TASK_FEATURE_LENGTHS", "5",
-                                    "TASK_FEATURE_LENGTHS must be a dict of feature name"),
-    "TASK_FEATURE_LENGTHS unclosed": ("TASK_FEATURE_LENGTHS", "{'inputs': 8",
-                                      "malformed gin value"),
+    "TASK_FEATURE_LENGTHS a string": (
+        "TASK_FEATURE_LENGTHS",
+        "'abc'",
+        "TASK_FEATURE_LENGTHS must be a dict of feature name",
+    ),
+    "TASK_FEATURE_LENGTHS an int": (
+        "TASK_FEATURE_LENGTHS",
+        "5",
+        "TASK_FEATURE_LENGTHS must be a dict of feature name",
+    ),
+    "TASK_FEATURE_LENGTHS unclosed": (
+        "TASK_FEATURE_LENGTHS",
+        "{'inputs': 8",
+        "malformed gin value",
+    ),
     "BATCH_SIZE a word": ("BATCH_SIZE", "'eight'", "BATCH_SIZE must be an int >= 1"),
 }
 
@@ -146,8 +196,10 @@ def test_an_unused_binding_warns_and_the_run_goes_on(faults, tmp_path):
     result = faults.train(tmp_path / "run", 0, "--gin.BATCH_SIZ=4")
     assert result.returncode == 0, result.stderr[-3000:]
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
-    assert warnings == ["warning: --gin.BATCH_SIZ=4: not used by `t5forge train` (no "
-                        "configurable it calls reads it); remove it or fix its name"]
+    assert warnings == [
+        "warning: --gin.BATCH_SIZ=4: not used by `t5forge train` (no "
+        "configurable it calls reads it); remove it or fix its name"
+    ]
 
 
 def test_an_unused_binding_is_an_error_with_gin_strict(faults, tmp_path):
@@ -158,7 +210,9 @@ def test_an_unused_binding_is_an_error_with_gin_strict(faults, tmp_path):
 
 
 def test_missing_vocabulary_file_is_one_line(faults, tmp_path):
-    result = faults.train(tmp_path / "run", 5, env=faults.env(T5FORGE_VOCAB=tmp_path / "none.model"))
+    result = faults.train(
+        tmp_path / "run", 5, env=faults.env(T5FORGE_VOCAB=tmp_path / "none.model")
+    )
     assert "none.model" in error_line(result)
 
 
@@ -170,12 +224,22 @@ def test_unknown_command_is_one_line(faults):
 def test_decoder_only_finetune_decodes_past_its_inputs_by_default(faults, tmp_path):
     """runs/finetune.gin as it ships, a decoder-only model: evaluation decodes inputs + targets."""
     result = faults.run(
-        "train", "--gin_file=models/decoder_only/tiny.gin", f"--gin_file={faults.gin}",
-        "--gin_file=runs/finetune.gin", "--gin.T5Config.num_encoder_layers=0",
-        "--gin.T5Config.architecture='decoder_only'", f"--gin.MODEL_DIR={tmp_path / 'run'}",
-        f"--gin.MIXTURE_OR_TASK_NAME={TASK}", "--gin.TASK_FEATURE_LENGTHS={'inputs': 16, 'targets': 8}",
-        "--gin.TRAIN_STEPS=2", "--gin.BATCH_SIZE=4", "--gin.INITIAL_CHECKPOINT_PATH=None",
-        "--gin.DROPOUT_RATE=0.0", "--gin.EVAL_PERIOD=2", "--gin.train.train_eval_dataset_cfg=None",
-        "--gin.infer_eval/utils.DatasetConfig.batch_size=400")
+        "train",
+        "--gin_file=models/decoder_only/tiny.gin",
+        f"--gin_file={faults.gin}",
+        "--gin_file=runs/finetune.gin",
+        "--gin.T5Config.num_encoder_layers=0",
+        "--gin.T5Config.architecture='decoder_only'",
+        f"--gin.MODEL_DIR={tmp_path / 'run'}",
+        f"--gin.MIXTURE_OR_TASK_NAME={TASK}",
+        "--gin.TASK_FEATURE_LENGTHS={'inputs': 16, 'targets': 8}",
+        "--gin.TRAIN_STEPS=2",
+        "--gin.BATCH_SIZE=4",
+        "--gin.INITIAL_CHECKPOINT_PATH=None",
+        "--gin.DROPOUT_RATE=0.0",
+        "--gin.EVAL_PERIOD=2",
+        "--gin.train.train_eval_dataset_cfg=None",
+        "--gin.infer_eval/utils.DatasetConfig.batch_size=400",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert list((tmp_path / "run" / "inference_eval").glob("*predictions*"))

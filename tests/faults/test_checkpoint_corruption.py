@@ -58,30 +58,54 @@ def test_verify_of_a_directory_without_checkpoints(faults, tmp_path):
     assert "no t5forge checkpoint" in error_line(faults.run("checkpoint", "verify", tmp_path))
 
 
-@pytest.mark.parametrize("damage", ["64 bytes flipped in the largest data file",
-                                    "largest data file truncated", "state/_METADATA deleted"])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "64 bytes flipped in the largest data file",
+        "largest data file truncated",
+        "state/_METADATA deleted",
+    ],
+)
 def test_convert_refuses_a_damaged_checkpoint_in_one_line(faults, run_copy, tmp_path, damage):
     CORRUPTIONS[damage](run_copy / "checkpoint_12")
-    result = faults.run("convert", "--from", "t5forge", "--to", "hf",
-                        "--input", run_copy / "checkpoint_12", "--output", tmp_path / "hf")
+    result = faults.run(
+        "convert",
+        "--from",
+        "t5forge",
+        "--to",
+        "hf",
+        "--input",
+        run_copy / "checkpoint_12",
+        "--output",
+        tmp_path / "hf",
+    )
     assert "checkpoint_12" in error_line(result)
 
 
-@pytest.mark.parametrize("damage", ["64 bytes flipped in the largest data file",
-                                    "state/_METADATA deleted"])
+@pytest.mark.parametrize(
+    "damage", ["64 bytes flipped in the largest data file", "state/_METADATA deleted"]
+)
 def test_load_raises_one_checkpoint_error(faults, run_copy, damage):
     CORRUPTIONS[damage](run_copy / "checkpoint_12")
-    script = ("import sys, t5forge\n"
-              "try:\n    t5forge.load(sys.argv[1])\n"
-              "except t5forge.errors.CheckpointError as e:\n    print('CheckpointError:', e)\n")
+    script = (
+        "import sys, t5forge\n"
+        "try:\n    t5forge.load(sys.argv[1])\n"
+        "except t5forge.errors.CheckpointError as e:\n    print('CheckpointError:', e)\n"
+    )
     result = faults.run_python(script, run_copy / "checkpoint_12")
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.startswith("CheckpointError:") and "checkpoint_12" in result.stdout
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("damage", ["64 bytes flipped in the largest data file",
-                                    "state/_METADATA deleted", "largest data file truncated"])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "64 bytes flipped in the largest data file",
+        "state/_METADATA deleted",
+        "largest data file truncated",
+    ],
+)
 def test_resume_skips_the_damaged_checkpoint_and_finishes(faults, run_copy, damage):
     CORRUPTIONS[damage](run_copy / "checkpoint_12")
     result = faults.train(run_copy, 15)
@@ -105,12 +129,21 @@ def test_eval_all_skips_a_damaged_checkpoint_and_evaluates_the_rest(faults, run_
     shutil.rmtree(run_copy / "checkpoint_5")
     CORRUPTIONS["64 bytes flipped in the largest data file"](run_copy / "checkpoint_10")
     result = faults.run(
-        "eval", f"--gin_file={faults.gin}", "--gin_file=runs/eval.gin", "--gin.DROPOUT_RATE=0.0",
-        f"--gin.CHECKPOINT_PATH={run_copy}", "--gin.utils.RestoreCheckpointConfig.mode='all'",
-        f"--gin.EVAL_OUTPUT_DIR={tmp_path / 'eval'}", f"--gin.MIXTURE_OR_TASK_NAME={TASK}",
-        "--gin.TASK_FEATURE_LENGTHS={'inputs': 32, 'targets': 8}", "--gin.BATCH_SIZE=400",
-        "--gin.evaluate.max_decode_length=2")
+        "eval",
+        f"--gin_file={faults.gin}",
+        "--gin_file=runs/eval.gin",
+        "--gin.DROPOUT_RATE=0.0",
+        f"--gin.CHECKPOINT_PATH={run_copy}",
+        "--gin.utils.RestoreCheckpointConfig.mode='all'",
+        f"--gin.EVAL_OUTPUT_DIR={tmp_path / 'eval'}",
+        f"--gin.MIXTURE_OR_TASK_NAME={TASK}",
+        "--gin.TASK_FEATURE_LENGTHS={'inputs': 32, 'targets': 8}",
+        "--gin.BATCH_SIZE=400",
+        "--gin.evaluate.max_decode_length=2",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "warning: skipping" in result.stderr and "checkpoint_10" in result.stderr
-    steps = [json.loads(line)["step"] for line in result.stdout.splitlines() if line.startswith("{")]
+    steps = [
+        json.loads(line)["step"] for line in result.stdout.splitlines() if line.startswith("{")
+    ]
     assert steps == [12]

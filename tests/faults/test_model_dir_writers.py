@@ -14,8 +14,13 @@ from .conftest import error_line
 
 
 def _lock(model_dir, **fields):
-    record = {"host": socket.gethostname(), "pid": os.getpid(), "started": "2026-01-01T00:00:00",
-              "expires": time.time() + 600, **fields}
+    record = {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "started": "2026-01-01T00:00:00",
+        "expires": time.time() + 600,
+        **fields,
+    }
     (model_dir / "train.lock").write_text(json.dumps(record))
 
 
@@ -32,11 +37,14 @@ def test_a_live_holder_on_another_host_refuses_until_its_lease_expires(faults, r
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("holder", [
-    {"pid": 2 ** 22 + 7},  # a pid that is not running on this host
-    {"host": "elsewhere", "pid": 1, "expires": 0},  # another host's lease ran out
-    "garbage",
-])
+@pytest.mark.parametrize(
+    "holder",
+    [
+        {"pid": 2**22 + 7},  # a pid that is not running on this host
+        {"host": "elsewhere", "pid": 1, "expires": 0},  # another host's lease ran out
+        "garbage",
+    ],
+)
 def test_a_stale_lock_is_taken_over_with_a_warning(faults, run_copy, holder):
     if holder == "garbage":
         (run_copy / "train.lock").write_text("{half a record")
@@ -70,10 +78,13 @@ def test_two_real_runs_into_one_dir(faults, tmp_path):
     assert "RANDOM_SEED = 7" not in (model_dir / "config.gin").read_text()
 
 
-@pytest.mark.parametrize("change, flags, named", [
-    ("feature lengths", {"lengths": (16, 16)}, "TASK_FEATURE_LENGTHS"),
-    ("batch size", {"batch": 4}, "BATCH_SIZE"),
-])
+@pytest.mark.parametrize(
+    "change, flags, named",
+    [
+        ("feature lengths", {"lengths": (16, 16)}, "TASK_FEATURE_LENGTHS"),
+        ("batch size", {"batch": 4}, "BATCH_SIZE"),
+    ],
+)
 def test_resume_with_different_data_settings_is_refused(faults, run_copy, change, flags, named):
     line = error_line(faults.train(run_copy, 15, **flags))
     assert named in line and "checkpoint_12" in line and "INITIAL_CHECKPOINT_PATH" in line

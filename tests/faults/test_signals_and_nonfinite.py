@@ -100,7 +100,9 @@ def test_resuming_with_another_optimizer_is_refused_and_nothing_moved_aside(faul
 
 
 def test_negative_skip_bound_is_refused(faults, tmp_path):
-    line = error_line(faults.train(tmp_path / "run", 5, "--gin.train.max_skipped_nonfinite_steps=-1"))
+    line = error_line(
+        faults.train(tmp_path / "run", 5, "--gin.train.max_skipped_nonfinite_steps=-1")
+    )
     assert "max_skipped_nonfinite_steps" in line
 
 

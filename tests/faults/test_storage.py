@@ -30,8 +30,11 @@ class Mounts:
         point = self.root / name
         point.mkdir()
         options = f"size={size}" + (",ro" if readonly else "")
-        result = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)],
-                                capture_output=True, text=True)
+        result = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)],
+            capture_output=True,
+            text=True,
+        )
         if result.returncode:
             pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
         self.mounted.append(point)
@@ -111,20 +114,35 @@ def test_read_only_existing_run_is_one_line(faults, trained, mounts):
     assert checkpoint_steps(model_dir) == [5, 10, 12]
 
 
-@pytest.mark.parametrize("command, output_binding", [("infer", "INFER_OUTPUT_DIR"),
-                                                     ("eval", "EVAL_OUTPUT_DIR")])
+@pytest.mark.parametrize(
+    "command, output_binding", [("infer", "INFER_OUTPUT_DIR"), ("eval", "EVAL_OUTPUT_DIR")]
+)
 def test_read_only_output_dir_is_one_line(faults, trained, mounts, command, output_binding):
     disk = mounts.tmpfs("readonly", MB, readonly=True)
     result = faults.run(
-        command, f"--gin_file={faults.gin}", f"--gin_file=runs/{command}.gin",
-        "--gin.DROPOUT_RATE=0.0", f"--gin.CHECKPOINT_PATH={trained / 'checkpoint_12'}",
-        f"--gin.{output_binding}={disk / 'out'}", f"--gin.MIXTURE_OR_TASK_NAME={TASK}",
-        "--gin.TASK_FEATURE_LENGTHS={'inputs': 32, 'targets': 8}")
+        command,
+        f"--gin_file={faults.gin}",
+        f"--gin_file=runs/{command}.gin",
+        "--gin.DROPOUT_RATE=0.0",
+        f"--gin.CHECKPOINT_PATH={trained / 'checkpoint_12'}",
+        f"--gin.{output_binding}={disk / 'out'}",
+        f"--gin.MIXTURE_OR_TASK_NAME={TASK}",
+        "--gin.TASK_FEATURE_LENGTHS={'inputs': 32, 'targets': 8}",
+    )
     assert "Read-only file system" in error_line(result)
 
 
 def test_convert_into_a_full_disk_is_one_line(faults, trained, mounts):
     disk = mounts.tmpfs("tiny", 64 * 1024)
-    result = faults.run("convert", "--from", "t5forge", "--to", "hf",
-                        "--input", trained / "checkpoint_12", "--output", disk / "hf")
+    result = faults.run(
+        "convert",
+        "--from",
+        "t5forge",
+        "--to",
+        "hf",
+        "--input",
+        trained / "checkpoint_12",
+        "--output",
+        disk / "hf",
+    )
     assert "No space left on device" in error_line(result)

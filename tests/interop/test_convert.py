@@ -32,17 +32,63 @@ def test_t5x_to_t5forge_to_hf_to_t5forge_changes_nothing(t5x_checkpoint, tmp_pat
     # float32 activations: a Hugging Face config.json does not record T5X's bfloat16 setting.
     config = dataclasses.replace(get_config("t5_1_1/tiny"), dtype="float32")
     gin_file = tmp_path / "tiny_f32.gin"
-    gin_file.write_text("\n".join(f"T5Config.{f.name} = {getattr(config, f.name)!r}"
-                                  for f in dataclasses.fields(config)))
+    gin_file.write_text(
+        "\n".join(
+            f"T5Config.{f.name} = {getattr(config, f.name)!r}" for f in dataclasses.fields(config)
+        )
+    )
     original = _outputs(t5forge.load(t5x_checkpoint, config=gin_file))
     ours, hf, back = tmp_path / "ours", tmp_path / "hf", tmp_path / "back"
-    assert cli(["convert", "--from", "t5x", "--to", "t5forge", f"--gin_file={gin_file}",
-                "--input", str(t5x_checkpoint), "--output", str(ours)]) == 0
+    assert (
+        cli(
+            [
+                "convert",
+                "--from",
+                "t5x",
+                "--to",
+                "t5forge",
+                f"--gin_file={gin_file}",
+                "--input",
+                str(t5x_checkpoint),
+                "--output",
+                str(ours),
+            ]
+        )
+        == 0
+    )
     assert "converted 52 tensors (518,240 parameters)" in capsys.readouterr().out
-    assert cli(["convert", "--from", "t5forge", "--to", "hf", "--input", str(ours),
-                "--output", str(hf)]) == 0
-    assert cli(["convert", "--from", "hf", "--to", "t5forge", "--input", str(hf),
-                "--output", str(back)]) == 0
+    assert (
+        cli(
+            [
+                "convert",
+                "--from",
+                "t5forge",
+                "--to",
+                "hf",
+                "--input",
+                str(ours),
+                "--output",
+                str(hf),
+            ]
+        )
+        == 0
+    )
+    assert (
+        cli(
+            [
+                "convert",
+                "--from",
+                "hf",
+                "--to",
+                "t5forge",
+                "--input",
+                str(hf),
+                "--output",
+                str(back),
+            ]
+        )
+        == 0
+    )
     for path in (ours, hf, back):
         converted = _outputs(t5forge.load(path))
         for name, value in original.items():
@@ -50,8 +96,22 @@ def test_t5x_to_t5forge_to_hf_to_t5forge_changes_nothing(t5x_checkpoint, tmp_pat
 
 
 def test_convert_t5x_without_config_infers_it(t5x_checkpoint, tmp_path):
-    assert cli(["convert", "--from", "t5x", "--to", "hf", "--input", str(t5x_checkpoint),
-                "--output", str(tmp_path / "hf")]) == 0
+    assert (
+        cli(
+            [
+                "convert",
+                "--from",
+                "t5x",
+                "--to",
+                "hf",
+                "--input",
+                str(t5x_checkpoint),
+                "--output",
+                str(tmp_path / "hf"),
+            ]
+        )
+        == 0
+    )
     transformers = pytest.importorskip("transformers")
     model = transformers.T5ForConditionalGeneration.from_pretrained(tmp_path / "hf")
     assert model.config.d_model == 8 and model.config.num_heads == 4
@@ -59,8 +119,22 @@ def test_convert_t5x_without_config_infers_it(t5x_checkpoint, tmp_path):
 
 def test_unknown_input_is_one_line(tmp_path, capsys):
     (tmp_path / "junk").write_text("not a checkpoint")
-    assert cli(["convert", "--from", "t5x", "--to", "hf", "--input", str(tmp_path / "junk"),
-                "--output", str(tmp_path / "out")]) == 2
+    assert (
+        cli(
+            [
+                "convert",
+                "--from",
+                "t5x",
+                "--to",
+                "hf",
+                "--input",
+                str(tmp_path / "junk"),
+                "--output",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and "\n" not in err
     with pytest.raises(T5ForgeError):

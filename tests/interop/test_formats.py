@@ -55,8 +55,9 @@ def test_each_format_is_told_apart(tmp_path, t5x_checkpoint, config):
 def test_params_come_in_the_config_layout(t5x_checkpoint, config):
     per_layer = formats.read_params(t5x_checkpoint, formats.T5X)
     assert "layers_0" in per_layer["encoder"]
-    scanned = formats.read_params(t5x_checkpoint, formats.T5X,
-                                  dataclasses.replace(config, scan_layers=True))
+    scanned = formats.read_params(
+        t5x_checkpoint, formats.T5X, dataclasses.replace(config, scan_layers=True)
+    )
     assert "layers" in scanned["encoder"] and "layers_0" not in scanned["encoder"]
     with pytest.raises(ValueError, match="not 't5forge'"):
         formats.read_params(t5x_checkpoint, formats.T5FORGE)
@@ -78,8 +79,22 @@ def test_mesh_tf_checkpoints_load_through_the_same_list(tmp_path):
 
 
 def test_convert_refuses_a_source_format_the_input_is_not(t5x_checkpoint, tmp_path, capsys):
-    assert cli(["convert", "--from", "hf", "--to", "t5forge", "--input", str(t5x_checkpoint),
-                "--output", str(tmp_path / "out")]) == 2
+    assert (
+        cli(
+            [
+                "convert",
+                "--from",
+                "hf",
+                "--to",
+                "t5forge",
+                "--input",
+                str(t5x_checkpoint),
+                "--output",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 2
+    )
     assert "is a t5x checkpoint, not hf; pass --from t5x" in capsys.readouterr().err
 
 

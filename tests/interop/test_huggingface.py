@@ -24,26 +24,45 @@ from t5forge.interop import huggingface as hf  # noqa: E402
 from t5forge.models.configs import get_config  # noqa: E402
 
 VOCAB = 16
-DIMS = dict(vocab_size=VOCAB, d_model=16, d_kv=4, d_ff=32, num_layers=2, num_decoder_layers=3,
-            num_heads=4, dropout_rate=0.0, decoder_start_token_id=0)
+DIMS = dict(
+    vocab_size=VOCAB,
+    d_model=16,
+    d_kv=4,
+    d_ff=32,
+    num_layers=2,
+    num_decoder_layers=3,
+    num_heads=4,
+    dropout_rate=0.0,
+    decoder_start_token_id=0,
+)
 # (config class, model class, layout fields, seed). A 16-token vocabulary makes EOS frequent
 # enough that greedy rows and beams finish at different steps; the seeds give each layout
 # different weights.
 LAYOUTS = {
-    "t5_1_0": (transformers.T5Config, transformers.T5ForConditionalGeneration,
-               dict(feed_forward_proj="relu", tie_word_embeddings=True), 0),
-    "t5_1_1": (transformers.T5Config, transformers.T5ForConditionalGeneration,
-               dict(feed_forward_proj="gated-gelu", tie_word_embeddings=False), 0),
-    "mt5": (transformers.MT5Config, transformers.MT5ForConditionalGeneration,
-            dict(feed_forward_proj="gated-gelu", tie_word_embeddings=False), 1),
+    "t5_1_0": (
+        transformers.T5Config,
+        transformers.T5ForConditionalGeneration,
+        dict(feed_forward_proj="relu", tie_word_embeddings=True),
+        0,
+    ),
+    "t5_1_1": (
+        transformers.T5Config,
+        transformers.T5ForConditionalGeneration,
+        dict(feed_forward_proj="gated-gelu", tie_word_embeddings=False),
+        0,
+    ),
+    "mt5": (
+        transformers.MT5Config,
+        transformers.MT5ForConditionalGeneration,
+        dict(feed_forward_proj="gated-gelu", tie_word_embeddings=False),
+        1,
+    ),
 }
 # Right-padded encoder inputs (EOS=1 last) and decoder targets of different lengths.
-ENCODER_INPUTS = np.array([[5, 9, 3, 12, 7, 1, 0, 0],
-                           [14, 3, 1, 0, 0, 0, 0, 0],
-                           [8, 11, 15, 6, 4, 9, 13, 1]], np.int32)
-TARGETS = np.array([[6, 13, 1, 0, 0],
-                    [10, 15, 12, 11, 1],
-                    [2, 1, 0, 0, 0]], np.int32)
+ENCODER_INPUTS = np.array(
+    [[5, 9, 3, 12, 7, 1, 0, 0], [14, 3, 1, 0, 0, 0, 0, 0], [8, 11, 15, 6, 4, 9, 13, 1]], np.int32
+)
+TARGETS = np.array([[6, 13, 1, 0, 0], [10, 15, 12, 11, 1], [2, 1, 0, 0, 0]], np.int32)
 
 
 def _random_hf_model(layout: str):
@@ -78,9 +97,11 @@ def converted(request, tmp_path_factory):
 def _hf_logits(model, encoder_inputs, targets) -> np.ndarray:
     decoder_inputs = np.pad(targets, ((0, 0), (1, 0)))[:, :-1]
     with torch.no_grad():
-        output = model(input_ids=torch.tensor(encoder_inputs, dtype=torch.long),
-                       attention_mask=torch.tensor(encoder_inputs > 0, dtype=torch.long),
-                       decoder_input_ids=torch.tensor(decoder_inputs, dtype=torch.long))
+        output = model(
+            input_ids=torch.tensor(encoder_inputs, dtype=torch.long),
+            attention_mask=torch.tensor(encoder_inputs > 0, dtype=torch.long),
+            decoder_input_ids=torch.tensor(decoder_inputs, dtype=torch.long),
+        )
     return output.logits.numpy()
 
 
@@ -88,13 +109,18 @@ def _hf_generate(model, encoder_inputs, max_length, **settings) -> np.ndarray:
     """HF `generate` tokens without the start token, 0 after EOS and to max_length (as T5X)."""
     # transformers sizes its default cache by num_layers, which breaks decoders deeper than
     # their encoder; a lazily growing cache avoids that.
-    cache = transformers.EncoderDecoderCache(transformers.DynamicCache(),
-                                             transformers.DynamicCache())
+    cache = transformers.EncoderDecoderCache(
+        transformers.DynamicCache(), transformers.DynamicCache()
+    )
     with torch.no_grad():
-        tokens = model.generate(input_ids=torch.tensor(encoder_inputs, dtype=torch.long),
-                                attention_mask=torch.tensor(encoder_inputs > 0, dtype=torch.long),
-                                max_new_tokens=max_length, do_sample=False, past_key_values=cache,
-                                **settings).numpy()
+        tokens = model.generate(
+            input_ids=torch.tensor(encoder_inputs, dtype=torch.long),
+            attention_mask=torch.tensor(encoder_inputs > 0, dtype=torch.long),
+            max_new_tokens=max_length,
+            do_sample=False,
+            past_key_values=cache,
+            **settings,
+        ).numpy()
     tokens = np.pad(tokens[:, 1:], ((0, 0), (0, max_length + 1 - tokens.shape[1])))
     after_eos = np.cumsum(np.cumsum(tokens == 1, axis=1), axis=1) > 1
     return np.where(after_eos, 0, tokens)
@@ -108,8 +134,11 @@ def test_config_round_trips_through_hf_fields():
 
 def test_config_from_hf_reads_each_layout():
     t5_1_0 = hf.config_from_hf(transformers.T5Config(**DIMS).to_dict())
-    t5_1_1 = hf.config_from_hf(transformers.T5Config(
-        **DIMS, feed_forward_proj="gated-gelu", tie_word_embeddings=False).to_dict())
+    t5_1_1 = hf.config_from_hf(
+        transformers.T5Config(
+            **DIMS, feed_forward_proj="gated-gelu", tie_word_embeddings=False
+        ).to_dict()
+    )
     mt5 = hf.config_from_hf(transformers.MT5Config(**DIMS).to_dict())
     assert (t5_1_0.mlp_activations, t5_1_0.logits_via_embedding) == (("relu",), True)
     assert (t5_1_1.mlp_activations, t5_1_1.logits_via_embedding) == (("gelu", "linear"), False)
@@ -134,7 +163,8 @@ def test_state_dict_round_trip_is_exact(layout):
     params = hf.params_from_hf_state_dict(state_dict, config)
     query = params["decoder"]["layers_2"]["encoder_decoder_attention"]["query"]["kernel"]
     np.testing.assert_array_equal(
-        query, state_dict["decoder.block.2.layer.1.EncDecAttention.q.weight"].T)
+        query, state_dict["decoder.block.2.layer.1.EncDecAttention.q.weight"].T
+    )
     exported = hf.params_to_hf_state_dict(params, config)
     for name, value in exported.items():
         np.testing.assert_array_equal(value, state_dict[name], err_msg=name)
@@ -187,9 +217,10 @@ def test_greedy_matches_hf_generate(converted):
 
 
 def _log_likelihood(model, encoder_row, tokens) -> float:
-    target = np.array(tokens[:np.argmax(tokens == 1) + 1] if 1 in tokens else tokens)
-    log_probs = torch.log_softmax(torch.tensor(
-        _hf_logits(model, encoder_row[None], target[None].astype(np.int32))), -1)[0]
+    target = np.array(tokens[: np.argmax(tokens == 1) + 1] if 1 in tokens else tokens)
+    log_probs = torch.log_softmax(
+        torch.tensor(_hf_logits(model, encoder_row[None], target[None].astype(np.int32))), -1
+    )[0]
     return float(log_probs[np.arange(len(target)), target].sum())
 
 
@@ -204,15 +235,17 @@ def test_beam_search_matches_hf_generate_up_to_t5x_finishing_rules(converted):
     is unfinished (2).
     """
     _, model, forge = converted
-    expected = _hf_generate(model, ENCODER_INPUTS, 12, num_beams=4, length_penalty=0.0,
-                            early_stopping="never")
+    expected = _hf_generate(
+        model, ENCODER_INPUTS, 12, num_beams=4, length_penalty=0.0, early_stopping="never"
+    )
     ours = forge.generate(ENCODER_INPUTS, max_length=12, method="beam", num_beams=4, alpha=0.0)
     for row, (mine, theirs) in enumerate(zip(ours, expected, strict=True)):
         if np.array_equal(mine, theirs):
             continue
         assert 1 in mine, f"row {row}: t5forge returned an unfinished beam {mine}"
-        more_likely = (_log_likelihood(model, ENCODER_INPUTS[row], mine)
-                       > _log_likelihood(model, ENCODER_INPUTS[row], theirs))
+        more_likely = _log_likelihood(model, ENCODER_INPUTS[row], mine) > _log_likelihood(
+            model, ENCODER_INPUTS[row], theirs
+        )
         assert more_likely or 1 not in theirs, f"row {row}: {mine} vs HF {theirs}"
 
 
@@ -220,11 +253,16 @@ def test_export_loads_in_transformers_with_same_logits(converted, tmp_path):
     layout, model, forge = converted
     forge.save_hf(tmp_path)
     exported, info = transformers.T5ForConditionalGeneration.from_pretrained(
-        tmp_path, output_loading_info=True)
+        tmp_path, output_loading_info=True
+    )
     assert info["missing_keys"] == set() and info["unexpected_keys"] == set()
     assert _parameter_count(exported.eval()) == _parameter_count(model)
-    np.testing.assert_allclose(_hf_logits(exported, ENCODER_INPUTS, TARGETS),
-                               _hf_logits(model, ENCODER_INPUTS, TARGETS), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(
+        _hf_logits(exported, ENCODER_INPUTS, TARGETS),
+        _hf_logits(model, ENCODER_INPUTS, TARGETS),
+        atol=1e-5,
+        rtol=0,
+    )
     reloaded = t5forge.load(tmp_path)
     assert reloaded.config == forge.config
     for (path, a), (_, b) in zip(_leaves(forge.params), _leaves(reloaded.params), strict=True):
@@ -267,9 +305,12 @@ def test_mismatched_checkpoint_names_the_tensor_and_both_shapes(tmp_path):
     model.save_pretrained(tmp_path)
     hf_config = json.loads((tmp_path / "config.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps({**hf_config, "d_ff": 48}))
-    with pytest.raises(CheckpointError, match=r"'encoder\.block\.0\.layer\.1\.DenseReluDense"
-                                              r"\.wi_0\.weight' has shape \(32, 16\) but the "
-                                              r"config needs \(48, 16\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"'encoder\.block\.0\.layer\.1\.DenseReluDense"
+        r"\.wi_0\.weight' has shape \(32, 16\) but the "
+        r"config needs \(48, 16\)",
+    ):
         hf.load_hf_dir(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({**hf_config, "num_layers": 1}))
     with pytest.raises(CheckpointError, match=r"tensor 'encoder\.block\.1\..*' that a model "):

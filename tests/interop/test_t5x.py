@@ -70,7 +70,12 @@ def test_single_file_msgpack_reads_the_tiny_t5(testdata, tiny):
 
 def test_infer_config_of_the_tiny_t5(tiny):
     config = t5x.infer_config(tiny[0])
-    assert (config.vocab_size, config.emb_dim, config.num_heads, config.head_dim) == (32128, 8, 4, 3)
+    assert (config.vocab_size, config.emb_dim, config.num_heads, config.head_dim) == (
+        32128,
+        8,
+        4,
+        3,
+    )
     assert (config.num_encoder_layers, config.num_decoder_layers, config.mlp_dim) == (2, 2, 16)
     assert config.mlp_activations == ("gelu", "linear") and not config.logits_via_embedding
 
@@ -103,11 +108,15 @@ def test_orbax_placeholder_example_with_hints(testdata):
     assert t5x.detect_format(testdata / "tiny_orbax" / "1") == t5x.FORMAT_ORBAX_MSGPACK
     state = t5x.read_t5x_state(testdata / "tiny_orbax" / "1", array_hints=hints)
     for name in ("bias", "kernel", "step"):
-        np.testing.assert_array_equal(state["state"]["param_states"][name],
-                                      legacy["param_states"][name])
+        np.testing.assert_array_equal(
+            state["state"]["param_states"][name], legacy["param_states"][name]
+        )
     assert int(state["state"]["step"]) == 1
-    with pytest.raises(CheckpointError, match=r"_optimizer.state.param_states.bias has no "
-                                              r"\.zarray header.*array_hints="):
+    with pytest.raises(
+        CheckpointError,
+        match=r"_optimizer.state.param_states.bias has no "
+        r"\.zarray header.*array_hints=",
+    ):
         t5x.read_t5x_state(testdata / "tiny_orbax" / "1")
 
 
@@ -117,20 +126,29 @@ def test_orbax_placeholder_example_with_hints(testdata):
 def _write_tensorstore_checkpoint(directory, params, opt_state):
     """T5X's native layout: big arrays as gzip zarr dirs named by dotted path, specs inline."""
     directory.mkdir(parents=True)
-    state = {"target": params, "state": {"step": np.int32(opt_state["step"]),
-                                          "param_states": opt_state["param_states"]}}
+    state = {
+        "target": params,
+        "state": {"step": np.int32(opt_state["step"]), "param_states": opt_state["param_states"]},
+    }
 
     def to_spec(path, leaf):
         if leaf.ndim < 2:  # small arrays stay inline in the msgpack, as T5X does
             return leaf
         name = ".".join(str(k.key) for k in path)
         chunks = [max(1, leaf.shape[0] // 4), *leaf.shape[1:]]  # several chunks along axis 0
-        spec = {"driver": "zarr", "dtype": "float32",
-                "kvstore": {"driver": "gfile", "path": name},
-                "metadata": {"shape": list(leaf.shape), "chunks": chunks,
-                             "compressor": {"id": "gzip", "level": 1}}}
-        store = ts.open({**spec, "kvstore": {"driver": "file", "path": str(directory / name)}},
-                        create=True).result()
+        spec = {
+            "driver": "zarr",
+            "dtype": "float32",
+            "kvstore": {"driver": "gfile", "path": name},
+            "metadata": {
+                "shape": list(leaf.shape),
+                "chunks": chunks,
+                "compressor": {"id": "gzip", "level": 1},
+            },
+        }
+        store = ts.open(
+            {**spec, "kvstore": {"driver": "file", "path": str(directory / name)}}, create=True
+        ).result()
         store.write(leaf).result()
         return spec
 
@@ -167,8 +185,15 @@ def test_tensorstore_checkpoint_without_zarray_headers(tensorstore_dir, tiny, tm
 
 
 def _t5x_orbax_state(params, opt_state):
-    return {"_optimizer": {"target": params, "state": {
-        "step": np.int32(opt_state["step"]), "param_states": opt_state["param_states"]}}}
+    return {
+        "_optimizer": {
+            "target": params,
+            "state": {
+                "step": np.int32(opt_state["step"]),
+                "param_states": opt_state["param_states"],
+            },
+        }
+    }
 
 
 def test_orbax_checkpoint_with_metadata(tiny, tmp_path):
@@ -190,7 +215,8 @@ def test_orbax_zarr_dirs_behind_placeholder_msgpack(tiny, tmp_path):
     ocp.Checkpointer(handler).save(directory, args=ocp.args.PyTreeSave(state))
     (directory / "_METADATA").unlink()
     names = jax.tree_util.tree_map_with_path(
-        lambda path, _: "PLACEHOLDER://" + ".".join(str(k.key) for k in path), state)
+        lambda path, _: "PLACEHOLDER://" + ".".join(str(k.key) for k in path), state
+    )
     (directory / "checkpoint").write_bytes(msgpack.packb(names))
     assert t5x.detect_format(directory) == t5x.FORMAT_ORBAX_MSGPACK
     loaded, step, _ = t5x.load_t5x_checkpoint(directory)
@@ -216,16 +242,20 @@ def _factored_slots(params, seed):
     def slots(x):
         unused = np.zeros((1,), np.float32)
         if x.ndim == 2:
-            return {"v_row": rng.random(x.shape[0], np.float32),
-                    "v_col": rng.random(x.shape[1], np.float32), "v": unused, "m": unused}
-        return {"v_row": unused, "v_col": unused, "v": rng.random(x.shape, np.float32),
-                "m": unused}
+            return {
+                "v_row": rng.random(x.shape[0], np.float32),
+                "v_col": rng.random(x.shape[1], np.float32),
+                "v": unused,
+                "m": unused,
+            }
+        return {"v_row": unused, "v_col": unused, "v": rng.random(x.shape, np.float32), "m": unused}
 
     return jax.tree.map(slots, params)
 
 
 def _stack_slot_layers(stack, num_layers):
     """Scanned slots: v_col of a [row, L, col] kernel is [L, col]; unused slots stay (1,)."""
+
     def stack_slot(name, *per_layer):
         if per_layer[0].shape == (1,):
             return per_layer[0]
@@ -234,22 +264,38 @@ def _stack_slot_layers(stack, num_layers):
     layers = [stack[f"layers_{i}"] for i in range(num_layers)]
     scanned = {k: v for k, v in stack.items() if not k.startswith("layers_")}
     scanned["layers"] = jax.tree_util.tree_map_with_path(
-        lambda path, *xs: stack_slot(path[-1].key, *xs), *layers)
+        lambda path, *xs: stack_slot(path[-1].key, *xs), *layers
+    )
     return scanned
 
 
 def test_scanned_msgpack_checkpoint_is_unstacked(tiny, tmp_path):
     params = _random_like(tiny[0], seed=0)
     slots = _factored_slots(params, seed=1)
-    scanned = {**params, "encoder": _stack_layers(params["encoder"], 2),
-               "decoder": _stack_layers(params["decoder"], 2)}
-    scanned_slots = {**slots, "encoder": _stack_slot_layers(slots["encoder"], 2),
-                     "decoder": _stack_slot_layers(slots["decoder"], 2)}
+    scanned = {
+        **params,
+        "encoder": _stack_layers(params["encoder"], 2),
+        "decoder": _stack_layers(params["decoder"], 2),
+    }
+    scanned_slots = {
+        **slots,
+        "encoder": _stack_slot_layers(slots["encoder"], 2),
+        "decoder": _stack_slot_layers(slots["decoder"], 2),
+    }
     assert scanned["encoder"]["layers"]["mlp"]["wi_0"]["kernel"].shape == (8, 2, 16)
     assert scanned_slots["encoder"]["layers"]["mlp"]["wi_0"]["kernel"]["v_col"].shape == (2, 16)
     file = tmp_path / "scanned.checkpoint"
-    file.write_bytes(serialization.msgpack_serialize({"version": 3, "optimizer": {
-        "target": scanned, "state": {"step": 11, "param_states": scanned_slots}}}))
+    file.write_bytes(
+        serialization.msgpack_serialize(
+            {
+                "version": 3,
+                "optimizer": {
+                    "target": scanned,
+                    "state": {"step": 11, "param_states": scanned_slots},
+                },
+            }
+        )
+    )
     assert t5x.infer_config(scanned).num_encoder_layers == 2
     loaded, step, opt_state = t5x.load_t5x_checkpoint(file, with_optimizer_state=True)
     assert step == 11
@@ -264,8 +310,10 @@ def test_not_a_checkpoint_lists_the_formats_tried(tmp_path):
     (tmp_path / "notes.txt").write_text("hello")
     for path in (tmp_path, tmp_path / "notes.txt"):
         assert not t5x.is_t5x_checkpoint(path)
-        with pytest.raises(CheckpointError, match="is not a T5X checkpoint; tried t5x_msgpack.*"
-                                                  "t5x_tensorstore.*orbax"):
+        with pytest.raises(
+            CheckpointError,
+            match="is not a T5X checkpoint; tried t5x_msgpack.*t5x_tensorstore.*orbax",
+        ):
             t5x.detect_format(path)
     with pytest.raises(CheckpointError, match="does not exist"):
         t5x.load_t5x_checkpoint(tmp_path / "missing")
@@ -289,6 +337,9 @@ def test_corrupt_zarr_chunk_names_the_array(tensorstore_dir, tmp_path):
     shutil.copytree(tensorstore_dir, copy)
     array_dir = copy / "target.token_embedder.embedding"
     (array_dir / "0.0").write_bytes(b"\x1f\x8b garbage")
-    with pytest.raises(CheckpointError, match=r"target\.token_embedder\.embedding is truncated "
-                                              r"or corrupt"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"target\.token_embedder\.embedding is truncated "
+        r"or corrupt",
+    ):
         t5x.load_t5x_checkpoint(copy)

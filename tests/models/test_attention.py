@@ -31,8 +31,9 @@ H100 = Platform("gpu", 9.0)
 def _relpos(bidirectional, query_positions, key_positions):
     """A T5 relative position bias [1, H, q, k] from a random table, large enough to matter."""
     table = 3.0 * jax.random.normal(jax.random.PRNGKey(1), (HEADS, 32))
-    buckets = relative_position_bucket(key_positions[None, :] - query_positions[:, None],
-                                       bidirectional, 32, 128)
+    buckets = relative_position_bucket(
+        key_positions[None, :] - query_positions[:, None], bidirectional, 32, 128
+    )
     return table[:, buckets][None]
 
 
@@ -81,8 +82,12 @@ def _cross(packed):
     targets, inputs = _tokens([6, 3], 6), _tokens([8, 5], 8)
     mask = pairwise_mask(targets > 0, inputs > 0)
     if packed:
-        mask = jnp.logical_and(mask, pairwise_mask(_segments([[2, 4], [1, 2]], 6),
-                                                   _segments([[5, 3], [2, 3]], 8), jnp.equal))
+        mask = jnp.logical_and(
+            mask,
+            pairwise_mask(
+                _segments([[2, 4], [1, 2]], 6), _segments([[5, 3], [2, 3]], 8), jnp.equal
+            ),
+        )
     return 6, 8, mask_to_bias(mask)
 
 
@@ -94,8 +99,13 @@ def _decode_step(packed):
     return 1, 8, mask_to_bias(visible) + _relpos(False, jnp.array([index]), slots)
 
 
-ATTENTION_KINDS = {"encoder_self": _encoder_self, "decoder_self": _decoder_self,
-                   "prefix_lm": _prefix_lm, "cross": _cross, "decode_step": _decode_step}
+ATTENTION_KINDS = {
+    "encoder_self": _encoder_self,
+    "decoder_self": _decoder_self,
+    "prefix_lm": _prefix_lm,
+    "cross": _cross,
+    "decode_step": _decode_step,
+}
 
 
 def _qkv(query_length, key_length, dtype=jnp.float32):
@@ -122,8 +132,9 @@ def test_xla_attention_equals_explicit_in_values_and_gradients(kind, packed):
     query, key, value = _qkv(query_length, key_length)
     cotangent = jax.random.normal(jax.random.PRNGKey(3), (BATCH, query_length, HEADS, HEAD_DIM))
     ours, grads = _output_and_gradients(_xla_attention, query, key, value, bias, cotangent)
-    reference, reference_grads = _output_and_gradients(explicit_attention, query, key, value,
-                                                       bias, cotangent)
+    reference, reference_grads = _output_and_gradients(
+        explicit_attention, query, key, value, bias, cotangent
+    )
     np.testing.assert_allclose(ours, reference, atol=2e-6, rtol=1e-5)
     for name, got, want in zip(("query", "key", "value", "bias"), grads, reference_grads):
         np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-4, err_msg=name)
@@ -148,36 +159,44 @@ def test_dropout_forces_the_explicit_formulation():
     def dropout(weights):
         return jnp.where(keep, weights * 2.0, 0.0)
 
-    np.testing.assert_array_equal(attend(query, key, value, bias, "xla", dropout, platform=CPU),
-                                  explicit_attention(query, key, value, bias, dropout))
+    np.testing.assert_array_equal(
+        attend(query, key, value, bias, "xla", dropout, platform=CPU),
+        explicit_attention(query, key, value, bias, dropout),
+    )
 
 
-@pytest.mark.parametrize("requested,platform,dtype,head_dim,lengths,chosen", [
-    ("auto", CPU, jnp.bfloat16, 64, (512, 512), "xla"),
-    ("auto", Platform("tpu"), jnp.bfloat16, 64, (512, 512), "xla"),
-    ("auto", H100, jnp.bfloat16, 64, (512, 114), "cudnn"),
-    ("auto", H100, jnp.float16, 128, (114, 114), "cudnn"),
-    ("auto", H100, jnp.float32, 64, (512, 512), "xla"),  # cuDNN attention has no float32
-    ("auto", H100, jnp.bfloat16, 64, (1, 512), "xla"),  # a decoding step
-    ("auto", H100, jnp.bfloat16, 64, (113, 512), "xla"),  # odd length with a bias
-    ("auto", H100, jnp.bfloat16, 12, (512, 512), "xla"),  # head_dim not a multiple of 8
-    ("auto", Platform("gpu", 8.0), jnp.bfloat16, 256, (512, 512), "xla"),  # 256 needs Hopper
-    ("auto", H100, jnp.bfloat16, 256, (512, 512), "cudnn"),
-    ("auto", Platform("gpu", 7.0), jnp.bfloat16, 64, (512, 512), "xla"),  # pre-Ampere
-    ("auto", Platform("gpu"), jnp.bfloat16, 64, (512, 512), "xla"),  # a ROCm GPU
-    ("cudnn", CPU, jnp.bfloat16, 64, (512, 512), "xla"),  # a GPU-trained config on a laptop
-    ("cudnn", H100, jnp.bfloat16, 64, (1, 512), "xla"),
-    ("cudnn", H100, jnp.bfloat16, 64, (512, 114), "cudnn"),
-    ("xla", H100, jnp.bfloat16, 64, (512, 512), "xla"),
-    ("explicit", H100, jnp.bfloat16, 64, (512, 512), "explicit"),
-])
+@pytest.mark.parametrize(
+    "requested,platform,dtype,head_dim,lengths,chosen",
+    [
+        ("auto", CPU, jnp.bfloat16, 64, (512, 512), "xla"),
+        ("auto", Platform("tpu"), jnp.bfloat16, 64, (512, 512), "xla"),
+        ("auto", H100, jnp.bfloat16, 64, (512, 114), "cudnn"),
+        ("auto", H100, jnp.float16, 128, (114, 114), "cudnn"),
+        ("auto", H100, jnp.float32, 64, (512, 512), "xla"),  # cuDNN attention has no float32
+        ("auto", H100, jnp.bfloat16, 64, (1, 512), "xla"),  # a decoding step
+        ("auto", H100, jnp.bfloat16, 64, (113, 512), "xla"),  # odd length with a bias
+        ("auto", H100, jnp.bfloat16, 12, (512, 512), "xla"),  # head_dim not a multiple of 8
+        ("auto", Platform("gpu", 8.0), jnp.bfloat16, 256, (512, 512), "xla"),  # 256 needs Hopper
+        ("auto", H100, jnp.bfloat16, 256, (512, 512), "cudnn"),
+        ("auto", Platform("gpu", 7.0), jnp.bfloat16, 64, (512, 512), "xla"),  # pre-Ampere
+        ("auto", Platform("gpu"), jnp.bfloat16, 64, (512, 512), "xla"),  # a ROCm GPU
+        ("cudnn", CPU, jnp.bfloat16, 64, (512, 512), "xla"),  # a GPU-trained config on a laptop
+        ("cudnn", H100, jnp.bfloat16, 64, (1, 512), "xla"),
+        ("cudnn", H100, jnp.bfloat16, 64, (512, 114), "cudnn"),
+        ("xla", H100, jnp.bfloat16, 64, (512, 512), "xla"),
+        ("explicit", H100, jnp.bfloat16, 64, (512, 512), "explicit"),
+    ],
+)
 def test_implementation_choice(requested, platform, dtype, head_dim, lengths, chosen):
     assert choose_implementation(requested, platform, dtype, head_dim, *lengths) == chosen
 
 
 def test_forced_cudnn_on_a_gpu_that_cannot_run_it_is_one_clear_error():
-    with pytest.raises(ConfigError, match="'cudnn' cannot run here: cuDNN attention computes "
-                                          "in bfloat16 or float16, not float32; use 'auto'"):
+    with pytest.raises(
+        ConfigError,
+        match="'cudnn' cannot run here: cuDNN attention computes "
+        "in bfloat16 or float16, not float32; use 'auto'",
+    ):
         choose_implementation("cudnn", H100, jnp.float32, 64, 512, 512)
 
 
@@ -188,36 +207,49 @@ def test_unknown_implementation_is_a_config_error():
 
 def _models(preset, **overrides):
     """The same tiny network with the jax.nn kernel ('auto' is XLA on CPU) and written out."""
-    configs = [get_config(preset, dtype="float32", vocab_size=64, head_dim=4,
-                          attention_implementation=impl, **overrides)
-               for impl in ("auto", "explicit")]
+    configs = [
+        get_config(
+            preset,
+            dtype="float32",
+            vocab_size=64,
+            head_dim=4,
+            attention_implementation=impl,
+            **overrides,
+        )
+        for impl in ("auto", "explicit")
+    ]
     return [build_model(c) for c in configs]
 
 
 def _assert_same_logits_and_gradients(models, params, batch):
     ours, reference = models
-    np.testing.assert_allclose(ours.logits(params, batch), reference.logits(params, batch),
-                               atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(
+        ours.logits(params, batch), reference.logits(params, batch), atol=1e-5, rtol=1e-5
+    )
     grads = [jax.jit(jax.grad(lambda p, m=m: m.loss_fn(p, batch)[0]))(params) for m in models]
     flat_ours, flat_reference = (jax.tree_util.tree_leaves_with_path(g) for g in grads)
     for (path, got), (_, want) in zip(flat_ours, flat_reference):
-        np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-4,
-                                   err_msg=jax.tree_util.keystr(path))
+        np.testing.assert_allclose(
+            got, want, atol=1e-5, rtol=1e-4, err_msg=jax.tree_util.keystr(path)
+        )
 
 
 def test_encoder_decoder_network_is_unchanged_by_the_kernel():
     models = _models("t5_1_1/tiny")
     params = models[0].init_params(jax.random.PRNGKey(5))
     rng = np.random.RandomState(5)
-    batch = {"encoder_input_tokens": rng.randint(2, 64, (2, 8)).astype(np.int32),
-             "decoder_target_tokens": rng.randint(2, 64, (2, 6)).astype(np.int32)}
+    batch = {
+        "encoder_input_tokens": rng.randint(2, 64, (2, 8)).astype(np.int32),
+        "decoder_target_tokens": rng.randint(2, 64, (2, 6)).astype(np.int32),
+    }
     batch["encoder_input_tokens"][1, 6:] = 0
     batch["decoder_target_tokens"][1, 4:] = 0
     # Packed and padded: the attention layers' own tests cover unpacked masks.
     batch["encoder_segment_ids"] = _segments([[3, 5], [4, 2]], 8)
     batch["decoder_segment_ids"] = _segments([[2, 4], [3, 1]], 6)
     batch["decoder_input_tokens"] = np.concatenate(
-        [np.zeros((2, 1), np.int32), batch["decoder_target_tokens"][:, :-1]], axis=1)
+        [np.zeros((2, 1), np.int32), batch["decoder_target_tokens"][:, :-1]], axis=1
+    )
     _assert_same_logits_and_gradients(models, params, batch)
 
 
@@ -226,12 +258,14 @@ def test_prefix_lm_network_is_unchanged_by_the_kernel():
     params = models[0].init_params(jax.random.PRNGKey(6))
     targets = np.random.RandomState(6).randint(2, 64, (2, 8)).astype(np.int32)
     targets[1, 6:] = 0
-    batch = {"decoder_target_tokens": targets,
-             "decoder_input_tokens": np.concatenate([np.zeros((2, 1), np.int32),
-                                                     targets[:, :-1]], axis=1),
-             "decoder_causal_attention": np.array([[1] * 3 + [0] * 5, [1] * 2 + [0] * 6],
-                                                  np.int32),
-             "decoder_segment_ids": _segments([[8], [4, 2]], 8)}
+    batch = {
+        "decoder_target_tokens": targets,
+        "decoder_input_tokens": np.concatenate(
+            [np.zeros((2, 1), np.int32), targets[:, :-1]], axis=1
+        ),
+        "decoder_causal_attention": np.array([[1] * 3 + [0] * 5, [1] * 2 + [0] * 6], np.int32),
+        "decoder_segment_ids": _segments([[8], [4, 2]], 8),
+    }
     _assert_same_logits_and_gradients(models, params, batch)
 
 
@@ -241,7 +275,7 @@ def _stepwise_logits(model, params, batch, length):
     step_fn = jax.jit(tokens_to_logits)
     outputs = []
     for step in range(length):
-        tokens = jnp.asarray(batch["decoder_input_tokens"][:, step:step + 1])
+        tokens = jnp.asarray(batch["decoder_input_tokens"][:, step : step + 1])
         logits, cache = step_fn(tokens, cache, jnp.int32(step))
         outputs.append(logits)
     return np.stack(outputs, axis=1)
@@ -253,8 +287,11 @@ def test_cached_decoding_is_unchanged_by_the_kernel():
     rng = np.random.RandomState(7)
     inputs = rng.randint(2, 64, (2, 8)).astype(np.int32)
     inputs[1, 5:] = 0
-    batch = {"encoder_input_tokens": inputs,
-             "decoder_input_tokens": np.concatenate(
-                 [np.zeros((2, 1), np.int32), rng.randint(2, 64, (2, 5)).astype(np.int32)], 1)}
+    batch = {
+        "encoder_input_tokens": inputs,
+        "decoder_input_tokens": np.concatenate(
+            [np.zeros((2, 1), np.int32), rng.randint(2, 64, (2, 5)).astype(np.int32)], 1
+        ),
+    }
     ours, reference = (_stepwise_logits(m, params, batch, 6) for m in models)
     np.testing.assert_allclose(ours, reference, atol=1e-5, rtol=1e-5)

@@ -23,10 +23,13 @@ def _batch():
     rng = np.random.RandomState(0)
     targets = rng.randint(2, VOCAB, (2, 6)).astype(np.int32)
     targets[1, 4:] = 0
-    return {"encoder_input_tokens": rng.randint(2, VOCAB, (2, 8)).astype(np.int32),
-            "decoder_target_tokens": targets,
-            "decoder_input_tokens": np.concatenate([np.zeros((2, 1), np.int32),
-                                                    targets[:, :-1]], axis=1)}
+    return {
+        "encoder_input_tokens": rng.randint(2, VOCAB, (2, 8)).astype(np.int32),
+        "decoder_target_tokens": targets,
+        "decoder_input_tokens": np.concatenate(
+            [np.zeros((2, 1), np.int32), targets[:, :-1]], axis=1
+        ),
+    }
 
 
 def _model(**overrides):
@@ -48,8 +51,11 @@ def _equations(jaxpr):
 
 def _dtypes_of(jaxpr, primitive):
     """(input dtypes..., output dtype) of each `primitive` equation."""
-    return [tuple(v.aval.dtype.name for v in (*eqn.invars, *eqn.outvars))
-            for eqn in _equations(jaxpr) if eqn.primitive.name == primitive]
+    return [
+        tuple(v.aval.dtype.name for v in (*eqn.invars, *eqn.outvars))
+        for eqn in _equations(jaxpr)
+        if eqn.primitive.name == primitive
+    ]
 
 
 def test_bfloat16_policy_matmuls_in_bfloat16_softmax_logits_and_loss_in_float32():
@@ -79,8 +85,12 @@ def test_bfloat16_policy_matmuls_in_bfloat16_softmax_logits_and_loss_in_float32(
 def test_float32_policy_has_no_bfloat16_anywhere():
     model = _model()
     jaxpr = jax.make_jaxpr(lambda p: model.loss_fn(p, _batch())[0])(model.abstract_params()).jaxpr
-    dtypes = {v.aval.dtype.name for eqn in _equations(jaxpr) for v in eqn.outvars
-              if hasattr(v.aval, "dtype")}
+    dtypes = {
+        v.aval.dtype.name
+        for eqn in _equations(jaxpr)
+        for v in eqn.outvars
+        if hasattr(v.aval, "dtype")
+    }
     assert "bfloat16" not in dtypes
 
 
@@ -105,24 +115,33 @@ def without_remat():
 def test_remat_policy_keeps_loss_and_gradients(policy, without_remat):
     params, batch, loss, grads, residuals_without_remat = without_remat
     model = _model(remat_policy=policy)
-    remat_loss, remat_grads = jax.jit(jax.value_and_grad(
-        lambda p: model.loss_fn(p, batch)[0]))(params)
+    remat_loss, remat_grads = jax.jit(jax.value_and_grad(lambda p: model.loss_fn(p, batch)[0]))(
+        params
+    )
     np.testing.assert_allclose(remat_loss, loss, rtol=1e-6)
-    for (path, got), want in zip(jax.tree_util.tree_leaves_with_path(remat_grads),
-                                 jax.tree_util.tree_leaves(grads)):
-        np.testing.assert_allclose(got, want, atol=1e-6, rtol=1e-5,
-                                   err_msg=jax.tree_util.keystr(path))
+    for (path, got), want in zip(
+        jax.tree_util.tree_leaves_with_path(remat_grads), jax.tree_util.tree_leaves(grads)
+    ):
+        np.testing.assert_allclose(
+            got, want, atol=1e-6, rtol=1e-5, err_msg=jax.tree_util.keystr(path)
+        )
 
     residuals = _saved_residuals(model, params, batch)
     assert len(residuals) < residuals_without_remat  # the policy really recomputes something
-    named = {name for line in residuals for name in ("query_proj", "key_proj", "value_proj")
-             if f"named '{name}'" in line}
+    named = {
+        name
+        for line in residuals
+        for name in ("query_proj", "key_proj", "value_proj")
+        if f"named '{name}'" in line
+    }
     assert named == ({"query_proj", "key_proj", "value_proj"} if policy == "proj" else set())
 
 
 def test_remat_policies_keep_less_the_more_they_recompute(without_remat):
     params, batch, *_ = without_remat
-    kept = {policy: len(_saved_residuals(_model(remat_policy=policy), params, batch))
-            for policy in ("full", "minimal", "dots_saveable")}
+    kept = {
+        policy: len(_saved_residuals(_model(remat_policy=policy), params, batch))
+        for policy in ("full", "minimal", "dots_saveable")
+    }
     # 'minimal' drops the attention matmuls (they have batch dims) that dots_saveable keeps.
     assert kept["full"] < kept["minimal"] < kept["dots_saveable"]

@@ -151,13 +151,15 @@ def markov_tokens_to_logits(token_ids, cache, step):
 
 def test_beam_search_markov_golden_matches_t5x():
     states = ["PAD", "A", "B", "START-", "-END"]
-    search = jitted(decoding.beam_search, markov_tokens_to_logits, eos_id=4, num_decodes=2,
-                    alpha=0.0)
+    search = jitted(
+        decoding.beam_search, markov_tokens_to_logits, eos_id=4, num_decodes=2, alpha=0.0
+    )
     sequences, scores = search(jnp.zeros((2, 7), jnp.int32), {})
     strings = ["".join(states[t] for t in sequences[0, beam]) for beam in range(2)]
     assert strings == ["START-AABBA-END", "START-BBAAB-END"]
-    np.testing.assert_allclose(scores[0], [np.log(0.5) + 4 * np.log(1 / (1 + np.exp(-2)))] * 2,
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        scores[0], [np.log(0.5) + 4 * np.log(1 / (1 + np.exp(-2)))] * 2, rtol=1e-5
+    )
     assert np.all(np.diff(np.asarray(scores), axis=1) >= 0)
 
 
@@ -225,7 +227,9 @@ def test_sampled_log_probs_are_sums_over_generated_tokens(prefix_model):
     for row, prompt_length in enumerate([2, 1, 0]):
         for decode in range(3):
             tokens = np.asarray(sequences[row, decode])
-            np.testing.assert_array_equal(tokens[:prompt_length], inputs[row, 1 : 1 + prompt_length])
+            np.testing.assert_array_equal(
+                tokens[:prompt_length], inputs[row, 1 : 1 + prompt_length]
+            )
             expected, _ = prefix_model.sequence_log_prob(tokens, row, prompt_length)
             np.testing.assert_allclose(log_probs[row, decode], expected, rtol=1e-4, atol=1e-5)
 
@@ -246,8 +250,9 @@ PROBS = np.array([0.05, 0.1, 0.15, 0.3, 0.4])
 def test_sampling_frequencies_follow_the_distribution(settings, expected):
     draws = 4000
     tokens_to_logits = fixed_distribution_model(PROBS)
-    decode = jitted(decoding.temperature_sample, tokens_to_logits, eos_id=EOS,
-                    num_decodes=draws, **settings)
+    decode = jitted(
+        decoding.temperature_sample, tokens_to_logits, eos_id=EOS, num_decodes=draws, **settings
+    )
     sequences, log_probs = decode(jnp.zeros((1, 1), jnp.int32), {}, rng=jax.random.PRNGKey(0))
     tokens = np.asarray(sequences[0, :, 0])
     frequencies = np.bincount(tokens, minlength=len(PROBS)) / draws
@@ -278,8 +283,9 @@ def recording_steps(tokens_to_logits, steps):
 def test_decoding_stops_once_every_row_has_emitted_eos():
     likely_eos = fixed_distribution_model([0.001, 0.99, 0.003, 0.003, 0.003])
     steps = []
-    decode = jitted(decoding.temperature_sample, recording_steps(likely_eos, steps), eos_id=EOS,
-                    num_decodes=2)
+    decode = jitted(
+        decoding.temperature_sample, recording_steps(likely_eos, steps), eos_id=EOS, num_decodes=2
+    )
     sequences, _ = decode(jnp.zeros((3, 10), jnp.int32), {}, rng=None)
     jax.effects_barrier()
     assert steps == [0]
@@ -287,8 +293,9 @@ def test_decoding_stops_once_every_row_has_emitted_eos():
     np.testing.assert_array_equal(sequences[:, :, 1:], 0)
 
     steps.clear()
-    search = jitted(decoding.beam_search, recording_steps(likely_eos, steps), eos_id=EOS,
-                    num_decodes=2)
+    search = jitted(
+        decoding.beam_search, recording_steps(likely_eos, steps), eos_id=EOS, num_decodes=2
+    )
     sequences, _ = search(jnp.zeros((3, 10), jnp.int32), {})
     jax.effects_barrier()
     assert sorted(steps) == [0, 1]
@@ -312,8 +319,9 @@ def test_beam_search_with_one_beam_equals_greedy():
 def test_beam_scores_are_length_penalized_log_probs_with_cache_following_beams():
     model = PrefixModel(vocab=5, length=5, batch=2, eos_ramp=1.0, seed=0)
     alpha = 0.6
-    search = jitted(decoding.beam_search, model.tokens_to_logits, eos_id=EOS, num_decodes=3,
-                    alpha=alpha)
+    search = jitted(
+        decoding.beam_search, model.tokens_to_logits, eos_id=EOS, num_decodes=3, alpha=alpha
+    )
     sequences, scores = search(jnp.zeros((2, 5), jnp.int32), model.init_cache())
     assert np.all(np.diff(np.asarray(scores), axis=1) >= 0), "best must come last"
     for row in range(2):
@@ -328,8 +336,12 @@ def test_beam_scores_are_length_penalized_log_probs_with_cache_following_beams()
 
 # T5X's force-prefix case: token 2 is likelier for example 0, token 3 for example 1; EOS never.
 PER_EXAMPLE_LOGITS = jnp.array(
-    [[-1e7, -1e10, -0.1, -0.9, -1e4, -1e4, -1e4, -1e4],
-     [-1e7, -1e10, -0.9, -0.1, -1e4, -1e4, -1e4, -1e4]], jnp.float32)
+    [
+        [-1e7, -1e10, -0.1, -0.9, -1e4, -1e4, -1e4, -1e4],
+        [-1e7, -1e10, -0.9, -0.1, -1e4, -1e4, -1e4, -1e4],
+    ],
+    jnp.float32,
+)
 PROMPTED_INPUTS = jnp.array([[0, 7, 0, 0, 0], [0, 4, 5, 0, 0]], jnp.int32)
 
 
@@ -339,8 +351,9 @@ def per_example_tokens_to_logits(token_ids, cache, step):
 
 
 def test_beam_search_forces_prompts_like_t5x():
-    search = jitted(decoding.beam_search, per_example_tokens_to_logits, eos_id=EOS,
-                    num_decodes=2, alpha=0.0)
+    search = jitted(
+        decoding.beam_search, per_example_tokens_to_logits, eos_id=EOS, num_decodes=2, alpha=0.0
+    )
     sequences, scores = search(PROMPTED_INPUTS, {"logits": PER_EXAMPLE_LOGITS})
     expected = np.array([[[7, 3, 2, 2, 2], [7, 2, 2, 2, 2]], [[4, 5, 2, 3, 3], [4, 5, 3, 3, 3]]])
     np.testing.assert_array_equal(sequences, expected)
@@ -353,8 +366,14 @@ def test_beam_search_forces_prompts_like_t5x():
 
 
 def test_beam_search_max_decode_steps_counts_after_each_rows_prompt():
-    search = jitted(decoding.beam_search, per_example_tokens_to_logits, eos_id=EOS,
-                    num_decodes=2, alpha=0.0, max_decode_steps=2)
+    search = jitted(
+        decoding.beam_search,
+        per_example_tokens_to_logits,
+        eos_id=EOS,
+        num_decodes=2,
+        alpha=0.0,
+        max_decode_steps=2,
+    )
     sequences, scores = search(PROMPTED_INPUTS, {"logits": PER_EXAMPLE_LOGITS})
     # Nothing emits EOS, so each row returns its live beams, cut at prompt + 2 tokens.
     np.testing.assert_array_equal(np.count_nonzero(np.asarray(sequences), axis=2), [[3, 3], [4, 4]])

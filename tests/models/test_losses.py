@@ -24,8 +24,7 @@ NLL = [LSE[0] - 2.0, LSE[1] + 1.0]
 def test_cross_entropy_and_z_loss_by_hand():
     loss, z_term = token_cross_entropy(LOGITS, TARGETS, z_loss=1e-2)
     np.testing.assert_allclose(z_term[0], [1e-2 * LSE[0] ** 2, 1e-2 * LSE[1] ** 2], rtol=1e-6)
-    np.testing.assert_allclose(loss[0], [NLL[0] + z_term[0, 0], NLL[1] + z_term[0, 1]],
-                               rtol=1e-6)
+    np.testing.assert_allclose(loss[0], [NLL[0] + z_term[0, 0], NLL[1] + z_term[0, 1]], rtol=1e-6)
 
 
 def test_label_smoothing_subtracts_the_target_entropy():
@@ -40,17 +39,24 @@ def test_label_smoothing_subtracts_the_target_entropy():
     np.testing.assert_allclose(loss[0], expected, rtol=1e-5)
     # A prediction equal to the smoothed target scores exactly 0.
     perfect = jnp.log(jnp.array([[[confidence, low, low]]]))
-    np.testing.assert_allclose(token_cross_entropy(perfect, jnp.array([[0]]), 0, smoothing)[0],
-                               0.0, atol=1e-6)
+    np.testing.assert_allclose(
+        token_cross_entropy(perfect, jnp.array([[0]]), 0, smoothing)[0], 0.0, atol=1e-6
+    )
 
 
 WEIGHTS = jnp.array([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
 
 
-@pytest.mark.parametrize("factor,divisor", [
-    (None, None), (4.0, 4.0), ("NUM_REAL_TARGET_TOKENS", 3.0),
-    ("NUM_TOTAL_TARGET_TOKENS", 6.0), ("AVERAGE_PER_SEQUENCE", 2.0),
-])
+@pytest.mark.parametrize(
+    "factor,divisor",
+    [
+        (None, None),
+        (4.0, 4.0),
+        ("NUM_REAL_TARGET_TOKENS", 3.0),
+        ("NUM_TOTAL_TARGET_TOKENS", 6.0),
+        ("AVERAGE_PER_SEQUENCE", 2.0),
+    ],
+)
 def test_normalizing_factors(factor, divisor):
     got, weights = normalizing_factor_and_weights(factor, WEIGHTS)
     assert (got is None) == (divisor is None)
@@ -79,8 +85,9 @@ def test_metrics_have_t5x_names_and_values():
     targets = jnp.array([[0, 2, 0]])
     weights = jnp.array([[1.0, 1.0, 0.0]])
     z = 1e-2
-    loss, metrics = loss_and_metrics(logits, targets, weights, z_loss=z,
-                                     loss_normalizing_factor="NUM_REAL_TARGET_TOKENS")
+    loss, metrics = loss_and_metrics(
+        logits, targets, weights, z_loss=z, loss_normalizing_factor="NUM_REAL_TARGET_TOKENS"
+    )
     z_total = z * (LSE[0] ** 2 + LSE[1] ** 2)
     token_sum = NLL[0] + NLL[1] + z_total
     expected_loss = token_sum / 2
@@ -103,8 +110,10 @@ def test_metrics_have_t5x_names_and_values():
         assert float(metrics[name]) == pytest.approx(value, rel=1e-5), name
 
 
-@pytest.mark.parametrize("factor", [None, 7.0, "NUM_REAL_TARGET_TOKENS", "NUM_TOTAL_TARGET_TOKENS",
-                                    "AVERAGE_PER_SEQUENCE"])
+@pytest.mark.parametrize(
+    "factor",
+    [None, 7.0, "NUM_REAL_TARGET_TOKENS", "NUM_TOTAL_TARGET_TOKENS", "AVERAGE_PER_SEQUENCE"],
+)
 def test_per_token_metrics_do_not_depend_on_the_normalizing_factor(factor):
     logits = jnp.concatenate([LOGITS, jnp.zeros((1, 1, 3))], axis=1)
     targets, weights = jnp.array([[1, 2, 0]]), jnp.array([[1.0, 1.0, 0.0]])

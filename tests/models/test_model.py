@@ -27,8 +27,12 @@ def batch():
     tgt = rng.randint(2, VOCAB, (2, 6)).astype(np.int32)
     tgt[1, 4:] = 0
     dec = np.concatenate([np.zeros((2, 1), np.int32), tgt[:, :-1]], axis=1)
-    return {"encoder_input_tokens": enc, "decoder_input_tokens": dec,
-            "decoder_target_tokens": tgt, "decoder_loss_weights": (tgt > 0).astype(np.int32)}
+    return {
+        "encoder_input_tokens": enc,
+        "decoder_input_tokens": dec,
+        "decoder_target_tokens": tgt,
+        "decoder_loss_weights": (tgt > 0).astype(np.int32),
+    }
 
 
 def test_params_are_plain_float32_dicts(encdec):
@@ -46,8 +50,11 @@ def test_mismatched_params_name_the_tensor_and_both_shapes(encdec):
     model, params = encdec
     wrong = jax.tree_util.tree_map(lambda x: x, params)
     wrong["encoder"]["layers_1"]["mlp"]["wo"]["kernel"] = jnp.zeros((3, 8))
-    with pytest.raises(CheckpointError, match=r"has 'encoder/layers_1/mlp/wo/kernel' with shape "
-                                              r"\(3, 8\) but the model expects \(16, 8\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"has 'encoder/layers_1/mlp/wo/kernel' with shape "
+        r"\(3, 8\) but the model expects \(16, 8\)",
+    ):
         model.check_params_match(wrong)
     del wrong["decoder"]["logits_dense"]
     with pytest.raises(CheckpointError, match="has no parameter 'decoder/logits_dense/kernel'"):
@@ -57,8 +64,11 @@ def test_mismatched_params_name_the_tensor_and_both_shapes(encdec):
 def test_token_ids_outside_the_vocabulary_are_data_errors(encdec, batch):
     model, params = encdec
     bad = dict(batch, encoder_input_tokens=batch["encoder_input_tokens"] + VOCAB)
-    with pytest.raises(DataError, match=rf"encoder_input_tokens holds token id \d+ but the "
-                                        rf"model's vocab_size is {VOCAB}"):
+    with pytest.raises(
+        DataError,
+        match=rf"encoder_input_tokens holds token id \d+ but the "
+        rf"model's vocab_size is {VOCAB}",
+    ):
         model.predict_batch(params, bad)
     with pytest.raises(DataError, match="vocab_size"):
         model.score_batch(params, bad)
@@ -67,16 +77,16 @@ def test_token_ids_outside_the_vocabulary_are_data_errors(encdec, batch):
 def test_score_is_the_weighted_target_log_likelihood(encdec, batch):
     model, params = encdec
     log_probs = jax.nn.log_softmax(model.logits(params, batch))
-    target_lp = np.take_along_axis(np.asarray(log_probs), batch["decoder_target_tokens"][..., None],
-                                   axis=-1)[..., 0]
+    target_lp = np.take_along_axis(
+        np.asarray(log_probs), batch["decoder_target_tokens"][..., None], axis=-1
+    )[..., 0]
     expected = (target_lp * batch["decoder_loss_weights"]).sum(-1)
     np.testing.assert_allclose(model.score_batch(params, batch), expected, rtol=1e-5)
 
 
 def test_loss_fn_is_differentiable_under_jit(encdec, batch):
     model, params = encdec
-    (loss, metrics), grads = jax.jit(jax.value_and_grad(model.loss_fn, has_aux=True))(
-        params, batch)
+    (loss, metrics), grads = jax.jit(jax.value_and_grad(model.loss_fn, has_aux=True))(params, batch)
     assert np.isfinite(float(loss)) and float(metrics["loss"]) == float(loss)
     assert jax.tree_util.tree_structure(grads) == jax.tree_util.tree_structure(params)
     assert float(jnp.abs(grads["decoder"]["logits_dense"]["kernel"]).sum()) > 0
@@ -91,8 +101,11 @@ def test_greedy_prediction_is_the_argmax_of_its_own_teacher_forced_logits(encdec
     tokens, aux = model.predict_batch_with_aux(params, batch)
     tokens = np.asarray(tokens)
     assert tokens.shape == (2, 6) and aux["scores"].shape == (2,)
-    forced = dict(batch, decoder_input_tokens=_shift_right(tokens),
-                  decoder_target_tokens=np.maximum(tokens, 1))
+    forced = dict(
+        batch,
+        decoder_input_tokens=_shift_right(tokens),
+        decoder_target_tokens=np.maximum(tokens, 1),
+    )
     argmax = np.asarray(model.logits(params, forced)).argmax(-1)
     for row in range(2):
         ended = np.flatnonzero(tokens[row] == 1)
@@ -103,12 +116,14 @@ def test_greedy_prediction_is_the_argmax_of_its_own_teacher_forced_logits(encdec
 
 def test_beam_and_sampling_decodes(encdec, batch):
     model, params = encdec
-    beams, aux = model.predict_batch_with_aux(params, batch, method="beam", num_decodes=3,
-                                              return_all_decodes=True)
+    beams, aux = model.predict_batch_with_aux(
+        params, batch, method="beam", num_decodes=3, return_all_decodes=True
+    )
     assert beams.shape == (2, 3, 6) and aux["scores"].shape == (2, 3)
     assert (np.diff(np.asarray(aux["scores"]), axis=1) >= 0).all()  # best last
     sample = lambda seed: model.predict_batch(  # noqa: E731
-        params, batch, rng=jax.random.PRNGKey(seed), method="sample", topk=0, temperature=1.0)
+        params, batch, rng=jax.random.PRNGKey(seed), method="sample", topk=0, temperature=1.0
+    )
     np.testing.assert_array_equal(sample(3), sample(3))
     with pytest.raises(ConfigError, match="unknown decoding method 'nucleus'"):
         model.predict_batch(params, batch, method="nucleus")
@@ -125,8 +140,11 @@ def test_prefix_lm_predicts_the_continuation_of_its_prompt():
     causal = np.zeros((2, length), np.int32)
     causal[0, :4] = 1
     causal[1, :3] = 1
-    batch = {"decoder_input_tokens": dec, "decoder_causal_attention": causal,
-             "decoder_target_tokens": np.zeros_like(dec)}
+    batch = {
+        "decoder_input_tokens": dec,
+        "decoder_causal_attention": causal,
+        "decoder_target_tokens": np.zeros_like(dec),
+    }
     continuation = np.asarray(model.predict_batch(params, batch))
     assert continuation.shape == (2, length)
     # Teacher-force prompt + continuation with the same bidirectional prefix: every generated
@@ -136,9 +154,13 @@ def test_prefix_lm_predicts_the_continuation_of_its_prompt():
         generated = continuation[row][continuation[row] > 0]
         full = np.concatenate([[0], prompt[row, :prompt_length], generated])[:length]
         inputs = np.zeros((1, length), np.int32)
-        inputs[0, :len(full)] = full
-        logits = network.apply({"params": params}, jnp.asarray(inputs), jnp.ones_like(inputs),
-                               decoder_causal_attention=jnp.asarray(causal[row:row + 1]))
+        inputs[0, : len(full)] = full
+        logits = network.apply(
+            {"params": params},
+            jnp.asarray(inputs),
+            jnp.ones_like(inputs),
+            decoder_causal_attention=jnp.asarray(causal[row : row + 1]),
+        )
         argmax = np.asarray(logits)[0].argmax(-1)
         n = len(generated)
-        np.testing.assert_array_equal(generated, argmax[prompt_length:prompt_length + n])
+        np.testing.assert_array_equal(generated, argmax[prompt_length : prompt_length + n])

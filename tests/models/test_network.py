@@ -18,11 +18,10 @@ def _encdec_batch(rng, batch=2, inputs=7, targets=6, vocab=60):
     enc = rng.randint(2, vocab, (batch, inputs)).astype(np.int32)
     tgt = rng.randint(2, vocab, (batch, targets)).astype(np.int32)
     if batch > 1:
-        enc[-1, inputs - 2:] = 0
-        tgt[-1, targets - 2:] = 0
+        enc[-1, inputs - 2 :] = 0
+        tgt[-1, targets - 2 :] = 0
     dec = np.concatenate([np.zeros((batch, 1), np.int32), tgt[:, :-1]], axis=1)
-    return {"encoder_input_tokens": enc, "decoder_input_tokens": dec,
-            "decoder_target_tokens": tgt}
+    return {"encoder_input_tokens": enc, "decoder_input_tokens": dec, "decoder_target_tokens": tgt}
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +45,9 @@ def test_logical_axes_name_every_param_dimension():
     for scan in (False, True):
         model = build_model(get_config("t5_1_0/tiny", scan_layers=scan))
         shapes = param_names.shapes(model.abstract_params())
-        axes = param_names.named_leaves(model.param_logical_axes(),
-                                        is_leaf=lambda x: isinstance(x, tuple))
+        axes = param_names.named_leaves(
+            model.param_logical_axes(), is_leaf=lambda x: isinstance(x, tuple)
+        )
         assert shapes.keys() == axes.keys()
         assert all(len(axes[k]) == len(shapes[k]) for k in shapes)
         assert axes["token_embedder/embedding"] == ("vocab", "embed")
@@ -56,11 +56,25 @@ def test_logical_axes_name_every_param_dimension():
         assert wi == (("embed", "layers", "mlp") if scan else ("embed", "mlp"))
 
 
-@pytest.mark.parametrize("bidirectional,relative,bucket", [
-    (True, 0, 0), (True, -1, 1), (True, 1, 17), (True, -7, 7), (True, -8, 8), (True, -16, 10),
-    (True, -200, 15), (True, 200, 31), (False, 3, 0), (False, -15, 15), (False, -16, 16),
-    (False, -32, 21), (False, -100, 30), (False, -200, 31),
-])
+@pytest.mark.parametrize(
+    "bidirectional,relative,bucket",
+    [
+        (True, 0, 0),
+        (True, -1, 1),
+        (True, 1, 17),
+        (True, -7, 7),
+        (True, -8, 8),
+        (True, -16, 10),
+        (True, -200, 15),
+        (True, 200, 31),
+        (False, 3, 0),
+        (False, -15, 15),
+        (False, -16, 16),
+        (False, -32, 21),
+        (False, -100, 30),
+        (False, -200, 31),
+    ],
+)
 def test_relative_position_bucket_golden(bidirectional, relative, bucket):
     # relative = key position - query position; values from T5's bucketing formula by hand.
     got = relative_position_bucket(jnp.array(relative), bidirectional, 32, 128)
@@ -72,7 +86,7 @@ def _stepwise_logits(model, params, batch, length):
     step_fn = jax.jit(tokens_to_logits)
     tokens, outputs = batch["decoder_input_tokens"], []
     for step in range(length):
-        logits, cache = step_fn(jnp.asarray(tokens[:, step:step + 1]), cache, jnp.int32(step))
+        logits, cache = step_fn(jnp.asarray(tokens[:, step : step + 1]), cache, jnp.int32(step))
         outputs.append(logits)
     return np.stack(outputs, axis=1)
 
@@ -92,10 +106,20 @@ def test_cached_decode_equals_full_forward(tiny):
 
 
 def test_cached_decode_equals_full_forward_scanned_with_per_layer_relpos():
-    model = build_model(get_config("t5_1_1/tiny", dtype="float32", vocab_size=64,
-                                   scan_layers=True, relative_attention_per_layer=True))
+    model = build_model(
+        get_config(
+            "t5_1_1/tiny",
+            dtype="float32",
+            vocab_size=64,
+            scan_layers=True,
+            relative_attention_per_layer=True,
+        )
+    )
     assert model.abstract_params()["decoder"]["layers"]["relpos_bias"]["rel_embedding"].shape == (
-        4, 2, 32)
+        4,
+        2,
+        32,
+    )
     _check_cached_decode(model, model.init_params(jax.random.PRNGKey(1)))
 
 
@@ -109,8 +133,11 @@ def test_cached_decode_equals_full_forward_for_prefix_lm():
     causal = np.zeros((2, 8), np.int32)
     causal[0, :4] = 1
     causal[1, :2] = 1
-    batch = {"decoder_input_tokens": dec, "decoder_target_tokens": tgt,
-             "decoder_causal_attention": causal}
+    batch = {
+        "decoder_input_tokens": dec,
+        "decoder_target_tokens": tgt,
+        "decoder_causal_attention": causal,
+    }
     full = np.asarray(model.logits(params, batch))
     stepped = _stepwise_logits(model, params, batch, 8)
     # Logits inside the prompt are never used by decoding; from the last prompt token on they
@@ -123,15 +150,17 @@ def test_packed_batch_matches_segments_run_separately(tiny):
     model, params = tiny
     rng = np.random.RandomState(3)
     singles = [_encdec_batch(rng, batch=1, inputs=n, targets=m) for n, m in ((4, 3), (5, 4))]
-    packed = {key: np.concatenate([s[key] for s in singles] + [np.zeros((1, 1), np.int32)],
-                                  axis=1) for key in singles[0]}
+    packed = {
+        key: np.concatenate([s[key] for s in singles] + [np.zeros((1, 1), np.int32)], axis=1)
+        for key in singles[0]
+    }
     packed["encoder_segment_ids"] = np.array([[1] * 4 + [2] * 5 + [0]], np.int32)
     packed["decoder_segment_ids"] = np.array([[1] * 3 + [2] * 4 + [0]], np.int32)
     packed_logits = np.asarray(model.logits(params, packed))
-    np.testing.assert_allclose(packed_logits[0, :3], model.logits(params, singles[0])[0],
-                               atol=1e-5)
-    np.testing.assert_allclose(packed_logits[0, 3:7], model.logits(params, singles[1])[0],
-                               atol=1e-5)
+    np.testing.assert_allclose(packed_logits[0, :3], model.logits(params, singles[0])[0], atol=1e-5)
+    np.testing.assert_allclose(
+        packed_logits[0, 3:7], model.logits(params, singles[1])[0], atol=1e-5
+    )
 
 
 def test_packed_decoder_only_matches_segments():
@@ -140,16 +169,22 @@ def test_packed_decoder_only_matches_segments():
     tgt = np.array([[5, 6, 7, 8, 9, 10, 11, 0]], np.int32)
     dec = np.array([[0, 5, 6, 0, 8, 9, 10, 0]], np.int32)
     segments = np.array([[1, 1, 1, 2, 2, 2, 2, 0]], np.int32)
-    packed = model.logits(params, {"decoder_input_tokens": dec, "decoder_target_tokens": tgt,
-                                   "decoder_segment_ids": segments})
-    second = model.logits(params, {"decoder_input_tokens": dec[:, 3:7],
-                                   "decoder_target_tokens": tgt[:, 3:7]})
+    packed = model.logits(
+        params,
+        {
+            "decoder_input_tokens": dec,
+            "decoder_target_tokens": tgt,
+            "decoder_segment_ids": segments,
+        },
+    )
+    second = model.logits(
+        params, {"decoder_input_tokens": dec[:, 3:7], "decoder_target_tokens": tgt[:, 3:7]}
+    )
     np.testing.assert_allclose(np.asarray(packed)[0, 3:7], np.asarray(second)[0], atol=1e-5)
 
 
 def test_dropout_off_is_deterministic_and_on_is_seeded():
-    model = build_model(get_config("t5_1_1/tiny", dtype="float32", vocab_size=64,
-                                   dropout_rate=0.3))
+    model = build_model(get_config("t5_1_1/tiny", dtype="float32", vocab_size=64, dropout_rate=0.3))
     params = model.init_params(jax.random.PRNGKey(5))
     batch = _encdec_batch(np.random.RandomState(5))
     np.testing.assert_array_equal(model.logits(params, batch), model.logits(params, batch))
@@ -173,16 +208,23 @@ def test_bfloat16_activations_run_close_to_float32(tiny):
 def test_scanned_layout_and_remat_compute_the_same_function(tiny):
     model, params = tiny
     batch = _encdec_batch(np.random.RandomState(7))
-    scanned = build_model(get_config("t5_1_1/tiny", dtype="float32", vocab_size=64,
-                                     scan_layers=True, remat_policy="full"))
+    scanned = build_model(
+        get_config(
+            "t5_1_1/tiny", dtype="float32", vocab_size=64, scan_layers=True, remat_policy="full"
+        )
+    )
     stacked = stack_layers(params, scanned.config)
     scanned.check_params_match(stacked)
     assert stacked["encoder"]["layers"]["mlp"]["wi_0"]["kernel"].shape == (8, 2, 16)
-    np.testing.assert_allclose(scanned.logits(stacked, batch), model.logits(params, batch),
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        scanned.logits(stacked, batch), model.logits(params, batch), atol=1e-5
+    )
     round_trip = unstack_layers(stacked, scanned.config)
     assert jax.tree_util.tree_all(jax.tree_util.tree_map(np.array_equal, round_trip, params))
     grads = jax.grad(lambda p: scanned.loss_fn(p, batch)[0])(stacked)
     reference = jax.grad(lambda p: model.loss_fn(p, batch)[0])(params)
-    np.testing.assert_allclose(unstack_layers(grads)["decoder"]["layers_1"]["mlp"]["wo"]["kernel"],
-                               reference["decoder"]["layers_1"]["mlp"]["wo"]["kernel"], atol=1e-4)
+    np.testing.assert_allclose(
+        unstack_layers(grads)["decoder"]["layers_1"]["mlp"]["wo"]["kernel"],
+        reference["decoder"]["layers_1"]["mlp"]["wo"]["kernel"],
+        atol=1e-4,
+    )

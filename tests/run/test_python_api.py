@@ -22,8 +22,16 @@ from t5forge.run import (
 
 TASK = "en_de_lohelp_translate"
 LENGTHS = {"inputs": 24, "targets": 24}
-TINY = T5Config(vocab_size=1152, emb_dim=32, num_heads=4, num_encoder_layers=2,
-                num_decoder_layers=2, head_dim=8, mlp_dim=64, dtype="float32")
+TINY = T5Config(
+    vocab_size=1152,
+    emb_dim=32,
+    num_heads=4,
+    num_encoder_layers=2,
+    num_decoder_layers=2,
+    head_dim=8,
+    mlp_dim=64,
+    dtype="float32",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -68,8 +76,14 @@ def first_run(tmp_path_factory, tiny_vocab):
     # min_delta is huge, so the second evaluation counts as no improvement and stops the run.
     stopper = EarlyStopping(f"training_eval/{TASK}/loss", mode="min", patience=1, min_delta=1e9)
     result = t5forge.train(
-        model=TINY, model_dir=model_dir, total_steps=12, train_dataset_cfg=_data(),
-        train_eval_dataset_cfg=_data("validation"), eval_period=4, eval_steps=2, stats_period=2,
+        model=TINY,
+        model_dir=model_dir,
+        total_steps=12,
+        train_dataset_cfg=_data(),
+        train_eval_dataset_cfg=_data("validation"),
+        eval_period=4,
+        eval_steps=2,
+        stats_period=2,
         checkpoint_cfg=SaveCheckpointConfig(period=4, async_save=False),
         hooks=[recorder, stopper, Every(3, lambda run, step: calls.append(step))],
         progress=False,
@@ -87,7 +101,10 @@ def test_python_train_runs_hooks_and_stops_early(first_run):
     assert recorded[-1] == ("end", 8)
     assert every_three == [3, 6]
     # Stopped at step 8 of 12, with that step saved and its results returned.
-    assert sorted(p.name for p in model_dir.glob("checkpoint_*")) == ["checkpoint_4", "checkpoint_8"]
+    assert sorted(p.name for p in model_dir.glob("checkpoint_*")) == [
+        "checkpoint_4",
+        "checkpoint_8",
+    ]
     assert result[f"training_eval/{TASK}/loss"] > 0 and result["loss"] > 0
     rows = [json.loads(line) for line in (model_dir / "metrics.jsonl").read_text().splitlines()]
     assert max(r["step"] for r in rows) == 8
@@ -96,16 +113,28 @@ def test_python_train_runs_hooks_and_stops_early(first_run):
 def test_python_fine_tune_evaluate_and_infer_from_a_checkpoint(first_run, tmp_path):
     model_dir, *_ = first_run
     tuned = tmp_path / "tuned"
-    t5forge.train(model=TINY, model_dir=tuned, total_steps=2, train_dataset_cfg=_data(),
-                  restore_checkpoint_cfg=RestoreCheckpointConfig(path=str(model_dir / "checkpoint_8")),
-                  checkpoint_cfg=SaveCheckpointConfig(period=2, async_save=False),
-                  optimizer="adamw", learning_rate_fn=1e-3, eval_period=0, progress=False)
+    t5forge.train(
+        model=TINY,
+        model_dir=tuned,
+        total_steps=2,
+        train_dataset_cfg=_data(),
+        restore_checkpoint_cfg=RestoreCheckpointConfig(path=str(model_dir / "checkpoint_8")),
+        checkpoint_cfg=SaveCheckpointConfig(period=2, async_save=False),
+        optimizer="adamw",
+        learning_rate_fn=1e-3,
+        eval_period=0,
+        progress=False,
+    )
     assert (tuned / "checkpoint_2").is_dir()
 
     scores = tmp_path / "scores"
-    written = t5forge.infer(model=TINY, dataset_cfg=_data("validation", 64),
-                            restore_checkpoint_cfg=RestoreCheckpointConfig(path=str(tuned)),
-                            output_dir=scores, mode="score")
+    written = t5forge.infer(
+        model=TINY,
+        dataset_cfg=_data("validation", 64),
+        restore_checkpoint_cfg=RestoreCheckpointConfig(path=str(tuned)),
+        output_dir=scores,
+        mode="score",
+    )
     from t5forge.data.tasks import get_mixture_or_task
 
     assert written == {TASK: get_mixture_or_task(TASK).num_input_examples("validation")}
@@ -114,20 +143,28 @@ def test_python_fine_tune_evaluate_and_infer_from_a_checkpoint(first_run, tmp_pa
     assert first["score"] < 0 and first["inputs"].startswith("translate ")
 
     results = t5forge.evaluate(
-        model=TINY, dataset_cfg=_data("validation", 64), output_dir=tmp_path / "eval",
+        model=TINY,
+        dataset_cfg=_data("validation", 64),
+        output_dir=tmp_path / "eval",
         restore_checkpoint_cfg=RestoreCheckpointConfig(path=str(tuned), mode="latest"),
-        max_decode_length=8)
+        max_decode_length=8,
+    )
     assert list(results) == [2]
     assert 0 <= results[2][f"inference_eval/{TASK}"]["bleu"] <= 100
 
 
 def test_model_argument_is_checked():
     with pytest.raises(ConfigError, match="unknown model config 't5_1_1/smal'"):
-        t5forge.train(model="t5_1_1/smal", model_dir="/nonexistent", total_steps=1,
-                      train_dataset_cfg=_data())
+        t5forge.train(
+            model="t5_1_1/smal", model_dir="/nonexistent", total_steps=1, train_dataset_cfg=_data()
+        )
     with pytest.raises(ConfigError, match="model must be a t5forge model"):
-        t5forge.evaluate(model=None, dataset_cfg=_data(), output_dir="/nonexistent",
-                         restore_checkpoint_cfg=RestoreCheckpointConfig(path="x"))
+        t5forge.evaluate(
+            model=None,
+            dataset_cfg=_data(),
+            output_dir="/nonexistent",
+            restore_checkpoint_cfg=RestoreCheckpointConfig(path="x"),
+        )
 
 
 def test_mfu_is_logged_where_the_device_peak_is_known(monkeypatch, tmp_path):
@@ -136,10 +173,16 @@ def test_mfu_is_logged_where_the_device_peak_is_known(monkeypatch, tmp_path):
 
     peak = 1e12
     monkeypatch.setattr(flops, "local_peak_flops", lambda dtype: peak)
-    metrics = t5forge.train(model=TINY, model_dir=tmp_path / "run", total_steps=2,
-                            train_dataset_cfg=_data(), stats_period=2, eval_period=0,
-                            checkpoint_cfg=SaveCheckpointConfig(period=2, async_save=False),
-                            progress=False)
+    metrics = t5forge.train(
+        model=TINY,
+        model_dir=tmp_path / "run",
+        total_steps=2,
+        train_dataset_cfg=_data(),
+        stats_period=2,
+        eval_period=0,
+        checkpoint_cfg=SaveCheckpointConfig(period=2, async_save=False),
+        progress=False,
+    )
     step_flops = flops.model_flops_per_step(TINY, 8, LENGTHS["inputs"], LENGTHS["targets"])
     seconds_per_step = 1 / metrics["timing/steps_per_second"]
     assert metrics["timing/mfu"] == pytest.approx(step_flops / (seconds_per_step * peak))

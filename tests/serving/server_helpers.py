@@ -12,14 +12,31 @@ import httpx
 from t5forge.models.configs import T5Config
 from t5forge.serving import InferenceService, ServerSettings, create_app
 
-TINY_CONFIG = T5Config(vocab_size=1152, emb_dim=32, num_heads=4, num_encoder_layers=2,
-                       num_decoder_layers=2, head_dim=8, mlp_dim=64, dtype="float32")
+TINY_CONFIG = T5Config(
+    vocab_size=1152,
+    emb_dim=32,
+    num_heads=4,
+    num_encoder_layers=2,
+    num_decoder_layers=2,
+    head_dim=8,
+    mlp_dim=64,
+    dtype="float32",
+)
 # Small limits so every limit is reachable; max_wait_ms long enough that concurrent test
 # requests always meet in one batch.
 TEST_SETTINGS = ServerSettings(
-    max_batch_size=4, max_wait_ms=200, max_queue=8, max_items=8, max_body_bytes=20_000,
-    max_new_tokens=6, max_new_tokens_limit=12, max_target_length=16, max_num_beams=4,
-    warmup_num_beams=2, max_input_length=16)
+    max_batch_size=4,
+    max_wait_ms=200,
+    max_queue=8,
+    max_items=8,
+    max_body_bytes=20_000,
+    max_new_tokens=6,
+    max_new_tokens_limit=12,
+    max_target_length=16,
+    max_num_beams=4,
+    warmup_num_beams=2,
+    max_input_length=16,
+)
 
 
 def free_port() -> int:
@@ -47,8 +64,11 @@ def running_server(model, **changes):
 
     settings = dataclasses.replace(TEST_SETTINGS, port=free_port(), **changes)
     service = InferenceService(model, settings)
-    server = uvicorn.Server(uvicorn.Config(create_app(service), host=settings.host,
-                                           port=settings.port, log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(service), host=settings.host, port=settings.port, log_level="warning"
+        )
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://{settings.host}:{settings.port}"
@@ -60,7 +80,6 @@ def running_server(model, **changes):
         thread.join(timeout=60)
 
 
-
 def metric_value(base_url: str, sample_name: str, headers=None, **labels) -> float:
     """One sample of /metrics, parsed with prometheus_client's own parser (0 if absent)."""
     from prometheus_client.parser import text_string_to_metric_families
@@ -68,7 +87,8 @@ def metric_value(base_url: str, sample_name: str, headers=None, **labels) -> flo
     text = httpx.get(f"{base_url}/metrics", headers=headers, timeout=30).text
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == sample_name and all(sample.labels.get(k) == v
-                                                  for k, v in labels.items()):
+            if sample.name == sample_name and all(
+                sample.labels.get(k) == v for k, v in labels.items()
+            ):
                 return sample.value
     return 0.0

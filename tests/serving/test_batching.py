@@ -15,13 +15,17 @@ async def _concurrently(url: str, bodies: list[dict]) -> list[httpx.Response]:
 
 def test_concurrent_requests_are_grouped_into_one_batch(server):
     url, _ = server
-    before = (metric_value(url, "t5forge_batch_size_count", kind="generate"),
-              metric_value(url, "t5forge_batch_size_sum", kind="generate"))
+    before = (
+        metric_value(url, "t5forge_batch_size_count", kind="generate"),
+        metric_value(url, "t5forge_batch_size_sum", kind="generate"),
+    )
     bodies = [{"inputs": [f"{TEXT} {i}"], "max_new_tokens": 4} for i in range(4)]
     responses = asyncio.run(_concurrently(url, bodies))
     assert [r.status_code for r in responses] == [200] * 4
-    after = (metric_value(url, "t5forge_batch_size_count", kind="generate"),
-             metric_value(url, "t5forge_batch_size_sum", kind="generate"))
+    after = (
+        metric_value(url, "t5forge_batch_size_count", kind="generate"),
+        metric_value(url, "t5forge_batch_size_sum", kind="generate"),
+    )
     # Four one-row requests, max_batch_size 4: one device batch of four rows.
     assert (after[0] - before[0], after[1] - before[1]) == (1, 4)
 
@@ -37,8 +41,7 @@ def test_rows_with_different_options_in_one_batch_decode_as_if_alone(server):
     batches_before = metric_value(url, "t5forge_batch_size_count", kind="generate")
     together = [r.json()["outputs"] for r in asyncio.run(_concurrently(url, bodies))]
     batched = metric_value(url, "t5forge_batch_size_count", kind="generate") - batches_before
-    alone = [httpx.post(f"{url}/v1/predict", json=b, timeout=120).json()["outputs"]
-             for b in bodies]
+    alone = [httpx.post(f"{url}/v1/predict", json=b, timeout=120).json()["outputs"] for b in bodies]
     assert batched < len(bodies)  # they did share batches
     assert together == alone
     assert len(together[1][0].split()) <= 3  # its own max_new_tokens, not the batch's
@@ -47,9 +50,11 @@ def test_rows_with_different_options_in_one_batch_decode_as_if_alone(server):
 def test_beam_requests_batch_apart_from_stepwise_ones(server):
     url, _ = server
     before = metric_value(url, "t5forge_batch_size_count", kind="beam")
-    bodies = [{"inputs": [TEXT], "method": "beam", "num_beams": 2},
-              {"inputs": [TEXT], "method": "beam", "num_beams": 2},
-              {"inputs": [TEXT]}]
+    bodies = [
+        {"inputs": [TEXT], "method": "beam", "num_beams": 2},
+        {"inputs": [TEXT], "method": "beam", "num_beams": 2},
+        {"inputs": [TEXT]},
+    ]
     responses = asyncio.run(_concurrently(url, bodies))
     assert [r.status_code for r in responses] == [200] * 3
     assert responses[0].json() == responses[1].json()

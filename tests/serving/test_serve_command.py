@@ -27,9 +27,16 @@ def t5forge_run(tmp_path_factory, tiny_vocab):
     run = tmp_path_factory.mktemp("served_run")
     checkpointer = Checkpointer(run, async_save=False)
     params = jax.device_get(build_model(TINY_CONFIG).init_params(jax.random.PRNGKey(1)))
-    checkpointer.save(3, {"params": params}, force=True, metadata={
-        "model_config": dataclasses.asdict(TINY_CONFIG), "vocabulary": {"extra_ids": 100},
-        "task_feature_lengths": {"inputs": 16, "targets": 16}})
+    checkpointer.save(
+        3,
+        {"params": params},
+        force=True,
+        metadata={
+            "model_config": dataclasses.asdict(TINY_CONFIG),
+            "vocabulary": {"extra_ids": 100},
+            "task_feature_lengths": {"inputs": 16, "targets": 16},
+        },
+    )
     checkpointer.close()
     shutil.copyfile(tiny_vocab, run / "spiece.model")
     return run
@@ -40,12 +47,34 @@ def test_serve_command_checks_the_key_and_drains_on_sigterm(t5forge_run):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     process = subprocess.Popen(
-        [sys.executable, "-m", "t5forge.serve", "--checkpoint", str(t5forge_run),
-         "--port", str(port), "--api_key", API_KEY, "--max_batch_size", "2",
-         "--warmup_num_beams", "0", "--max_new_tokens", "6", "--max_new_tokens_limit", "12",
-         "--max_target_length", "16", "--log_level", "warning"],
-        env={**os.environ, "JAX_PLATFORMS": "cpu"}, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "-m",
+            "t5forge.serve",
+            "--checkpoint",
+            str(t5forge_run),
+            "--port",
+            str(port),
+            "--api_key",
+            API_KEY,
+            "--max_batch_size",
+            "2",
+            "--warmup_num_beams",
+            "0",
+            "--max_new_tokens",
+            "6",
+            "--max_new_tokens_limit",
+            "12",
+            "--max_target_length",
+            "16",
+            "--log_level",
+            "warning",
+        ],
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         wait_ready(url, process=process)
         auth = {"Authorization": f"Bearer {API_KEY}"}
@@ -55,14 +84,22 @@ def test_serve_command_checks_the_key_and_drains_on_sigterm(t5forge_run):
             assert refused.status_code == 401 and "API key" in refused.json()["error"]
         assert httpx.get(f"{url}/metrics").status_code == 401
         assert httpx.get(f"{url}/healthz").status_code == 200  # probes need no key
-        assert httpx.post(f"{url}/v1/predict", json=body, headers=auth,
-                          timeout=60).status_code == 200
+        assert (
+            httpx.post(f"{url}/v1/predict", json=body, headers=auth, timeout=60).status_code == 200
+        )
 
         # Beam search with 3 beams was not warmed up: compiling it keeps it in flight.
         in_flight = {}
-        slow = threading.Thread(target=lambda: in_flight.update(response=httpx.post(
-            f"{url}/v1/predict", headers=auth, timeout=120,
-            json={"inputs": [TEXT], "method": "beam", "num_beams": 3, "max_new_tokens": 5})))
+        slow = threading.Thread(
+            target=lambda: in_flight.update(
+                response=httpx.post(
+                    f"{url}/v1/predict",
+                    headers=auth,
+                    timeout=120,
+                    json={"inputs": [TEXT], "method": "beam", "num_beams": 3, "max_new_tokens": 5},
+                )
+            )
+        )
         slow.start()
         time.sleep(1.0)
         process.send_signal(signal.SIGTERM)

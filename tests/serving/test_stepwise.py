@@ -11,10 +11,13 @@ from t5forge.serving.engine import batch_buckets, length_buckets
 from t5forge.serving.stepwise import RowOptions, StepDecoder
 
 
-@pytest.mark.parametrize("preset, rows", [
-    ("t5_1_1/tiny", [[5, 9, 3, 12, 7, 1], [14, 3, 1]]),
-    ("decoder_only/tiny", [[5, 9, 3, 12, 7], [14, 3]]),
-])
+@pytest.mark.parametrize(
+    "preset, rows",
+    [
+        ("t5_1_1/tiny", [[5, 9, 3, 12, 7, 1], [14, 3, 1]]),
+        ("decoder_only/tiny", [[5, 9, 3, 12, 7], [14, 3]]),
+    ],
+)
 def test_greedy_rows_equal_the_library_decoder_and_sampled_rows_ignore_their_batch(preset, rows):
     config = get_config(preset, vocab_size=64, dtype="float32")
     model = Model(config, jax.device_get(build_model(config).init_params(jax.random.PRNGKey(0))))
@@ -22,21 +25,33 @@ def test_greedy_rows_equal_the_library_decoder_and_sampled_rows_ignore_their_bat
     features, prompt_width = predict_features(config, rows, 4, 8)
     cache_length = prompt_width + 12
     greedy = decoder.decode(model.params, features, cache_length, [RowOptions(10)] * 2)
-    np.testing.assert_array_equal([r.tokens for r in greedy],
-                                  model.generate(rows, max_length=10))
+    np.testing.assert_array_equal([r.tokens for r in greedy], model.generate(rows, max_length=10))
     expected = model.score(rows, [r.tokens for r in greedy])
     np.testing.assert_allclose([r.log_likelihood for r in greedy], expected, rtol=1e-4)
 
     sampled = RowOptions(10, temperature=1.0, seed=3)
-    first = decoder.decode(model.params, features, cache_length,
-                           [sampled, RowOptions(10, temperature=0.7, top_k=5, seed=4)])
-    again = decoder.decode(model.params, features, cache_length,
-                           [sampled, RowOptions(4, temperature=1.0, top_p=0.9, seed=5)])
+    first = decoder.decode(
+        model.params,
+        features,
+        cache_length,
+        [sampled, RowOptions(10, temperature=0.7, top_k=5, seed=4)],
+    )
+    again = decoder.decode(
+        model.params,
+        features,
+        cache_length,
+        [sampled, RowOptions(4, temperature=1.0, top_p=0.9, seed=5)],
+    )
     assert first[0].tokens == again[0].tokens
     assert len(again[1].tokens) <= 4
     streamed = []
-    decoder.decode(model.params, features, cache_length, [sampled, RowOptions(3)],
-                   emit=lambda row, token: streamed.append((row, token)))
+    decoder.decode(
+        model.params,
+        features,
+        cache_length,
+        [sampled, RowOptions(3)],
+        emit=lambda row, token: streamed.append((row, token)),
+    )
     assert [t for row, t in streamed if row == 0] == first[0].tokens
 
 

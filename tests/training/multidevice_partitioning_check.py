@@ -31,8 +31,10 @@ def init_params(rng):
     k1, k2, k3 = jax.random.split(rng, 3)
     return {
         "token_embedder": {"embedding": jax.random.normal(k1, (VOCAB, EMBED))},
-        "mlp": {"wi": {"kernel": 0.3 * jax.random.normal(k2, (EMBED, MLP))},
-                "wo": {"kernel": 0.3 * jax.random.normal(k3, (MLP, EMBED))}},
+        "mlp": {
+            "wi": {"kernel": 0.3 * jax.random.normal(k2, (EMBED, MLP))},
+            "wo": {"kernel": 0.3 * jax.random.normal(k3, (MLP, EMBED))},
+        },
         "final_norm": {"scale": jnp.ones((EMBED,))},
     }
 
@@ -50,8 +52,11 @@ def run(mesh, rules, tx, batches):
         return TrainState.create(init_params(rng), tx)
 
     state, shardings = partitioning.create_sharded(
-        make_state, lambda abstract: train_state_logical_axes(abstract, PARAM_AXES),
-        mesh, rules, jax.random.PRNGKey(0),
+        make_state,
+        lambda abstract: train_state_logical_axes(abstract, PARAM_AXES),
+        mesh,
+        rules,
+        jax.random.PRNGKey(0),
     )
 
     def train_step(state, batch):
@@ -59,33 +64,49 @@ def run(mesh, rules, tx, batches):
         return state.apply_gradients(grads, tx), loss
 
     batch_shardings = {k: partitioning.batch_sharding(mesh) for k in batches[0]}
-    step = jax.jit(train_step, in_shardings=(shardings, batch_shardings),
-                   out_shardings=(shardings, NamedSharding(mesh, PartitionSpec())),
-                   donate_argnums=0)
+    step = jax.jit(
+        train_step,
+        in_shardings=(shardings, batch_shardings),
+        out_shardings=(shardings, NamedSharding(mesh, PartitionSpec())),
+        donate_argnums=0,
+    )
     losses = []
     for batch in batches:
         state, loss = step(state, partitioning.shard_batch(batch, mesh))
         losses.append(float(loss))
     flat = jax.tree_util.tree_flatten_with_path(state)[0]
-    shard_shapes = {jax.tree_util.keystr(path): list(leaf.addressable_shards[0].data.shape)
-                    for path, leaf in flat}
-    return {"losses": losses, "specs": partition_specs(state), "shard_shapes": shard_shapes,
-            "compilations": step._cache_size()}
+    shard_shapes = {
+        jax.tree_util.keystr(path): list(leaf.addressable_shards[0].data.shape)
+        for path, leaf in flat
+    }
+    return {
+        "losses": losses,
+        "specs": partition_specs(state),
+        "shard_shapes": shard_shapes,
+        "compilations": step._cache_size(),
+    }
 
 
 def main():
     layouts = eight_device_layouts()
     rng = np.random.default_rng(0)
-    batches = [{"inputs": rng.integers(0, VOCAB, (BATCH, LENGTH), dtype=np.int32),
-                "targets": rng.integers(0, VOCAB, (BATCH, LENGTH), dtype=np.int32)}
-               for _ in range(3)]
+    batches = [
+        {
+            "inputs": rng.integers(0, VOCAB, (BATCH, LENGTH), dtype=np.int32),
+            "targets": rng.integers(0, VOCAB, (BATCH, LENGTH), dtype=np.int32),
+        }
+        for _ in range(3)
+    ]
     optimizers = {
         "sgd": optax.sgd(0.5),
         "adafactor": adafactor(0.1, min_dim_size_to_factor=8, param_logical_axes=PARAM_AXES),
     }
-    report = {layout: {name: run(p.mesh, p.logical_axis_rules, tx, batches)
-                       for name, tx in optimizers.items()}
-              for layout, p in layouts.items()}
+    report = {
+        layout: {
+            name: run(p.mesh, p.logical_axis_rules, tx, batches) for name, tx in optimizers.items()
+        }
+        for layout, p in layouts.items()
+    }
     print(json.dumps(report))
 
 

@@ -34,9 +34,14 @@ def make_batches() -> list[dict[str, np.ndarray]]:
         targets = inputs[:, :TARGET_LENGTH].copy()
         targets[::2, -2:] = 0
         decoder_inputs = np.concatenate([np.zeros((BATCH, 1), np.int32), targets[:, :-1]], axis=1)
-        batches.append({"encoder_input_tokens": inputs, "decoder_input_tokens": decoder_inputs,
-                        "decoder_target_tokens": targets,
-                        "decoder_loss_weights": (targets > 0).astype(np.float32)})
+        batches.append(
+            {
+                "encoder_input_tokens": inputs,
+                "decoder_input_tokens": decoder_inputs,
+                "decoder_target_tokens": targets,
+                "decoder_loss_weights": (targets > 0).astype(np.float32),
+            }
+        )
     return batches
 
 
@@ -49,8 +54,12 @@ def run(partitioner, batches) -> dict:
     for batch in batches:
         state, metrics = trainer.train_step(state, batch)
         losses.append(metrics_to_host(metrics)["loss"])
-    return {"losses": losses, "specs": partition_specs(state), "devices": partitioner.mesh.devices.size,
-            "compilations": trainer._train_step._cache_size()}
+    return {
+        "losses": losses,
+        "specs": partition_specs(state),
+        "devices": partitioner.mesh.devices.size,
+        "compilations": trainer._train_step._cache_size(),
+    }
 
 
 def main():

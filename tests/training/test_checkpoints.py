@@ -26,8 +26,10 @@ def make_params(seed=0, width=8):
     k1, k2 = jax.random.split(jax.random.PRNGKey(seed))
     return {
         "token_embedder": {"embedding": jax.random.normal(k1, (16, width))},
-        "encoder": {"layers_0": {"mlp": {"wi": {"kernel": jax.random.normal(k2, (width, 12))}}},
-                    "encoder_norm": {"scale": jnp.ones((width,))}},
+        "encoder": {
+            "layers_0": {"mlp": {"wi": {"kernel": jax.random.normal(k2, (width, 12))}}},
+            "encoder_norm": {"scale": jnp.ones((width,))},
+        },
     }
 
 
@@ -47,8 +49,12 @@ def assert_trees_equal(a, b):
 def test_round_trip_with_iterator_state_and_metadata(tmp_path):
     ckpt = Checkpointer(tmp_path, period=1)
     state = make_state(7, seed=3)
-    assert ckpt.save(7, state, dataset_state={"next_index": 42, "epoch": 1},
-                     metadata={"model_config": {"emb_dim": 8}})
+    assert ckpt.save(
+        7,
+        state,
+        dataset_state={"next_index": 42, "epoch": 1},
+        metadata={"model_config": {"emb_dim": 8}},
+    )
     ckpt.wait_until_finished()
     assert (tmp_path / "checkpoint_7" / "state").is_dir()
     restored = Checkpointer(tmp_path).restore_latest(abstract_state())
@@ -80,13 +86,16 @@ def test_period_and_keep_last_n(tmp_path):
     ckpt.wait_until_finished()
     assert ckpt.all_steps() == [6, 7]
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("checkpoint_")) == [
-        "checkpoint_6", "checkpoint_7"]
+        "checkpoint_6",
+        "checkpoint_7",
+    ]
 
 
 @pytest.mark.parametrize("mode, best", [("max", 2), ("min", 3)])
 def test_keep_best_by_metric(tmp_path, mode, best):
-    ckpt = Checkpointer(tmp_path, keep=1, period=1, keep_best_metric="training_eval/acc",
-                        best_mode=mode)
+    ckpt = Checkpointer(
+        tmp_path, keep=1, period=1, keep_best_metric="training_eval/acc", best_mode=mode
+    )
     for step, acc in [(1, 0.5), (2, 0.9), (3, 0.1), (4, 0.6)]:
         ckpt.save(step, make_state(step), metrics={"training_eval/acc": acc})
     ckpt.wait_until_finished()
@@ -160,8 +169,13 @@ KILLED_SAVE = textwrap.dedent("""
 
 def test_killed_save_never_yields_a_bad_checkpoint(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), JAX_PLATFORMS="cpu")
-    result = subprocess.run([sys.executable, "-c", KILLED_SAVE, str(tmp_path)], env=env,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", KILLED_SAVE, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == -signal.SIGKILL, result.stderr[-2000:]
     abstract = {"w": jax.ShapeDtypeStruct((1024, 1024), jnp.float32)}
     restored = Checkpointer(tmp_path).restore_latest(abstract)
@@ -174,8 +188,10 @@ def test_checkpoint_shape_mismatch_names_the_tensor(tmp_path):
     ckpt.save(3, make_state(3))
     ckpt.check_matches(jax.eval_shape(make_params))
     wider = jax.eval_shape(lambda: make_params(width=10))
-    with pytest.raises(CheckpointError, match=(
-            r"'encoder/encoder_norm/scale' with shape \(8,\) but the model expects \(10,\)")):
+    with pytest.raises(
+        CheckpointError,
+        match=(r"'encoder/encoder_norm/scale' with shape \(8,\) but the model expects \(10,\)"),
+    ):
         ckpt.check_matches(wider)
     renamed = {"decoder": jax.eval_shape(make_params)["encoder"]}
     with pytest.raises(CheckpointError, match="has no parameter 'decoder/"):
@@ -196,13 +212,18 @@ def test_restore_params_with_assignment_map_reports_what_was_restored(tmp_path):
     ]
     params, report = restore_params(tmp_path, fresh, assignment_map)
     src = source.params
-    np.testing.assert_array_equal(params["decoder"]["layers_0"]["mlp"]["wi"]["kernel"],
-                                  src["encoder"]["layers_0"]["mlp"]["wi"]["kernel"])
-    np.testing.assert_array_equal(params["encoder"]["layers_0"]["mlp"]["wi"]["kernel"],
-                                  src["encoder"]["layers_0"]["mlp"]["wi"]["kernel"])
+    np.testing.assert_array_equal(
+        params["decoder"]["layers_0"]["mlp"]["wi"]["kernel"],
+        src["encoder"]["layers_0"]["mlp"]["wi"]["kernel"],
+    )
+    np.testing.assert_array_equal(
+        params["encoder"]["layers_0"]["mlp"]["wi"]["kernel"],
+        src["encoder"]["layers_0"]["mlp"]["wi"]["kernel"],
+    )
     assert params["decoder_norm"]["scale"].dtype == jnp.bfloat16
-    np.testing.assert_array_equal(params["token_embedder"]["embedding"],
-                                  fresh["token_embedder"]["embedding"])
+    np.testing.assert_array_equal(
+        params["token_embedder"]["embedding"], fresh["token_embedder"]["embedding"]
+    )
     assert report.fresh == ["token_embedder/embedding"]
     assert ("decoder/layers_0/mlp/wi/kernel", "encoder/layers_0/mlp/wi/kernel") in report.restored
     assert len(report.restored) == 4
@@ -234,19 +255,24 @@ def test_keep_best_survives_saves_without_metrics_and_a_restart(tmp_path):
     ckpt = Checkpointer(tmp_path, keep=1, period=1, keep_best_metric="inference_eval/t/accuracy")
     for step in range(1, 7):
         metrics = {2: 90.0, 4: 30.0}.get(step)
-        ckpt.save(step, make_state(step),
-                  metrics=None if metrics is None else {"inference_eval/t/accuracy": metrics})
+        ckpt.save(
+            step,
+            make_state(step),
+            metrics=None if metrics is None else {"inference_eval/t/accuracy": metrics},
+        )
     ckpt.wait_until_finished()
     assert ckpt.all_steps() == [2, 6]
     ckpt.close()
-    resumed = Checkpointer(tmp_path, keep=1, period=1,
-                           keep_best_metric="inference_eval/t/accuracy")
+    resumed = Checkpointer(tmp_path, keep=1, period=1, keep_best_metric="inference_eval/t/accuracy")
     resumed.save(7, make_state(7), metrics={"inference_eval/t/accuracy": 50.0})
     resumed.save(8, make_state(8))
     resumed.wait_until_finished()
     assert resumed.all_steps() == [2, 8]
-    with pytest.raises(CheckpointError, match="metric_name_to_monitor 'inference_eval/t/accuracy'"
-                                              " is not among the evaluation metrics"):
+    with pytest.raises(
+        CheckpointError,
+        match="metric_name_to_monitor 'inference_eval/t/accuracy'"
+        " is not among the evaluation metrics",
+    ):
         resumed.save(9, make_state(9), metrics={"inference_eval/t/f1": 1.0})
 
 
@@ -256,8 +282,10 @@ def test_a_flipped_bit_is_detected_and_the_checkpoint_moved_aside(tmp_path, capl
         ckpt.save(step, make_state(step))
     ckpt.wait_until_finished()
     assert (tmp_path / "checkpoint_2" / "checksums.json").is_file()  # sealed inside the commit
-    data_file = max((p for p in (tmp_path / "checkpoint_2" / "state").rglob("*") if p.is_file()),
-                    key=lambda p: p.stat().st_size)
+    data_file = max(
+        (p for p in (tmp_path / "checkpoint_2" / "state").rglob("*") if p.is_file()),
+        key=lambda p: p.stat().st_size,
+    )
     data = bytearray(data_file.read_bytes())
     data[len(data) // 2] ^= 0x01
     data_file.write_bytes(bytes(data))

@@ -15,8 +15,15 @@ from t5forge.training.flops import (
 )
 
 # emb 8, 2 heads x 4 (inner 8), gated MLP 16, vocab 100, one layer per stack.
-SMALL = dict(vocab_size=100, emb_dim=8, num_heads=2, head_dim=4, mlp_dim=16,
-             mlp_activations=("gelu", "linear"), num_decoder_layers=1)
+SMALL = dict(
+    vocab_size=100,
+    emb_dim=8,
+    num_heads=2,
+    head_dim=4,
+    mlp_dim=16,
+    mlp_activations=("gelu", "linear"),
+    num_decoder_layers=1,
+)
 
 
 def test_encoder_decoder_flops_by_hand():
@@ -42,15 +49,24 @@ def test_matmul_term_is_six_n_tokens_over_the_real_kernels(preset):
     """With attention left out (length 1), FLOPs are 6 x kernel params x positions: every
     kernel of the built network is touched once per position of its stack."""
     config = get_config(preset)
-    kernels = {jax.tree_util.keystr(path): leaf.size for path, leaf in
-               jax.tree_util.tree_leaves_with_path(build_model(config).abstract_params())
-               if jax.tree_util.keystr(path).endswith("['kernel']")}
+    kernels = {
+        jax.tree_util.keystr(path): leaf.size
+        for path, leaf in jax.tree_util.tree_leaves_with_path(build_model(config).abstract_params())
+        if jax.tree_util.keystr(path).endswith("['kernel']")
+    }
     total = sum(kernels.values())
     if config.logits_via_embedding:  # T5 1.0's logits reuse the embedding as a kernel
         total += config.vocab_size * config.emb_dim
     inner = config.num_heads * config.head_dim
-    attention = 12 * inner * (config.num_encoder_layers + config.num_decoder_layers
-                              + (0 if config.is_decoder_only else config.num_decoder_layers))
+    attention = (
+        12
+        * inner
+        * (
+            config.num_encoder_layers
+            + config.num_decoder_layers
+            + (0 if config.is_decoder_only else config.num_decoder_layers)
+        )
+    )
     input_length = 0 if config.is_decoder_only else 1
     assert model_flops_per_step(config, 1, input_length, 1) == 6 * total + attention
 
@@ -65,19 +81,22 @@ def test_bad_shapes_are_config_errors():
         model_flops_per_step(get_config("decoder_only/tiny"), 1, 8, 8)
 
 
-@pytest.mark.parametrize("kind,dtype,peak", [
-    ("NVIDIA H100 80GB HBM3", "bfloat16", 989e12),
-    ("NVIDIA H100 80GB HBM3", "float32", 495e12),
-    ("NVIDIA H100 PCIe", "bfloat16", 756e12),
-    ("NVIDIA H200", "bfloat16", 989e12),
-    ("NVIDIA A100-SXM4-40GB", "bfloat16", 312e12),
-    ("NVIDIA A100 80GB PCIe", "float32", 156e12),
-    ("TPU v4", "bfloat16", 275e12),
-    ("TPU v5 lite", "bfloat16", 197e12),
-    ("TPU v5", "bfloat16", 459e12),
-    ("cpu", "float32", None),
-    ("NVIDIA GeForce RTX 4090", "bfloat16", None),
-])
+@pytest.mark.parametrize(
+    "kind,dtype,peak",
+    [
+        ("NVIDIA H100 80GB HBM3", "bfloat16", 989e12),
+        ("NVIDIA H100 80GB HBM3", "float32", 495e12),
+        ("NVIDIA H100 PCIe", "bfloat16", 756e12),
+        ("NVIDIA H200", "bfloat16", 989e12),
+        ("NVIDIA A100-SXM4-40GB", "bfloat16", 312e12),
+        ("NVIDIA A100 80GB PCIe", "float32", 156e12),
+        ("TPU v4", "bfloat16", 275e12),
+        ("TPU v5 lite", "bfloat16", 197e12),
+        ("TPU v5", "bfloat16", 459e12),
+        ("cpu", "float32", None),
+        ("NVIDIA GeForce RTX 4090", "bfloat16", None),
+    ],
+)
 def test_peak_flops_table(kind, dtype, peak):
     assert peak_flops_per_device(kind, dtype) == peak
 
@@ -102,8 +121,9 @@ def test_cpu_has_no_known_peak():
 def test_formula_agrees_with_xla_own_count_of_a_training_step(preset, input_length):
     """XLA's cost analysis of the compiled gradient counts the same matmuls plus the
     elementwise work the formula leaves out (a few percent at these sizes)."""
-    config = get_config(preset, dtype="float32", emb_dim=128, num_heads=4, head_dim=32,
-                        mlp_dim=256, vocab_size=512)
+    config = get_config(
+        preset, dtype="float32", emb_dim=128, num_heads=4, head_dim=32, mlp_dim=256, vocab_size=512
+    )
     model = build_model(config)
     targets = np.random.RandomState(0).randint(3, 512, (2, 32)).astype(np.int32)
     batch = {"decoder_target_tokens": targets, "decoder_input_tokens": targets}

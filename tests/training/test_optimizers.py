@@ -76,8 +76,10 @@ def test_slot_shapes_follow_t5x_layout():
         "scanned": ("embed", "layers", "mlp"),
     }
     state = adafactor(0.1, param_logical_axes=axes).init(params)
-    shapes = {k: {s: getattr(v, s).shape for s in ("v_row", "v_col", "v", "m")}
-              for k, v in state.param_states.items()}
+    shapes = {
+        k: {s: getattr(v, s).shape for s in ("v_row", "v_col", "v", "m")}
+        for k, v in state.param_states.items()
+    }
     assert shapes["small"] == {"v_row": (1,), "v_col": (1,), "v": (24, 16), "m": (1,)}
     # rank-2 kernels use the size heuristic, like T5X: rows = smaller dim
     assert shapes["big"] == {"v_row": (128,), "v_col": (256,), "v": (1,), "m": (1,)}
@@ -136,8 +138,10 @@ def test_adafactor_trains_under_jit_with_schedule():
 
 def test_adamw_decays_kernels_not_norms():
     params = {
-        "encoder": {"encoder_norm": {"scale": jnp.ones(4)},
-                    "mlp": {"wi": {"kernel": jnp.ones((4, 4)), "bias": jnp.ones(4)}}},
+        "encoder": {
+            "encoder_norm": {"scale": jnp.ones(4)},
+            "mlp": {"wi": {"kernel": jnp.ones((4, 4)), "bias": jnp.ones(4)}},
+        },
     }
     mask = decay_mask(params)
     assert mask["encoder"]["mlp"]["wi"]["kernel"] is True

@@ -25,10 +25,15 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def eight_device_report():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-               JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO_ROOT))
-    result = subprocess.run([sys.executable, str(CHECK_SCRIPT)], env=env, capture_output=True,
-                            text=True, timeout=300)
+    env = dict(
+        os.environ,
+        XLA_FLAGS="--xla_force_host_platform_device_count=8",
+        JAX_PLATFORMS="cpu",
+        PYTHONPATH=str(REPO_ROOT),
+    )
+    result = subprocess.run(
+        [sys.executable, str(CHECK_SCRIPT)], env=env, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -82,14 +87,17 @@ def test_overrides_win_and_activations_keep_batch_on_data():
     assert partitioning.logical_to_mesh_spec(("embed", "kv"), mesh, rules) == P("data", "model")
     # 'batch' takes 'data' first, so an activation's 'embed' stays whole
     assert partitioning.logical_to_mesh_spec(("batch", "length", "embed"), mesh, rules) == P(
-        "data", None, None)
+        "data", None, None
+    )
 
 
 def test_logical_to_mesh_sharding_accepts_tuple_trees():
     mesh = partitioning.create_mesh()
     tree = partitioning.logical_to_mesh_sharding(
-        {"kernel": ("embed", "mlp"), "scale": ("embed",)}, mesh,
-        partitioning.standard_logical_axis_rules())
+        {"kernel": ("embed", "mlp"), "scale": ("embed",)},
+        mesh,
+        partitioning.standard_logical_axis_rules(),
+    )
     assert tree["kernel"].spec == P(None, "model") and tree["kernel"].mesh is mesh
 
 
@@ -128,11 +136,15 @@ def test_initialize_distributed_needs_all_three_flags():
 
 
 def test_train_state_axes_follow_params_for_adamw_and_adafactor():
-    params = {"mlp": {"wi": {"kernel": np.zeros((130, 260), np.float32)}},
-              "norm": {"scale": np.zeros((130,), np.float32)}}
+    params = {
+        "mlp": {"wi": {"kernel": np.zeros((130, 260), np.float32)}},
+        "norm": {"scale": np.zeros((130,), np.float32)},
+    }
     axes = {"mlp": {"wi": {"kernel": ("embed", "mlp")}}, "norm": {"scale": ("embed",)}}
-    for tx in (adamw(1e-3, weight_decay=0.1, global_norm_clip_threshold=1.0),
-               optax.MultiSteps(adamw(1e-3), every_k_schedule=2)):
+    for tx in (
+        adamw(1e-3, weight_decay=0.1, global_norm_clip_threshold=1.0),
+        optax.MultiSteps(adamw(1e-3), every_k_schedule=2),
+    ):
         abstract = jax.eval_shape(lambda tx=tx: TrainState.create(params, tx))
         flat = jax.tree_util.tree_flatten_with_path(train_state_logical_axes(abstract, axes))[0]
         specs = {jax.tree_util.keystr(path): spec for path, spec in flat}
@@ -167,11 +179,22 @@ def test_two_processes_build_one_global_batch():
     with socket.socket() as probe:
         probe.bind(("localhost", 0))
         port = probe.getsockname()[1]
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
-               JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO_ROOT))
-    workers = [subprocess.Popen([sys.executable, "-c", TWO_HOST_WORKER, str(port), str(i)],
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True) for i in range(2)]
+    env = dict(
+        os.environ,
+        XLA_FLAGS="--xla_force_host_platform_device_count=2",
+        JAX_PLATFORMS="cpu",
+        PYTHONPATH=str(REPO_ROOT),
+    )
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", TWO_HOST_WORKER, str(port), str(i)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
     outputs = [worker.communicate(timeout=120) for worker in workers]
     for worker, (_, stderr) in zip(workers, outputs):
         assert worker.returncode == 0, stderr[-2000:]
@@ -180,8 +203,9 @@ def test_two_processes_build_one_global_batch():
 
 
 def test_pjit_partitioner_partitions_and_compiles_over_its_mesh():
-    partitioner = partitioning.PjitPartitioner(devices=jax.devices()[:1],
-                                               logical_axis_rules=[("mlp", None)])
+    partitioner = partitioning.PjitPartitioner(
+        devices=jax.devices()[:1], logical_axis_rules=[("mlp", None)]
+    )
     assert partitioner.mesh.shape == {"data": 1, "model": 1}
     assert partitioner.logical_axis_rules[0] == ("mlp", None)  # overrides come first
     weights = partitioner.sharding({"w": ("embed", "mlp")})
@@ -189,8 +213,9 @@ def test_pjit_partitioner_partitions_and_compiles_over_its_mesh():
     def matmul(params, batch):
         return batch @ params["w"]
 
-    partitioned = partitioner.partition(matmul, in_shardings=(weights, "batch"),
-                                        out_shardings="batch")
+    partitioned = partitioner.partition(
+        matmul, in_shardings=(weights, "batch"), out_shardings="batch"
+    )
     params = {"w": np.ones((3, 2), np.float32)}
     batch = np.arange(12, dtype=np.float32).reshape(4, 3)
     np.testing.assert_allclose(partitioned(params, batch), batch @ params["w"])

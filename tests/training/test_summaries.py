@@ -13,12 +13,18 @@ from t5forge.training.summaries import (
 
 
 def test_model_info_matches_t5x_layout(tmp_path):
-    shapes = {"decoder": {"decoder_norm": {"scale": np.zeros(8)}},
-              "token_embedder": {"embedding": np.zeros((32, 8))}}
-    axes = {"decoder": {"decoder_norm": {"scale": ("embed",)}},
-            "token_embedder": {"embedding": ("vocab", "embed")}}
-    specs = {"decoder": {"decoder_norm": {"scale": "PartitionSpec(None,)"}},
-             "token_embedder": {"embedding": "PartitionSpec('model', None)"}}
+    shapes = {
+        "decoder": {"decoder_norm": {"scale": np.zeros(8)}},
+        "token_embedder": {"embedding": np.zeros((32, 8))},
+    }
+    axes = {
+        "decoder": {"decoder_norm": {"scale": ("embed",)}},
+        "token_embedder": {"embedding": ("vocab", "embed")},
+    }
+    specs = {
+        "decoder": {"decoder_norm": {"scale": "PartitionSpec(None,)"}},
+        "token_embedder": {"embedding": "PartitionSpec('model', None)"},
+    }
     opt = {"token_embedder": {"embedding": {"v_row": np.zeros(32), "v_col": np.zeros(8)}}}
     total = write_model_info(tmp_path / "model-info.txt", shapes, axes, specs, opt)
     assert total == 8 + 32 * 8
@@ -53,11 +59,12 @@ def test_metrics_go_to_tensorboard_jsonl_and_plot(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-
 def test_task_accuracy_gets_its_own_panel_apart_from_token_accuracy():
-    records = [{"step": 100, "split": "train", "accuracy": 0.9, "loss": 1.0, "z_loss": 0.1},
-               {"step": 100, "split": "training_eval/sst", "accuracy": 0.8},
-               {"step": 100, "split": "inference_eval/sst", "accuracy": 72.5, "f1": 70.0}]
+    records = [
+        {"step": 100, "split": "train", "accuracy": 0.9, "loss": 1.0, "z_loss": 0.1},
+        {"step": 100, "split": "training_eval/sst", "accuracy": 0.8},
+        {"step": 100, "split": "inference_eval/sst", "accuracy": 72.5, "f1": 70.0},
+    ]
     assert curve_series(records) == {
         ("train", "accuracy"): [(100, 0.9)],
         ("train", "loss"): [(100, 1.0)],

@@ -24,8 +24,9 @@ def _batch(rng, batch=8, length=6, vocab=64):
 def _trainer(num_microbatches):
     config = get_config("t5_1_1/tiny", vocab_size=64, dtype="float32", dropout_rate=0.0)
     partitioner = partitioning.PjitPartitioner(devices=jax.devices()[:1])
-    return Trainer(build_model(config), optax.sgd(0.5), partitioner,
-                   num_microbatches=num_microbatches)
+    return Trainer(
+        build_model(config), optax.sgd(0.5), partitioner, num_microbatches=num_microbatches
+    )
 
 
 def test_microbatches_sum_to_the_full_batch_step():

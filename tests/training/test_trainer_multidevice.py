@@ -17,11 +17,15 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def eight_device_report():
     # -O0 halves XLA's CPU compile time; every layout compiles the same way, so the comparison
     # between layouts is unaffected.
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO_ROOT),
-               XLA_FLAGS="--xla_force_host_platform_device_count=8 "
-                         "--xla_backend_optimization_level=0")
-    result = subprocess.run([sys.executable, str(CHECK_SCRIPT)], env=env, capture_output=True,
-                            text=True, timeout=300)
+    env = dict(
+        os.environ,
+        JAX_PLATFORMS="cpu",
+        PYTHONPATH=str(REPO_ROOT),
+        XLA_FLAGS="--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0",
+    )
+    result = subprocess.run(
+        [sys.executable, str(CHECK_SCRIPT)], env=env, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 

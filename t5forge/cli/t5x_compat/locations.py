@@ -85,8 +85,9 @@ class Locator:
             elif isinstance(statement, config_parser.ImportStatement):
                 dynamic = dynamic or statement.module == "__gin__.dynamic_registration"
                 module = statement.module
-                path_of_name = module if statement.is_from or statement.alias else \
-                    module.split(".")[0]
+                path_of_name = (
+                    module if statement.is_from or statement.alias else module.split(".")[0]
+                )
                 imports[statement.bound_name()] = path_of_name
                 self.imports.append(statement)
             elif isinstance(statement, config_parser.BindingStatement):
@@ -109,8 +110,17 @@ class Locator:
         full = statement.selector
         if dynamic and head in imports:
             full = imports[head] + (f".{rest}" if rest else "")
-        self.statements.append(Written(where, statement.scope, statement.selector, full,
-                                       statement.arg_name, statement.value, dynamic))
+        self.statements.append(
+            Written(
+                where,
+                statement.scope,
+                statement.selector,
+                full,
+                statement.arg_name,
+                statement.value,
+                dynamic,
+            )
+        )
 
     def binding(self, scope: str, names: Sequence[str], param: str) -> Written | None:
         """The statement that bound `param` last for any of `names` (T5X path, gin name)."""
@@ -119,8 +129,9 @@ class Locator:
                 continue
             if written.dynamic and written.full_selector in names:
                 return written
-            if not written.dynamic and any(n == written.selector or n.endswith(
-                    f".{written.selector}") for n in names):
+            if not written.dynamic and any(
+                n == written.selector or n.endswith(f".{written.selector}") for n in names
+            ):
                 return written
         return None
 

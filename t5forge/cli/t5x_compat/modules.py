@@ -38,9 +38,12 @@ def _with_rule_signature(fn, entry: T5XName):
     """gin checks parameter names against the signature: T5X's, i.e. the rules' keys."""
     params = inspect.signature(fn).parameters.values()
     if any(p.kind is p.VAR_KEYWORD for p in params):
-        fn.__signature__ = inspect.Signature([
-            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None)
-            for name in entry.rules])
+        fn.__signature__ = inspect.Signature(
+            [
+                inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None)
+                for name in entry.rules
+            ]
+        )
     return fn
 
 

@@ -34,10 +34,14 @@ BOUND_WITHOUT_IMPORT = ("T5Config",)
 FLOAT32 = "t5forge keeps parameters in float32 and computes in T5Config.dtype"
 TF_ONLY = "it is a TensorFlow/T5X code path t5forge does not have"
 ONE_JOB = "t5forge runs inference as one job over the whole split"
-GREEDY = ("t5forge's inference evaluation decodes greedily; beam search is available from "
-          "the Python API (model.generate(..., method='beam'))")
-EVAL_LAYOUT = ("t5forge's eval and infer run data-parallel on the local devices; "
-               "num_partitions applies to train")
+GREEDY = (
+    "t5forge's inference evaluation decodes greedily; beam search is available from "
+    "the Python API (model.generate(..., method='beam'))"
+)
+EVAL_LAYOUT = (
+    "t5forge's eval and infer run data-parallel on the local devices; "
+    "num_partitions applies to train"
+)
 PARTITIONER = "use partitioning.PjitPartitioner.num_partitions (or mesh_shape=(data, model))"
 
 
@@ -94,44 +98,76 @@ def _multi_partition(value) -> bool:
     """Whether any partitioner of the config asks for model parallelism."""
     from t5forge.cli import gin_internals
 
-    return any(selector.endswith("PjitPartitioner")
-               and resolve_macros(params.get("num_partitions", 1)) not in (1, None)
-               for (_, selector), params in gin_internals.all_bindings().items())
+    return any(
+        selector.endswith("PjitPartitioner")
+        and resolve_macros(params.get("num_partitions", 1)) not in (1, None)
+        for (_, selector), params in gin_internals.all_bindings().items()
+    )
 
 
 _DATASET = {
-    **{p: move() for p in ("mixture_or_task_name", "task_feature_lengths", "split",
-                           "batch_size", "shuffle", "seed", "use_cached", "pack")},
-    "module": move(unless=_is_task_module, warn=(
-        "T5's and SeqIO's TensorFlow task modules cannot be imported; t5forge registers its "
-        "built-in tasks, register yours with --module_import")),
+    **{
+        p: move()
+        for p in (
+            "mixture_or_task_name",
+            "task_feature_lengths",
+            "split",
+            "batch_size",
+            "shuffle",
+            "seed",
+            "use_cached",
+            "pack",
+        )
+    },
+    "module": move(
+        unless=_is_task_module,
+        warn=(
+            "T5's and SeqIO's TensorFlow task modules cannot be imported; t5forge registers its "
+            "built-in tasks, register yours with --module_import"
+        ),
+    ),
     "use_custom_packing_ops": honoured(False, warn="t5forge packs with its own packer"),
     "use_memory_cache": equivalent(),
     "trim_output_features": honoured(True, refuse="t5forge always trims to the feature lengths"),
 }
 
 _SAVE = {
-    "period": move(), "keep": move(),
+    "period": move(),
+    "keep": move(),
     "dtype": honoured("float32", refuse=FLOAT32),
     "save_dataset": equivalent(),
-    "keep_dataset_checkpoints": honoured(None, warn="t5forge keeps the data position in every "
-                                         "checkpoint it keeps"),
+    "keep_dataset_checkpoints": honoured(
+        None, warn="t5forge keeps the data position in every checkpoint it keeps"
+    ),
     "checkpoint_steps": honoured(None, refuse="t5forge saves every `period` steps"),
     "state_transformation_fns": honoured((), refuse=TF_ONLY),
-    "checkpointer_cls": Rule(refuse=True, accepts=lambda v: False, reason=(
-        "custom checkpointers are not supported; for the best checkpoint by a metric use "
-        "utils.SaveCheckpointConfig.metric_name_to_monitor")),
+    "checkpointer_cls": Rule(
+        refuse=True,
+        accepts=lambda v: False,
+        reason=(
+            "custom checkpointers are not supported; for the best checkpoint by a metric use "
+            "utils.SaveCheckpointConfig.metric_name_to_monitor"
+        ),
+    ),
     "checkpoint_manager_cls": Rule(refuse=True, accepts=lambda v: False, reason=TF_ONLY),
     "use_gda": equivalent(),
 }
 
 _RESTORE = {
-    "path": move(convert=_one_path, unless=_several_paths, refuse=(
-        "several paths: evaluate a model dir with mode='all' instead")),
-    "mode": move(), "assignment_map": move(), "fallback_to_scratch": move(),
+    "path": move(
+        convert=_one_path,
+        unless=_several_paths,
+        refuse=("several paths: evaluate a model dir with mode='all' instead"),
+    ),
+    "mode": move(),
+    "assignment_map": move(),
+    "fallback_to_scratch": move(),
     "dtype": honoured("float32", warn=FLOAT32),
-    "restore_dataset": honoured(False, warn="a run resumes its own data position from "
-                                "MODEL_DIR; the data position of another run is not restored"),
+    "restore_dataset": honoured(
+        False,
+        warn="a run resumes its own data position from "
+        "MODEL_DIR; the data position of another run is not restored",
+    ),
     "strict": honoured(True, warn="t5forge always checks every parameter's name and shape"),
     "checkpointer_cls": Rule(refuse=True, accepts=lambda v: False, reason=TF_ONLY),
     "checkpoint_manager_cls": Rule(refuse=True, accepts=lambda v: False, reason=TF_ONLY),
@@ -146,7 +182,9 @@ _PARTITIONER_COMMON = {
 }
 
 _SCRIPT_COMMON = {
-    "model": move(), "restore_checkpoint_cfg": move(), "output_dir": move(),
+    "model": move(),
+    "restore_checkpoint_cfg": move(),
+    "output_dir": move(),
     "partitioner": Rule(accepts=lambda v: not _multi_partition(v), reason=EVAL_LAYOUT),
     "train_state_initializer_cls": Rule(refuse=True, accepts=lambda v: False, reason=TF_ONLY),
     "fallback_init_rng": honoured(None, warn="the checkpoint must hold every parameter"),
@@ -157,160 +195,345 @@ _EVALUATOR = reference("seqio.Evaluator", refuse="only seqio.Evaluator is suppor
 
 NAMES: tuple[T5XName, ...] = (
     # ---- the three scripts (`import __main__ as train_script`)
-    T5XName("__main__", "train", twin="train", rules={
-        **{p: move() for p in ("model", "model_dir", "train_dataset_cfg", "total_steps",
-                               "train_eval_dataset_cfg", "infer_eval_dataset_cfg",
-                               "checkpoint_cfg", "partitioner", "eval_steps", "eval_period",
-                               "stats_period", "run_eval_before_training")},
-        "random_seed": move(unless=lambda v: v is None, warn=(
-            "T5X draws a new seed per run; t5forge uses train.random_seed's default (0) so "
-            "that a resumed run repeats exactly")),
-        "use_hardware_rng": honoured(False, warn="t5forge always uses JAX's default "
-                                     "(deterministic) random numbers"),
-        "trainer_cls": reference("t5x.trainer.Trainer", refuse="only trainer.Trainer is "
-                                 "supported; t5forge takes custom trainers from Python"),
-        "summarize_config_fn": equivalent(),
-        "inference_evaluator_cls": _EVALUATOR,
-        "get_dataset_fn": Rule(refuse=True, accepts=lambda v: False, reason=TF_ONLY),
-        "train_eval_get_dataset_fn": Rule(refuse=True, accepts=lambda v: False, reason=TF_ONLY),
-        "train_state_initializer_cls": _SCRIPT_COMMON["train_state_initializer_cls"],
-        "concurrent_metrics": equivalent(),
-        "actions": move("train.hooks", convert=objects.actions_to_hooks,
-                        unless=lambda v: not objects.only_train_eval_actions(v),
-                        refuse="t5forge runs actions after training evaluation only "
-                               "({'TRAIN_EVAL': [...]})"),
-        "use_gda": equivalent(), "use_jax_array": equivalent(), "use_orbax": equivalent(),
-        "verify_matching_vocabs_fn": equivalent(),
-        "gc_period": honoured(0, warn="Python's garbage collector runs as usual"),
-    }),
-    T5XName("__main__", "evaluate", twin="evaluate", rules={
-        **_SCRIPT_COMMON, "dataset_cfg": move(), "inference_evaluator_cls": _EVALUATOR,
-        "summarize_config_fn": equivalent(),
-    }),
-    T5XName("__main__", "infer", twin="infer", rules={
-        **_SCRIPT_COMMON, "dataset_cfg": move(), "mode": move(), "checkpoint_period": move(),
-        "shard_id": honoured(0, refuse=ONE_JOB), "num_shards": honoured(1, refuse=ONE_JOB),
-        "merge_chunked_results": honoured(True, refuse=ONE_JOB),
-        "write_fn": Rule(refuse=True, accepts=lambda v: False, reason=TF_ONLY),
-        "json_encoder_cls": Rule(refuse=True, accepts=lambda v: False, reason=TF_ONLY),
-        "output_vocab_feature_name": honoured("targets", refuse="predictions are decoded with "
-                                              "the 'targets' vocabulary"),
-    }),
+    T5XName(
+        "__main__",
+        "train",
+        twin="train",
+        rules={
+            **{
+                p: move()
+                for p in (
+                    "model",
+                    "model_dir",
+                    "train_dataset_cfg",
+                    "total_steps",
+                    "train_eval_dataset_cfg",
+                    "infer_eval_dataset_cfg",
+                    "checkpoint_cfg",
+                    "partitioner",
+                    "eval_steps",
+                    "eval_period",
+                    "stats_period",
+                    "run_eval_before_training",
+                )
+            },
+            "random_seed": move(
+                unless=lambda v: v is None,
+                warn=(
+                    "T5X draws a new seed per run; t5forge uses train.random_seed's default (0) so "
+                    "that a resumed run repeats exactly"
+                ),
+            ),
+            "use_hardware_rng": honoured(
+                False, warn="t5forge always uses JAX's default (deterministic) random numbers"
+            ),
+            "trainer_cls": reference(
+                "t5x.trainer.Trainer",
+                refuse="only trainer.Trainer is "
+                "supported; t5forge takes custom trainers from Python",
+            ),
+            "summarize_config_fn": equivalent(),
+            "inference_evaluator_cls": _EVALUATOR,
+            "get_dataset_fn": Rule(refuse=True, accepts=lambda v: False, reason=TF_ONLY),
+            "train_eval_get_dataset_fn": Rule(refuse=True, accepts=lambda v: False, reason=TF_ONLY),
+            "train_state_initializer_cls": _SCRIPT_COMMON["train_state_initializer_cls"],
+            "concurrent_metrics": equivalent(),
+            "actions": move(
+                "train.hooks",
+                convert=objects.actions_to_hooks,
+                unless=lambda v: not objects.only_train_eval_actions(v),
+                refuse="t5forge runs actions after training evaluation only "
+                "({'TRAIN_EVAL': [...]})",
+            ),
+            "use_gda": equivalent(),
+            "use_jax_array": equivalent(),
+            "use_orbax": equivalent(),
+            "verify_matching_vocabs_fn": equivalent(),
+            "gc_period": honoured(0, warn="Python's garbage collector runs as usual"),
+        },
+    ),
+    T5XName(
+        "__main__",
+        "evaluate",
+        twin="evaluate",
+        rules={
+            **_SCRIPT_COMMON,
+            "dataset_cfg": move(),
+            "inference_evaluator_cls": _EVALUATOR,
+            "summarize_config_fn": equivalent(),
+        },
+    ),
+    T5XName(
+        "__main__",
+        "infer",
+        twin="infer",
+        rules={
+            **_SCRIPT_COMMON,
+            "dataset_cfg": move(),
+            "mode": move(),
+            "checkpoint_period": move(),
+            "shard_id": honoured(0, refuse=ONE_JOB),
+            "num_shards": honoured(1, refuse=ONE_JOB),
+            "merge_chunked_results": honoured(True, refuse=ONE_JOB),
+            "write_fn": Rule(refuse=True, accepts=lambda v: False, reason=TF_ONLY),
+            "json_encoder_cls": Rule(refuse=True, accepts=lambda v: False, reason=TF_ONLY),
+            "output_vocab_feature_name": honoured(
+                "targets", refuse="predictions are decoded with the 'targets' vocabulary"
+            ),
+        },
+    ),
     # ---- t5x.utils
     T5XName("t5x.utils", "DatasetConfig", twin="utils.DatasetConfig", rules=_DATASET),
-    T5XName("t5x.utils", "SaveCheckpointConfig", twin="utils.SaveCheckpointConfig",
-            rules=_SAVE),
-    T5XName("t5x.utils", "RestoreCheckpointConfig", twin="utils.RestoreCheckpointConfig",
-            rules=_RESTORE),
+    T5XName("t5x.utils", "SaveCheckpointConfig", twin="utils.SaveCheckpointConfig", rules=_SAVE),
+    T5XName(
+        "t5x.utils", "RestoreCheckpointConfig", twin="utils.RestoreCheckpointConfig", rules=_RESTORE
+    ),
     T5XName("t5x.utils", "CheckpointConfig", twin="utils.CheckpointConfig", same_object=True),
-    T5XName("t5x.utils", "create_learning_rate_scheduler",
-            twin="utils.create_learning_rate_scheduler", same_object=True),
+    T5XName(
+        "t5x.utils",
+        "create_learning_rate_scheduler",
+        twin="utils.create_learning_rate_scheduler",
+        same_object=True,
+    ),
     # ---- t5x.partitioning
-    T5XName("t5x.partitioning", "PjitPartitioner", twin="partitioning.PjitPartitioner", rules={
-        "num_partitions": move(), "logical_axis_rules": move(), **_PARTITIONER_COMMON,
-        "ici_mesh_shape": honoured(None, refuse=PARTITIONER),
-        "dcn_mesh_shape": honoured(None, refuse=PARTITIONER),
-    }),
-    T5XName("t5x.partitioning", "ModelBasedPjitPartitioner",
-            build=objects.model_based_pjit_partitioner,
-            rules={"num_partitions": keep(), "logical_axis_rules": keep(), **_PARTITIONER_COMMON}),
-    T5XName("t5x.partitioning", "standard_logical_axis_rules",
-            build=objects.standard_logical_axis_rules, rules={
-                "activation_partitioning_dims": honoured(1, refuse=PARTITIONER),
-                "parameter_partitioning_dims": honoured(1, refuse=PARTITIONER),
-                "additional_rules": keep()}),
+    T5XName(
+        "t5x.partitioning",
+        "PjitPartitioner",
+        twin="partitioning.PjitPartitioner",
+        rules={
+            "num_partitions": move(),
+            "logical_axis_rules": move(),
+            **_PARTITIONER_COMMON,
+            "ici_mesh_shape": honoured(None, refuse=PARTITIONER),
+            "dcn_mesh_shape": honoured(None, refuse=PARTITIONER),
+        },
+    ),
+    T5XName(
+        "t5x.partitioning",
+        "ModelBasedPjitPartitioner",
+        build=objects.model_based_pjit_partitioner,
+        rules={"num_partitions": keep(), "logical_axis_rules": keep(), **_PARTITIONER_COMMON},
+    ),
+    T5XName(
+        "t5x.partitioning",
+        "standard_logical_axis_rules",
+        build=objects.standard_logical_axis_rules,
+        rules={
+            "activation_partitioning_dims": honoured(1, refuse=PARTITIONER),
+            "parameter_partitioning_dims": honoured(1, refuse=PARTITIONER),
+            "additional_rules": keep(),
+        },
+    ),
     # ---- t5x.trainer
-    T5XName("t5x.trainer", "Trainer", build=objects.configured_elsewhere(
-        "trainer.Trainer", "train.trainer_cls = @trainer.Trainer"), rules={
-        "num_microbatches": move("train.num_microbatches",
-                                 convert=lambda v: 1 if v is None else v),
-        "learning_rate_fn": move("train.learning_rate_fn"),
-        "weight_metrics_computer": honoured(None, warn="weight-norm summaries are not written"),
-    }),
-    T5XName("t5x.trainer", "WeightMetricsComputer", build=objects.configured_elsewhere(
-        "trainer.WeightMetricsComputer", "trainer.Trainer.weight_metrics_computer")),
-    T5XName("t5x.trainer", "TerminateOnNanAction", build=objects.TerminateOnNanAction,
-            rules={"task": keep(), "metric": keep()}),
+    T5XName(
+        "t5x.trainer",
+        "Trainer",
+        build=objects.configured_elsewhere(
+            "trainer.Trainer", "train.trainer_cls = @trainer.Trainer"
+        ),
+        rules={
+            "num_microbatches": move(
+                "train.num_microbatches", convert=lambda v: 1 if v is None else v
+            ),
+            "learning_rate_fn": move("train.learning_rate_fn"),
+            "weight_metrics_computer": honoured(None, warn="weight-norm summaries are not written"),
+        },
+    ),
+    T5XName(
+        "t5x.trainer",
+        "WeightMetricsComputer",
+        build=objects.configured_elsewhere(
+            "trainer.WeightMetricsComputer", "trainer.Trainer.weight_metrics_computer"
+        ),
+    ),
+    T5XName(
+        "t5x.trainer",
+        "TerminateOnNanAction",
+        build=objects.TerminateOnNanAction,
+        rules={"task": keep(), "metric": keep()},
+    ),
     # ---- t5x.models
-    T5XName("t5x.models", "EncoderDecoderModel", twin="models.Model",
-            shadowed_by="models.EncoderDecoderModel", rules={
-        "module": move("models.Model.config"),
-        **{p: move(f"models.Model.{p}") for p in ("z_loss", "label_smoothing",
-                                                   "loss_normalizing_factor")},
-        "optimizer_def": move("train.optimizer"),
-        "input_vocabulary": equivalent(), "output_vocabulary": equivalent(),
-        "feature_converter_cls": honoured(None, refuse="t5forge picks the feature converter "
-                                          "from the architecture; pre-packed features are not "
-                                          "supported"),
-        "decode_fn": Rule(accepts=lambda v: False, reason=GREEDY),
-        "default_decoder_params": honoured(None, warn=GREEDY),
-    }),
-    T5XName("t5x.models", "EncoderDecoderModel.predict_batch_with_aux",
-            build=objects.configured_elsewhere(
-                "models.EncoderDecoderModel.predict_batch_with_aux", "its num_decodes"), rules={
-                "num_decodes": honoured(1, warn=GREEDY),
-                "return_all_decodes": honoured(False, warn=GREEDY),
-                "decoder_params": honoured(None, warn=GREEDY),
-                "prompt_with_targets": honoured(False, refuse=GREEDY)}),
+    T5XName(
+        "t5x.models",
+        "EncoderDecoderModel",
+        twin="models.Model",
+        shadowed_by="models.EncoderDecoderModel",
+        rules={
+            "module": move("models.Model.config"),
+            **{
+                p: move(f"models.Model.{p}")
+                for p in ("z_loss", "label_smoothing", "loss_normalizing_factor")
+            },
+            "optimizer_def": move("train.optimizer"),
+            "input_vocabulary": equivalent(),
+            "output_vocabulary": equivalent(),
+            "feature_converter_cls": honoured(
+                None,
+                refuse="t5forge picks the feature converter "
+                "from the architecture; pre-packed features are not "
+                "supported",
+            ),
+            "decode_fn": Rule(accepts=lambda v: False, reason=GREEDY),
+            "default_decoder_params": honoured(None, warn=GREEDY),
+        },
+    ),
+    T5XName(
+        "t5x.models",
+        "EncoderDecoderModel.predict_batch_with_aux",
+        build=objects.configured_elsewhere(
+            "models.EncoderDecoderModel.predict_batch_with_aux", "its num_decodes"
+        ),
+        rules={
+            "num_decodes": honoured(1, warn=GREEDY),
+            "return_all_decodes": honoured(False, warn=GREEDY),
+            "decoder_params": honoured(None, warn=GREEDY),
+            "prompt_with_targets": honoured(False, refuse=GREEDY),
+        },
+    ),
     # ---- t5x.adafactor
-    T5XName("t5x.adafactor", "Adafactor", twin="adafactor.Adafactor", returns_twin=True, rules={
-        **{p: move() for p in ("factored", "multiply_by_parameter_scale", "beta1",
-                               "decay_rate", "clipping_threshold", "min_dim_size_to_factor",
-                               "epsilon1", "epsilon2", "global_norm_clip_threshold")},
-        "learning_rate": honoured(None, warn="the rate comes from "
-                                  "trainer.Trainer.learning_rate_fn"),
-        "step_offset": honoured(0, refuse="use utils.create_learning_rate_scheduler.step_offset"),
-        "logical_factor_rules": reference("t5x.adafactor.standard_logical_factor_rules",
-                                          refuse="t5forge factors by its standard rules"),
-        "weight_decay_rate": honoured(None, refuse="use optimizers.adamw for weight decay"),
-        "weight_decay_rate_lr_exponent": honoured(None, refuse="use optimizers.adamw"),
-        "dtype_momentum": honoured("float32", warn=FLOAT32),
-        "factor_map": honoured(None, refuse="t5forge factors by logical axes"),
-        "max_parameter_scale": honoured(None, refuse=TF_ONLY),
-        "skip_nan_updates": honoured(False, warn="use trainer.TerminateOnNanAction"),
-    }),
-    T5XName("t5x.adafactor", "standard_logical_factor_rules",
-            build=objects.standard_logical_factor_rules),
+    T5XName(
+        "t5x.adafactor",
+        "Adafactor",
+        twin="adafactor.Adafactor",
+        returns_twin=True,
+        rules={
+            **{
+                p: move()
+                for p in (
+                    "factored",
+                    "multiply_by_parameter_scale",
+                    "beta1",
+                    "decay_rate",
+                    "clipping_threshold",
+                    "min_dim_size_to_factor",
+                    "epsilon1",
+                    "epsilon2",
+                    "global_norm_clip_threshold",
+                )
+            },
+            "learning_rate": honoured(
+                None, warn="the rate comes from trainer.Trainer.learning_rate_fn"
+            ),
+            "step_offset": honoured(
+                0, refuse="use utils.create_learning_rate_scheduler.step_offset"
+            ),
+            "logical_factor_rules": reference(
+                "t5x.adafactor.standard_logical_factor_rules",
+                refuse="t5forge factors by its standard rules",
+            ),
+            "weight_decay_rate": honoured(None, refuse="use optimizers.adamw for weight decay"),
+            "weight_decay_rate_lr_exponent": honoured(None, refuse="use optimizers.adamw"),
+            "dtype_momentum": honoured("float32", warn=FLOAT32),
+            "factor_map": honoured(None, refuse="t5forge factors by logical axes"),
+            "max_parameter_scale": honoured(None, refuse=TF_ONLY),
+            "skip_nan_updates": honoured(False, warn="use trainer.TerminateOnNanAction"),
+        },
+    ),
+    T5XName(
+        "t5x.adafactor",
+        "standard_logical_factor_rules",
+        build=objects.standard_logical_factor_rules,
+    ),
     # ---- t5x.gin_utils
-    T5XName("t5x.gin_utils", "summarize_gin_config", build=objects.configured_elsewhere(
-        "gin_utils.summarize_gin_config", "train.summarize_config_fn; t5forge writes config.gin")),
+    T5XName(
+        "t5x.gin_utils",
+        "summarize_gin_config",
+        build=objects.configured_elsewhere(
+            "gin_utils.summarize_gin_config", "train.summarize_config_fn; t5forge writes config.gin"
+        ),
+    ),
     # ---- t5x.examples.t5.network
-    T5XName("t5x.examples.t5.network", "T5Config", twin="T5Config", rules={
-        **{p: move() for p in ("vocab_size", "emb_dim", "num_heads", "num_encoder_layers",
-                               "num_decoder_layers", "head_dim", "mlp_dim", "mlp_activations",
-                               "dropout_rate", "logits_via_embedding", "dtype", "remat_policy",
-                               "scan_layers")},
-        "float32_attention_logits": honoured(False, warn="attention logits are computed in "
-                                             "T5Config.dtype"),
-        "scale_attn_logits": honoured(False, refuse="T5 folds 1/sqrt(head_dim) into its "
-                                      "initialisation; t5forge's layers never scale logits"),
-    }),
-    T5XName("t5x.examples.t5.network", "Transformer", build=objects.transformer,
-            rules={"config": keep()}),
+    T5XName(
+        "t5x.examples.t5.network",
+        "T5Config",
+        twin="T5Config",
+        rules={
+            **{
+                p: move()
+                for p in (
+                    "vocab_size",
+                    "emb_dim",
+                    "num_heads",
+                    "num_encoder_layers",
+                    "num_decoder_layers",
+                    "head_dim",
+                    "mlp_dim",
+                    "mlp_activations",
+                    "dropout_rate",
+                    "logits_via_embedding",
+                    "dtype",
+                    "remat_policy",
+                    "scan_layers",
+                )
+            },
+            "float32_attention_logits": honoured(
+                False, warn="attention logits are computed in T5Config.dtype"
+            ),
+            "scale_attn_logits": honoured(
+                False,
+                refuse="T5 folds 1/sqrt(head_dim) into its "
+                "initialisation; t5forge's layers never scale logits",
+            ),
+        },
+    ),
+    T5XName(
+        "t5x.examples.t5.network",
+        "Transformer",
+        build=objects.transformer,
+        rules={"config": keep()},
+    ),
     # ---- seqio
-    T5XName("seqio", "SentencePieceVocabulary", build=objects.sentencepiece_vocabulary, rules={
-        "sentencepiece_model_file": keep(remote_ok=(
-            "t5forge decodes with the task's vocabulary (T5X requires the two to be equal), "
-            "so this file is not read")),
-        "extra_ids": keep(),
-        "normalizer_spec_overrides": honoured(None, refuse=TF_ONLY),
-        "reverse_extra_ids": honoured(True, refuse="sentinels are always numbered from the end"),
-        "use_fast_tokenizer": equivalent(),
-    }),
+    T5XName(
+        "seqio",
+        "SentencePieceVocabulary",
+        build=objects.sentencepiece_vocabulary,
+        rules={
+            "sentencepiece_model_file": keep(
+                remote_ok=(
+                    "t5forge decodes with the task's vocabulary (T5X requires the two to be equal), "
+                    "so this file is not read"
+                )
+            ),
+            "extra_ids": keep(),
+            "normalizer_spec_overrides": honoured(None, refuse=TF_ONLY),
+            "reverse_extra_ids": honoured(
+                True, refuse="sentinels are always numbered from the end"
+            ),
+            "use_fast_tokenizer": equivalent(),
+        },
+    ),
     T5XName("seqio", "ByteVocabulary", build=objects.byte_vocabulary, rules={"extra_ids": keep()}),
-    T5XName("seqio", "Evaluator", build=objects.configured_elsewhere(
-        "seqio.Evaluator", "train/evaluate inference_evaluator_cls"), rules={
-        "logger_cls": equivalent(),
-        "num_examples": honoured(None, warn="every example of the split is evaluated"),
-        "use_memory_cache": equivalent(),
-    }),
-    *(T5XName("seqio", logger, build=objects.configured_elsewhere(
-        f"seqio.{logger}", "seqio.Evaluator.logger_cls; t5forge logs, writes TensorBoard "
-        "events and JSONL")) for logger in ("PyLoggingLogger", "TensorBoardLogger")),
-    T5XName("seqio", "JSONLogger", build=objects.configured_elsewhere(
-        "seqio.JSONLogger", "seqio.Evaluator.logger_cls"), rules={
-        "write_n_results": honoured(None, warn="every prediction is written"),
-    }),
+    T5XName(
+        "seqio",
+        "Evaluator",
+        build=objects.configured_elsewhere(
+            "seqio.Evaluator", "train/evaluate inference_evaluator_cls"
+        ),
+        rules={
+            "logger_cls": equivalent(),
+            "num_examples": honoured(None, warn="every example of the split is evaluated"),
+            "use_memory_cache": equivalent(),
+        },
+    ),
+    *(
+        T5XName(
+            "seqio",
+            logger,
+            build=objects.configured_elsewhere(
+                f"seqio.{logger}",
+                "seqio.Evaluator.logger_cls; t5forge logs, writes TensorBoard events and JSONL",
+            ),
+        )
+        for logger in ("PyLoggingLogger", "TensorBoardLogger")
+    ),
+    T5XName(
+        "seqio",
+        "JSONLogger",
+        build=objects.configured_elsewhere("seqio.JSONLogger", "seqio.Evaluator.logger_cls"),
+        rules={
+            "write_n_results": honoured(None, warn="every prediction is written"),
+        },
+    ),
 )
 
 # T5X modules whose import registers TensorFlow tasks: importable, empty, and reported.

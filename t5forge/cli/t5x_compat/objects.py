@@ -24,17 +24,24 @@ def transformer(config: T5Config | None = None) -> T5Config:
     return config or config_from_gin()
 
 
-def model_based_pjit_partitioner(num_partitions: int = 1, model_parallel_submesh=None,
-                                 params_on_devices: bool = True, backend=None,
-                                 logical_axis_rules=()) -> partitioning.PjitPartitioner:
+def model_based_pjit_partitioner(
+    num_partitions: int = 1,
+    model_parallel_submesh=None,
+    params_on_devices: bool = True,
+    backend=None,
+    logical_axis_rules=(),
+) -> partitioning.PjitPartitioner:
     """T5X's older partitioner name; same mesh as `PjitPartitioner(num_partitions=...)`."""
-    return partitioning.PjitPartitioner(num_partitions=num_partitions,
-                                        logical_axis_rules=logical_axis_rules or ())
+    return partitioning.PjitPartitioner(
+        num_partitions=num_partitions, logical_axis_rules=logical_axis_rules or ()
+    )
 
 
-def standard_logical_axis_rules(activation_partitioning_dims: int = 1,
-                                parameter_partitioning_dims: int = 1,
-                                additional_rules: Sequence = ()) -> tuple:
+def standard_logical_axis_rules(
+    activation_partitioning_dims: int = 1,
+    parameter_partitioning_dims: int = 1,
+    additional_rules: Sequence = (),
+) -> tuple:
     """T5X's rule set: t5forge's PjitPartitioner starts from the same standard rules, so only
     `additional_rules` are passed on (as overrides)."""
     return tuple(tuple(rule) for rule in additional_rules or ())
@@ -45,9 +52,13 @@ def standard_logical_factor_rules() -> dict[str, str]:
     return dict(optimizers.LOGICAL_FACTOR_RULES)
 
 
-def sentencepiece_vocabulary(sentencepiece_model_file: str, extra_ids: int | None = None,
-                             normalizer_spec_overrides=None, reverse_extra_ids: bool = True,
-                             use_fast_tokenizer: bool = False):
+def sentencepiece_vocabulary(
+    sentencepiece_model_file: str,
+    extra_ids: int | None = None,
+    normalizer_spec_overrides=None,
+    reverse_extra_ids: bool = True,
+    use_fast_tokenizer: bool = False,
+):
     """`seqio.SentencePieceVocabulary` in a gin file: t5forge's vocabulary."""
     from t5forge.seqio import SentencePieceVocabulary
 
@@ -71,8 +82,10 @@ class TerminateOnNanAction(Hook):
     def on_eval(self, run, step: int, results: dict) -> None:
         value = results.get(self.key)
         if value is not None and not math.isfinite(float(value)):
-            raise T5ForgeError(f"{self.key} is {value} at step {step} "
-                               "(trainer.TerminateOnNanAction); the run stops without saving")
+            raise T5ForgeError(
+                f"{self.key} is {value} at step {step} "
+                "(trainer.TerminateOnNanAction); the run stops without saving"
+            )
 
 
 def actions_to_hooks(actions) -> list:
@@ -90,7 +103,9 @@ def configured_elsewhere(t5x_name: str, where: str):
     `train`): calling it means a config uses it in a place t5forge does not translate."""
 
     def call(**unused):
-        raise ConfigError(f"{t5x_name} is only translated where T5X's run files use it "
-                          f"({where}); see README 'Coming from T5X'")
+        raise ConfigError(
+            f"{t5x_name} is only translated where T5X's run files use it "
+            f"({where}); see README 'Coming from T5X'"
+        )
 
     return call

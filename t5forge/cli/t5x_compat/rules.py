@@ -47,13 +47,23 @@ class Rule:
         return self.convert is not _same
 
 
-def move(to: str = "", convert=_same, unless: Callable[[Any], bool] | None = None,
-         warn: str = "", refuse: str = "") -> Rule:
+def move(
+    to: str = "",
+    convert=_same,
+    unless: Callable[[Any], bool] | None = None,
+    warn: str = "",
+    refuse: str = "",
+) -> Rule:
     """Moved to t5forge's side: `to` is 'selector.param'; empty means the twin's same name.
     `unless(value)` true drops the value with `warn` or refuses it with `refuse`."""
     accepts = (lambda v: not unless(v)) if unless else _always
-    return Rule(move_to=to or ".", accepts=accepts, convert=convert, refuse=bool(refuse),
-                reason=refuse or warn)
+    return Rule(
+        move_to=to or ".",
+        accepts=accepts,
+        convert=convert,
+        refuse=bool(refuse),
+        reason=refuse or warn,
+    )
 
 
 def keep(remote_ok: str = "") -> Rule:
@@ -65,8 +75,11 @@ def keep(remote_ok: str = "") -> Rule:
 def honoured(*values, warn: str = "", refuse: str = "") -> Rule:
     """t5forge already behaves as these values ask; anything else is dropped with `warn`
     or refused with `refuse`."""
-    return Rule(accepts=lambda v: any(_equal(v, ok) for ok in values), refuse=bool(refuse),
-                reason=refuse or warn)
+    return Rule(
+        accepts=lambda v: any(_equal(v, ok) for ok in values),
+        refuse=bool(refuse),
+        reason=refuse or warn,
+    )
 
 
 def equivalent() -> Rule:
@@ -88,14 +101,18 @@ def _equal(value, expected) -> bool:
 
 def refers_to(value, complete_selector: str) -> bool:
     """Whether `value` is a gin reference (`@name` or `@name()`) to that configurable."""
-    return (isinstance(value, gin.config.ConfigurableReference)
-            and value.configurable.selector == complete_selector)
+    return (
+        isinstance(value, gin.config.ConfigurableReference)
+        and value.configurable.selector == complete_selector
+    )
 
 
 def macro_name(value) -> str | None:
     """`NAME` for a `%NAME` reference, else None."""
-    if isinstance(value, gin.config.ConfigurableReference) and \
-            value.configurable.wrapped is gin.config.macro:
+    if (
+        isinstance(value, gin.config.ConfigurableReference)
+        and value.configurable.wrapped is gin.config.macro
+    ):
         return value.scoped_selector.rsplit("/", 1)[0]
     return None
 

@@ -21,8 +21,9 @@ from t5forge.cli.t5x_compat.names import NAMES, TASK_MODULES, T5XName
 from t5forge.cli.t5x_compat.rules import Rule, macro_name, remote_paths, resolve_macros
 from t5forge.errors import ConfigError
 
-OBJECT_STORAGE = ("object storage is not supported yet; copy it to a local path and bind "
-                  "that instead")
+OBJECT_STORAGE = (
+    "object storage is not supported yet; copy it to a local path and bind that instead"
+)
 
 
 class _Report:
@@ -31,8 +32,9 @@ class _Report:
         self.warnings: list[str] = []
         self.errors: list[str] = []
 
-    def line(self, written: Written | None, fallback: str, message: str, value=None,
-             raw=None) -> str:
+    def line(
+        self, written: Written | None, fallback: str, message: str, value=None, raw=None
+    ) -> str:
         """'file:line: binding as written (= value it reached): message'."""
         if written is None:
             return f"{fallback}: {message}"
@@ -84,11 +86,15 @@ def _apply(entry: T5XName, report: _Report) -> None:
             written = report.locator.binding(scope, names, param)
             fallback = _key(scope, entry.gin_selector, param) + f" = {value!r}"
             if rule.refuse:
-                report.errors.append(report.line(
-                    written, fallback, f"not supported: {rule.reason}", value, raw))
+                report.errors.append(
+                    report.line(written, fallback, f"not supported: {rule.reason}", value, raw)
+                )
             else:
-                report.warnings.append(report.line(
-                    written, fallback, f"accepted and ignored: {rule.reason}", value, raw))
+                report.warnings.append(
+                    report.line(
+                        written, fallback, f"accepted and ignored: {rule.reason}", value, raw
+                    )
+                )
 
 
 def _remote_ok(selector: str, param: str) -> str:
@@ -109,11 +115,13 @@ def _check_remote_paths(report: _Report) -> None:
                 via = f" (via %{macro_name(raw)})" if macro_name(raw) else ""
                 ok = _remote_ok(selector, param)
                 if ok:
-                    report.warnings.append(report.line(
-                        written, reaches, f"object storage is not supported yet; {ok}"))
+                    report.warnings.append(
+                        report.line(written, reaches, f"object storage is not supported yet; {ok}")
+                    )
                 else:
-                    report.errors.append(report.line(
-                        written, reaches, f"reaches {reaches}{via}: {OBJECT_STORAGE}"))
+                    report.errors.append(
+                        report.line(written, reaches, f"reaches {reaches}{via}: {OBJECT_STORAGE}")
+                    )
 
 
 def _note_task_modules(report: _Report) -> None:
@@ -123,13 +131,15 @@ def _note_task_modules(report: _Report) -> None:
             report.warnings.append(
                 f"{where}: {statement.format()}: T5's TensorFlow task catalogue is not "
                 "available; t5forge registers its built-in tasks (t5forge tasks list): bind "
-                "MIXTURE_OR_TASK_NAME to one, or register yours with --module_import")
+                "MIXTURE_OR_TASK_NAME to one, or register yours with --module_import"
+            )
 
 
 def translate(files_read: list[str], flags: list[str]) -> None:
     """Rewrites the parsed T5X bindings (see module doc); raises ConfigError on a refusal."""
-    if not any(gin_internals.bindings_of(entry.gin_selector) for entry in NAMES) and \
-            not any(is_t5x_module(s.module) for s in gin_internals.imports()):
+    if not any(gin_internals.bindings_of(entry.gin_selector) for entry in NAMES) and not any(
+        is_t5x_module(s.module) for s in gin_internals.imports()
+    ):
         return
     report = _Report(Locator(files_read, flags))
     for entry in NAMES:
