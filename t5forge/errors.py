@@ -20,3 +20,7 @@ class DataError(T5ForgeError, ValueError):
 
 class CheckpointError(T5ForgeError, ValueError):
     """A checkpoint that is missing, corrupt, incomplete or does not match the model."""
+
+
+class StorageError(T5ForgeError):
+    """An object store refused or could not be reached (no bucket, no credentials, no answer)."""

@@ -4,7 +4,8 @@ gin-config 0.5 has no public API for the four things below; each is a few lines 
 private name, so a gin upgrade that moves them breaks here and in
 tests/cli/test_gin_internals.py, nowhere else.
 
-1. The file readers' existence check (`gin.config._FILE_READERS`). gin also looks
+1. The file readers' existence check (`gin.config._FILE_READERS`; readers added later, such
+   as the object-storage one, get the same wrappers through `add_file_reader`). gin also looks
    `include 'runs/x.gin'` up as a Python package resource and crashes with a TypeError when a
    plain `runs/` folder (a namespace package, e.g. a model dir) is in the working directory;
    such a lookup should just mean "not here".
@@ -54,6 +55,11 @@ def _recording(reader):
 gin.config._FILE_READERS[:] = [
     (_recording(reader), _tolerant(check)) for reader, check in gin.config._FILE_READERS
 ]
+
+
+def add_file_reader(reader, existence_check) -> None:
+    """Registers a reader (gin's public hook), recorded and tolerant like the built-in ones."""
+    gin.config.register_file_reader(_recording(reader), _tolerant(existence_check))
 
 
 class RecordFilesRead:

@@ -9,10 +9,10 @@ statement that does not parse is one line: where it was written, what it says, w
 from __future__ import annotations
 
 import tokenize
-from pathlib import Path
 
 from gin import config_parser
 
+from t5forge import storage
 from t5forge.errors import ConfigError
 
 _FIX = (
@@ -66,7 +66,7 @@ def check_flags(bindings: list[str]) -> None:
 def check_files(paths: list[str]) -> None:
     """Raises ConfigError naming file:line of the first statement that does not parse."""
     for path in paths:
-        text = Path(path).read_text()
+        text = storage.path(path).read_text()
         failure = _first_failure(text)
         if failure:
             line, reason = failure

@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from t5forge import storage
 from t5forge.data.feature_converters import MODEL_DTYPE, EncDecFeatureConverter, FeatureConverter
 from t5forge.data.tasks import Mixture, Task, get_mixture_or_task
 from t5forge.errors import ConfigError, DataError
@@ -130,7 +130,7 @@ class Evaluator:
                 f"{source.name!r} has no task with metric_fns or score_metric_fns; "
                 "nothing to evaluate (give the task metrics, e.g. metric_fns=[metrics.bleu])"
             )
-        self.output_dir = Path(output_dir)
+        self.output_dir = storage.path(output_dir)
         self.split = split
         lengths = dict(feature_lengths) if feature_lengths else None
         self._data = [
@@ -203,9 +203,9 @@ class Evaluator:
             for fn in task.score_metric_fns:
                 metrics.update(fn(data.targets, scores))
         metrics = {name: float(value) for name, value in metrics.items()}
-        with open(self.output_dir / f"{task.name}-predictions.jsonl", "w", encoding="utf-8") as f:
+        with (self.output_dir / f"{task.name}-predictions.jsonl").open("w", encoding="utf-8") as f:
             for record in records:
                 f.write(json.dumps(record, ensure_ascii=False) + "\n")
-        with open(self.output_dir / f"{task.name}-metrics.jsonl", "a", encoding="utf-8") as f:
+        with (self.output_dir / f"{task.name}-metrics.jsonl").open("a", encoding="utf-8") as f:
             f.write(json.dumps({"step": step, "metrics": metrics}) + "\n")
         return metrics

@@ -10,16 +10,17 @@ their loaded rows, so registering a task is cheap and grain workers can rebuild 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
-import glob
 import gzip
 import json
 import os
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import IO, Any, Protocol, runtime_checkable
 
+from t5forge import storage
 from t5forge.errors import DataError
 
 Example = dict[str, Any]
@@ -56,7 +57,7 @@ def expand_patterns(patterns: Patterns, split: str) -> list[str]:
         patterns = [patterns]
     files: list[str] = []
     for pattern in patterns:
-        matches = sorted(glob.glob(os.path.expanduser(str(pattern))))
+        matches = storage.glob(pattern)
         if not matches:
             raise DataError(
                 f"no file matches {str(pattern)!r} (split {split!r}); check the path "
@@ -72,10 +73,9 @@ def numbered_lines(path: str) -> Iterator[tuple[int, str]]:
     Bytes that are not UTF-8 and a gzip stream that ends early or is damaged are a DataError
     naming the file (and the line), instead of a decoder's exception that names neither.
     """
-    opener = gzip.open if path.endswith(".gz") else open
     line_number = 0
     try:
-        with opener(path, "rb") as f:
+        with _open_lines(path) as f:
             for line_number, raw in enumerate(f, start=1):
                 try:
                     yield line_number, raw.decode("utf-8")
@@ -89,6 +89,17 @@ def numbered_lines(path: str) -> Iterator[tuple[int, str]]:
             f"{path}: the gzip data is truncated or damaged after line {line_number} ({e}); "
             "re-create or re-download the file"
         ) from None
+
+
+@contextlib.contextmanager
+def _open_lines(path: str) -> Iterator[IO[bytes]]:
+    """The file's bytes, ungzipped when it ends in .gz; local or on an object store."""
+    with storage.open_file(path, "rb") as raw:
+        if not path.endswith(".gz"):
+            yield raw
+            return
+        with gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
+            yield unzipped
 
 
 def _read_json_lines(path: str) -> list[Example]:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import sentencepiece
 
+from t5forge import storage
 from t5forge.errors import DataError
 
 PAD_ID = 0
@@ -71,7 +71,8 @@ class SentencePieceVocabulary:
         if self._processor is not None:
             return self._processor
         try:
-            data = Path(self.path).read_bytes()
+            with storage.reported(self.path):
+                data = storage.path(self.path).read_bytes()
         except OSError as e:
             raise DataError(
                 f"cannot read vocabulary file {self.path} ({e.strerror}); "

@@ -12,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+from t5forge import storage
 from t5forge.errors import CheckpointError, ConfigError
 from t5forge.run import setup
 from t5forge.run.configs import DatasetConfig, RestoreCheckpointConfig
@@ -53,8 +54,9 @@ def evaluate(
         raise ConfigError(
             "set CHECKPOINT_PATH (--gin.CHECKPOINT_PATH=...) to the checkpoint to evaluate"
         )
-    output = Path(output_dir)
-    output.mkdir(parents=True, exist_ok=True)
+    output = storage.path(output_dir)
+    with storage.reported(output_dir):
+        output.mkdir(parents=True, exist_ok=True)
     writer = MetricsWriter(output)
     evaluation = InferenceEvaluation(
         model, dataset_cfg, output, writer, max_decode_length, output_dir=output

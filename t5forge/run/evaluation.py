@@ -14,6 +14,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from t5forge import storage
 from t5forge.run import setup
 from t5forge.run.configs import DatasetConfig
 from t5forge.training.summaries import MetricsWriter
@@ -126,7 +127,7 @@ class InferenceEvaluation:
         self.max_decode_length = max_decode_length or setup.default_max_decode_length(
             model, cfg.task_feature_lengths
         )
-        output_dir = Path(output_dir or Path(model_dir) / "inference_eval")
+        output_dir = storage.path(output_dir or storage.path(model_dir) / "inference_eval")
         if jax.process_index() != 0:
             # Every process decodes (the parameters are sharded over all of them) but only
             # process 0 may write the JSONL files; the others write to a scratch directory.

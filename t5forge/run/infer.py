@@ -1,6 +1,6 @@
 """Inference (T5X's `infer`): predictions (or scores) for a task's split, written as T5X does.
 
-`t5forge infer` is the command-line face of `infer`. Writes `<task>-<mode>.jsonl` with `inputs`, `prediction` (or `score`) and `targets`, in the
+`t5forge infer` is the command-line face of `infer`. Writes (locally or to a bucket) `<task>-<mode>.jsonl` with `inputs`, `prediction` (or `score`) and `targets`, in the
 split's order. Output is flushed every `checkpoint_period` batches with a progress marker,
 so an interrupted run continues after the last finished chunk instead of starting over.
 """
@@ -8,12 +8,13 @@ so an interrupted run continues after the last finished chunk instead of startin
 from __future__ import annotations
 
 import json
+import os
 import sys
-from pathlib import Path
 
 import jax
 import numpy as np
 
+from t5forge import storage
 from t5forge.errors import ConfigError
 from t5forge.run import setup
 from t5forge.run.configs import DatasetConfig, RestoreCheckpointConfig
@@ -32,7 +33,7 @@ def _run_task(
     task,
     cfg: DatasetConfig,
     mode: str,
-    output: Path,
+    output: os.PathLike,
     checkpoint_period: int,
     max_decode_length: int,
 ) -> int:
@@ -92,8 +93,10 @@ def _run_task(
     return written
 
 
-def _flush(out_file: Path, progress_file: Path, lines: list[str], batches: int) -> int:
-    with open(out_file, "a", encoding="utf-8") as f:
+def _flush(
+    out_file: os.PathLike, progress_file: os.PathLike, lines: list[str], batches: int
+) -> int:
+    with out_file.open("a", encoding="utf-8") as f:
         f.writelines(line + "\n" for line in lines)
     progress_file.write_text(json.dumps({"batches": batches}))
     return len(lines)
@@ -129,8 +132,9 @@ def infer(
         )
     params, message = setup.load_params(restore_checkpoint_cfg.path, model)
     print(message, file=sys.stderr)
-    output = Path(output_dir)
-    output.mkdir(parents=True, exist_ok=True)
+    output = storage.path(output_dir)
+    with storage.reported(output_dir):
+        output.mkdir(parents=True, exist_ok=True)
     decode_length = max_decode_length or setup.default_max_decode_length(
         model, dataset_cfg.task_feature_lengths
     )

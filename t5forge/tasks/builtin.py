@@ -13,6 +13,7 @@ import functools
 import os
 from pathlib import Path
 
+from t5forge import storage
 from t5forge.data import metrics
 from t5forge.data import preprocessors as pp
 from t5forge.data.sources import JsonLinesSource
@@ -27,19 +28,21 @@ CORPUS_SPLITS = ("train", "validation")
 BUNDLED_DATA_DIR = Path(__file__).resolve().parent / "data"
 
 
-def default_data_dir() -> Path:
+def default_data_dir() -> os.PathLike:
     """$T5FORGE_DATA_DIR, else the data shipped inside the package (the en-de slice only).
 
     The installed package never looks outside itself: the other datasets need
     T5FORGE_DATA_DIR, and a task whose files are missing says so naming the path.
     """
     configured = os.environ.get("T5FORGE_DATA_DIR")
-    return Path(configured) if configured else BUNDLED_DATA_DIR
+    return storage.path(configured) if configured else BUNDLED_DATA_DIR
 
 
-def jsonl_splits(data_dir: Path, folder: str, splits=SPLITS) -> JsonLinesSource:
+def jsonl_splits(data_dir: str | os.PathLike, folder: str, splits=SPLITS) -> JsonLinesSource:
     """`<data_dir>/<folder>/<split>.jsonl.gz`, the layout of every shared dataset."""
-    return JsonLinesSource({s: str(Path(data_dir) / folder / f"{s}.jsonl.gz") for s in splits})
+    return JsonLinesSource(
+        {s: str(storage.path(data_dir) / folder / f"{s}.jsonl.gz") for s in splits}
+    )
 
 
 def _features(vocabulary) -> dict[str, Feature]:
@@ -102,7 +105,7 @@ def span_corruption_task(name, data_dir, folder, vocabulary, text_key="text"):
 def builtin_tasks(vocabulary=None, data_dir=None) -> list[Task]:
     """The seven built-in tasks (not registered)."""
     vocab = vocabulary or EnvironmentSentencePieceVocabulary(extra_ids=EXTRA_IDS)
-    root = Path(data_dir) if data_dir else default_data_dir()
+    root = storage.path(data_dir) if data_dir else default_data_dir()
     return [
         translation_task("en_de_lohelp_translate", root, "en_de_lohelp", "en", "de", vocab),
         translation_task("en_ro_messages_translate", root, "en_ro_messages", "en", "ro", vocab),

@@ -12,9 +12,10 @@ import json
 import math
 import os
 from collections.abc import Mapping
-from pathlib import Path
 
 import numpy as np
+
+from t5forge import storage
 
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "training_curves.png"
@@ -78,7 +79,7 @@ def write_model_info(
     if optimizer_state_shapes:
         opt_lines, _ = _variable_lines(optimizer_state_shapes, None, None, prefix="state/")
         lines.extend(opt_lines)
-    Path(path).write_text("\n".join(lines) + "\n")
+    storage.path(path).write_text("\n".join(lines) + "\n")
     return total
 
 
@@ -93,7 +94,7 @@ class MetricsWriter:
     """
 
     def __init__(self, model_dir: str | os.PathLike, enabled: bool = True):
-        self.model_dir = Path(model_dir)
+        self.model_dir = storage.path(model_dir)
         self.enabled = enabled
         self._writers: dict[str, object] = {}
         self._purge_step: int | None = None
@@ -109,6 +110,7 @@ class MetricsWriter:
         if split not in self._writers:
             from tensorboardX import SummaryWriter
 
+            _route_urls_through_storage()
             self._writers[split] = SummaryWriter(
                 str(self.model_dir / split), purge_step=self._purge_step
             )
@@ -127,7 +129,7 @@ class MetricsWriter:
             "split": split,
             **{k: _json_number(v) for k, v in values.items()},
         }
-        with open(self.model_dir / METRICS_FILE, "a") as f:
+        with (self.model_dir / METRICS_FILE).open("a") as f:
             f.write(json.dumps(record) + "\n")
 
     def write_text(self, step: int, tag: str, text: str, split: str = "inference_eval"):
@@ -140,12 +142,55 @@ class MetricsWriter:
         self._writers.clear()
 
 
+class _ObjectEventFile:
+    """A TensorBoard event file on an object store, written through `t5forge.storage`.
+
+    Objects cannot be appended to, so the file's bytes are kept and the object is replaced
+    whole at each flush (the run flushes after every logged step), as tensorboardX's own S3
+    writer does, but with the credentials and endpoint every other t5forge file uses.
+    """
+
+    def __init__(self, url: str):
+        self.url, self.buffer, self.written = url, bytearray(), 0
+
+    def write(self, data: bytes) -> None:
+        self.buffer += data
+
+    def flush(self) -> None:
+        if len(self.buffer) != self.written:
+            with storage.reported(self.url):
+                storage.path(self.url).write_bytes(bytes(self.buffer))
+            self.written = len(self.buffer)
+
+    def close(self) -> None:
+        self.flush()
+
+
+class _ObjectEventFiles:
+    """tensorboardX's writer factory interface, for `s3://` and `gs://` log directories."""
+
+    def open(self, url: str) -> _ObjectEventFile:
+        return _ObjectEventFile(url)
+
+    def directory_check(self, url: str) -> None:
+        """Object stores have no directories to create."""
+
+
+def _route_urls_through_storage() -> None:
+    from tensorboardX import record_writer
+
+    for scheme in ("s3", "gs"):
+        record_writer.register_writer_factory(scheme, _ObjectEventFiles())
+
+
 def purge_metrics_after(model_dir: str | os.PathLike, step: int) -> int:
     """Drops metrics.jsonl rows logged after `step` (rewritten atomically); returns how many."""
-    path = Path(model_dir) / METRICS_FILE
+    path = storage.path(model_dir) / METRICS_FILE
     lines = path.read_text().splitlines(keepends=True)
     kept = [line for line in lines if line.strip() and _row_step(line) <= step]
-    if len(kept) != len(lines):
+    if len(kept) != len(lines) and storage.is_url(path):
+        path.write_text("".join(kept))  # an object is replaced whole, never half-written
+    elif len(kept) != len(lines):
         temporary = path.with_name(f".{METRICS_FILE}.tmp")
         temporary.write_text("".join(kept))
         os.replace(temporary, path)
@@ -166,10 +211,10 @@ def _json_number(value: float):
 
 def read_metrics(model_dir: str | os.PathLike) -> list[dict]:
     """All records of metrics.jsonl, in the order they were written."""
-    path = Path(model_dir) / METRICS_FILE
+    path = storage.path(model_dir) / METRICS_FILE
     if not path.exists():
         return []
-    with open(path) as f:
+    with path.open() as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
@@ -232,7 +277,8 @@ def plot_training_curves(model_dir: str | os.PathLike, output: str | os.PathLike
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     fig.tight_layout()
-    out = Path(output) if output else Path(model_dir) / PLOT_FILE
-    fig.savefig(out, dpi=90)
+    out = storage.path(output) if output else storage.path(model_dir) / PLOT_FILE
+    with out.open("wb") as png:
+        fig.savefig(png, dpi=90, format="png")
     plt.close(fig)
     return out

@@ -11,9 +11,10 @@ from __future__ import annotations
 import dataclasses
 import io
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 
 from gin import config_parser
+
+from t5forge import storage
 
 
 class _Reference:
@@ -76,7 +77,7 @@ class Locator:
             self._add(flag, f"--gin.{flag.replace(' = ', '=', 1)}", {}, dynamic=False)
 
     def _walk(self, path: str, queue: list[str]) -> None:
-        text = Path(path).read_text()
+        text = storage.path(path).read_text()
         imports: dict[str, str] = {}
         dynamic = False
         for statement in self._parse(text, path):

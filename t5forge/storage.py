@@ -1,0 +1,128 @@
+"""One file-system layer for local paths and object-storage URLs (`gs://`, `s3://`, ...).
+
+T5X users keep vocabularies, corpora, gin files and outputs in buckets. Call sites go through
+`storage.path()` (an etils `epath.Path`, the layer T5X and Orbax use: plain `os` calls for local
+paths, fsspec's gcsfs/s3fs for URLs) instead of `pathlib`/`open`, so a URL works wherever a
+local path does and a local path behaves exactly as before.
+
+Credentials and endpoints come from each store's own configuration: for S3 the usual
+`AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`/`AWS_ENDPOINT_URL` environment or `~/.aws`; for GCS
+application-default credentials. The errors a user can fix (no such bucket, no credentials, a
+store that does not answer, a missing fsspec backend) become one `StorageError` line naming the
+URL and the fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob as local_glob
+import os
+import re
+from collections.abc import Iterator
+from typing import IO
+
+from etils import epath
+
+from t5forge.errors import StorageError
+
+# Object stores t5forge names in its messages; any fsspec protocol still works through epath.
+_URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+_BACKENDS = {"gs": "gcsfs", "s3": "s3fs"}
+_WILDCARD = re.compile(r"[*?\[]")
+
+
+def is_url(location: str | os.PathLike) -> bool:
+    """True for `scheme://...` locations (object stores), False for local paths."""
+    return bool(_URL.match(os.fspath(location)))
+
+
+def path(location: str | os.PathLike) -> epath.Path:
+    """The location as an `epath.Path`: a URL as is, a local path with `~` expanded."""
+    text = os.fspath(location)
+    return epath.Path(text if is_url(text) else os.path.expanduser(text))
+
+
+def glob(pattern: str | os.PathLike) -> list[str]:
+    """Sorted matches of a glob, local or on an object store (`gs://b/data/*.jsonl`)."""
+    text = os.fspath(pattern)
+    if not is_url(text):
+        return sorted(local_glob.glob(os.path.expanduser(text)))
+    wildcard = _WILDCARD.search(text)
+    if wildcard is None:
+        return [text] if _exists(text) else []
+    root, _, _ = text[: wildcard.start()].rpartition("/")
+    relative = text[len(root) + 1 :]
+    with reported(root):
+        return sorted(str(match) for match in epath.Path(root).glob(relative))
+
+
+def _exists(text: str) -> bool:
+    with reported(text):
+        return epath.Path(text).exists()
+
+
+def open_file(location: str | os.PathLike, mode: str = "rb") -> IO:
+    """Opens a local file or an object; storage failures of a URL are a `StorageError`."""
+    text = os.fspath(location)
+    if not is_url(text):
+        return open(os.path.expanduser(text), mode)  # noqa: SIM115 - the caller closes it
+    with reported(text):
+        return epath.Path(text).open(mode)
+
+
+@contextlib.contextmanager
+def reported(location: str | os.PathLike) -> Iterator[None]:
+    """Turns an object store's refusals inside the block into one `StorageError` line.
+
+    Local paths pass through untouched (their OSErrors are reported where they are caught), and
+    so does a missing object (FileNotFoundError), which callers already explain in their terms.
+    """
+    text = os.fspath(location)
+    if not is_url(text):
+        yield
+        return
+    try:
+        yield
+    except (StorageError, FileNotFoundError) as error:
+        if isinstance(error, FileNotFoundError) and _missing_bucket(error):
+            raise StorageError(
+                f"{text}: the bucket does not exist or is not visible with these credentials; "
+                "create it or correct the URL"
+            ) from None
+        raise
+    except ImportError as error:
+        scheme = text.split("://", 1)[0]
+        package = _BACKENDS.get(scheme, f"the fsspec package for {scheme}://")
+        raise StorageError(
+            f"{text}: reading {scheme}:// needs {package} ({error}); "
+            "install it with pip install 't5forge[cloud]'"
+        ) from None
+    except Exception as error:  # noqa: BLE001 - botocore, gcsfs and aiohttp raise their own types
+        raise StorageError(f"{text}: {_explain(error)}") from None
+
+
+def _missing_bucket(error: BaseException) -> bool:
+    return "bucket" in str(error).lower()
+
+
+def _explain(error: BaseException) -> str:
+    """One line for the failures users meet: credentials, refused access, an unreachable store."""
+    name = type(error).__name__
+    text = " ".join(str(error).split())[:300]
+    if "Credentials" in name or "credentials" in text.lower():
+        return (
+            f"no credentials for the object store ({name}); set AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY (S3) or application-default credentials (GCS)"
+        )
+    if isinstance(error, PermissionError) or "AccessDenied" in text or "Forbidden" in text:
+        return f"access denied ({text}); check the credentials' permissions on this bucket"
+    if (
+        "Connect" in name
+        or "Endpoint" in name
+        or isinstance(error, (ConnectionError, TimeoutError))
+    ):
+        return (
+            f"the object store did not answer ({name}: {text}); check the network and, for an "
+            "S3-compatible store, AWS_ENDPOINT_URL"
+        )
+    return f"{name}: {text}"
