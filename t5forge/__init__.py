@@ -4,11 +4,13 @@ import importlib
 
 __version__ = "0.1.0"
 
-# The library's run functions, imported on first use so `import t5forge` stays light.
-_RUN_FUNCTIONS = {
+# The library functions behind the commands, imported on first use so `import t5forge` stays
+# light.
+_LAZY_FUNCTIONS = {
     "train": "t5forge.run.train",
     "evaluate": "t5forge.run.evaluate",
     "infer": "t5forge.run.infer",
+    "convert": "t5forge.interop.conversion",
 }
 
 
@@ -27,10 +29,11 @@ def serve(checkpoint, **options):
 
 
 def __getattr__(name):
-    """`t5forge.train`, `t5forge.evaluate`, `t5forge.infer`: see t5forge.run."""
-    if name in _RUN_FUNCTIONS:
-        return getattr(importlib.import_module(_RUN_FUNCTIONS[name]), name)
+    """`t5forge.train`, `t5forge.evaluate`, `t5forge.infer` (see t5forge.run) and
+    `t5forge.convert` (see t5forge.interop.conversion)."""
+    if name in _LAZY_FUNCTIONS:
+        return getattr(importlib.import_module(_LAZY_FUNCTIONS[name]), name)
     raise AttributeError(f"module 't5forge' has no attribute {name!r}")
 
 
-__all__ = ["evaluate", "infer", "load", "serve", "train", "__version__"]
+__all__ = ["convert", "evaluate", "infer", "load", "serve", "train", "__version__"]

@@ -139,3 +139,13 @@ def test_unknown_input_is_one_line(tmp_path, capsys):
     assert err.startswith("error:") and "\n" not in err
     with pytest.raises(T5ForgeError):
         t5forge.load(tmp_path / "junk")
+
+
+def test_python_api_converts_and_names_every_tensor(t5x_checkpoint, tmp_path):
+    tensors = t5forge.convert(
+        t5x_checkpoint, tmp_path / "ours", from_="t5x", to="t5forge", config="t5_1_1/tiny"
+    )
+    assert len(tensors) == 52 and sum(int(np.prod(s)) for s in tensors.values()) == 518_240
+    assert t5forge.load(tmp_path / "ours").config == get_config("t5_1_1/tiny")
+    with pytest.raises(T5ForgeError, match="cannot convert from 'onnx'; use one of hf, t5x"):
+        t5forge.convert(t5x_checkpoint, tmp_path / "x", from_="onnx", to="hf")

@@ -1,0 +1,106 @@
+"""Moves a model between checkpoint formats: `t5forge.convert` and `t5forge convert`.
+
+    t5forge.convert("ckpt", "hf_dir", from_="t5x", to="hf", config="t5_1_1/base")
+
+Reading goes through `t5forge.load` (or infers a T5X / Mesh TF config from the parameters when
+none is given), so a conversion sees a checkpoint exactly as the Python API does; the
+parameters are checked against the model their config builds before anything is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from t5forge.errors import ConfigError
+from t5forge.interop import formats
+
+SOURCES = (formats.HF, formats.T5X, formats.MESH_TF, formats.T5FORGE)
+TARGETS = (formats.T5FORGE, formats.HF)
+
+
+def convert(
+    path, output, *, from_: str, to: str, config=None, vocab=None, extra_ids: int = 100
+) -> dict[str, tuple[int, ...]]:
+    """Converts the `from_` checkpoint at `path` into a `to` checkpoint in directory `output`.
+
+    `config` (preset name, model gin file or T5Config) is as `t5forge.load` takes it; T5X and
+    Mesh TF checkpoints without one get the config their parameters imply. `vocab` (a
+    SentencePiece model with `extra_ids`) ships with the output, else the source's own one.
+    Returns every tensor written with its shape, so a caller can see nothing was dropped.
+    """
+    from tqdm import tqdm
+
+    from t5forge.models.model import build_model
+    from t5forge.models.param_names import named_leaves
+
+    _check_formats(from_, to)
+    with tqdm(total=3, desc="convert", unit="stage", disable=None) as bar:
+        bar.set_postfix_str(f"reading {from_}")
+        config, params, source_vocab = _read(Path(path), from_, config)
+        if vocab is None and source_vocab is not None:
+            vocab, extra_ids = source_vocab.path, source_vocab.extra_ids
+        bar.update()
+        bar.set_postfix_str("checking shapes")
+        build_model(config).check_params_match(params)
+        bar.update()
+        bar.set_postfix_str(f"writing {to}")
+        output = Path(output)
+        output.mkdir(parents=True, exist_ok=True)
+        if to == formats.HF:
+            from t5forge.interop.huggingface import save_hf_dir
+
+            save_hf_dir(
+                params, config, output, vocab_path=vocab, extra_ids=extra_ids if vocab else 0
+            )
+        else:
+            _write_t5forge(config, params, output, vocab, extra_ids)
+        bar.update()
+    return {name: tuple(np.shape(leaf)) for name, leaf in named_leaves(params).items()}
+
+
+def _check_formats(from_: str, to: str) -> None:
+    if from_ not in SOURCES:
+        raise ConfigError(f"cannot convert from {from_!r}; use one of {', '.join(SOURCES)}")
+    if to not in TARGETS:
+        raise ConfigError(f"cannot convert to {to!r}; use one of {', '.join(TARGETS)}")
+
+
+def _read(path: Path, fmt: str, config):
+    """(config, params, SentencePiece vocabulary or None) of the `fmt` checkpoint at `path`."""
+    from t5forge.api import load
+
+    if not path.exists():
+        raise ConfigError(f"--input {path} does not exist")
+    detected = formats.detect_format(path)
+    if detected not in (None, fmt):
+        raise ConfigError(
+            f"--input {path} is a {detected} checkpoint, not {fmt}; pass --from {detected}"
+        )
+    if config is None and fmt in (formats.T5X, formats.MESH_TF):
+        from t5forge.interop.t5x import infer_config
+
+        params = formats.read_params(path, fmt)
+        return infer_config(params), params, None
+    model = load(path, config=config)
+    vocab = model.vocabulary if getattr(model.vocabulary, "path", None) else None
+    return model.config, model.params, vocab
+
+
+def _write_t5forge(config, params, output: Path, vocab, extra_ids: int) -> None:
+    """A t5forge checkpoint at step 0 recording its config (and vocabulary), as `load` reads."""
+    from t5forge.training.checkpoints import Checkpointer
+
+    metadata = {"model_config": dataclasses.asdict(config), "converted": True}
+    if vocab:
+        shutil.copyfile(vocab, output / "spiece.model")
+        metadata["vocabulary"] = {"path": "spiece.model", "extra_ids": extra_ids}
+    checkpointer = Checkpointer(output, async_save=False)
+    checkpointer.save(
+        0, {"params": jax.tree.map(np.asarray, params)}, metadata=metadata, force=True
+    )
+    checkpointer.close()
