@@ -439,7 +439,7 @@ def _resolve_config(config) -> T5Config | None:
     if str(config) in PRESETS:
         return get_config(str(config))
     if Path(config).is_file():
-        from t5forge.cli.gin_registry import config_from_gin_file  # gin's names live there
+        from t5forge.interop.gin_model_config import config_from_gin_file
 
         return config_from_gin_file(config)
     return get_config(str(config))  # raises ConfigError naming the closest presets

@@ -1,4 +1,4 @@
-"""Every name gin files may bind, registered in one place, under T5X's module names.
+"""Every name gin files may bind, registered under T5X's module names (T5Config aside, below).
 
 The library (t5forge.run, t5forge.training, t5forge.models) is plain Python and knows nothing
 of gin; this module wraps its callables as gin configurables so that T5X-style files work:
@@ -6,13 +6,15 @@ of gin; this module wraps its callables as gin configurables so that T5X-style f
 `partitioning.PjitPartitioner.num_partitions = 2`, `adafactor.Adafactor`,
 `utils.create_learning_rate_scheduler.factors = 'constant'`, `MODEL = @models.Model()`.
 The command line calls the wrapped versions (`gin_registry.train()`), so bindings apply there
-and never to a Python caller's direct `t5forge.train(...)`.
+and never to a Python caller's direct `t5forge.train(...)`. T5Config alone is registered in
+t5forge.interop.gin_model_config, because `t5forge.load(config=<gin file>)` reads it too.
 """
 
 from __future__ import annotations
 
 import gin
 
+from t5forge.interop.gin_model_config import config_from_gin
 from t5forge.models.configs import T5Config
 from t5forge.models.model import DecoderOnlyModel, EncoderDecoderModel, build_model
 from t5forge.run import configs
@@ -20,22 +22,6 @@ from t5forge.run.evaluate import evaluate as run_evaluate
 from t5forge.run.infer import infer as run_infer
 from t5forge.run.train import train as run_train
 from t5forge.training import optimizers, partitioning, schedules
-
-# The model config under the name model gin files bind (`T5Config.emb_dim = 512`); its module
-# stays t5forge.models.configs, so `configs.T5Config.*` in a run's config.gin reads back.
-T5ConfigConfigurable = gin.external_configurable(T5Config, name="T5Config")
-
-
-def config_from_gin() -> T5Config:
-    """The T5Config the parsed gin files bind (`T5Config.<field> = ...`)."""
-    return T5ConfigConfigurable()
-
-
-def config_from_gin_file(path) -> T5Config:
-    """The T5Config a model gin file (or a run's config.gin) binds, for `t5forge.load(...,
-    config=file)`; bindings of names not registered here are skipped."""
-    gin.parse_config_file(str(path), skip_unknown=True)
-    return config_from_gin()
 
 
 def _model(

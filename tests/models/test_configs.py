@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import t5forge
-from t5forge.cli.gin_registry import config_from_gin, config_from_gin_file
 from t5forge.errors import ConfigError
+from t5forge.interop.gin_model_config import config_from_gin, config_from_gin_file
 from t5forge.models.configs import PRESETS, T5Config, get_config
 from t5forge.models.model import build_model
 

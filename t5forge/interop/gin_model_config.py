@@ -1,0 +1,28 @@
+"""The T5Config a gin file binds: model gin files (`T5Config.emb_dim = 512`), a run's config.gin.
+
+`t5forge.load(config=<gin file>)` and conversions read a model config from gin without the
+command line, so T5Config's gin registration lives here, on the library side;
+t5forge.cli.gin_registry imports it beside every other name gin files may bind.
+"""
+
+from __future__ import annotations
+
+import gin
+
+from t5forge.models.configs import T5Config
+
+# The model config under the name model gin files bind (`T5Config.emb_dim = 512`); its module
+# stays t5forge.models.configs, so `configs.T5Config.*` in a run's config.gin reads back.
+T5ConfigConfigurable = gin.external_configurable(T5Config, name="T5Config")
+
+
+def config_from_gin() -> T5Config:
+    """The T5Config the parsed gin files bind (`T5Config.<field> = ...`)."""
+    return T5ConfigConfigurable()
+
+
+def config_from_gin_file(path) -> T5Config:
+    """The T5Config a model gin file (or a run's config.gin) binds, for `t5forge.load(...,
+    config=file)`; bindings of names not registered with gin are skipped."""
+    gin.parse_config_file(str(path), skip_unknown=True)
+    return config_from_gin()
