@@ -218,16 +218,3 @@ def parse_gin(flags: GinFlags, extra_bindings: list[str] | None = None, finalize
 class _DropGinPathNotFound(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith("Path not found")
-
-
-def macro_value(name: str, default=None):
-    """The value of a gin macro (e.g. MODEL_DIR) after parsing, or `default` if unbound."""
-    try:
-        return gin.query_parameter(f"%{name}")
-    except ValueError:
-        return default
-
-
-def operative_config() -> str:
-    """The operative config, for config.gin in the model directory."""
-    return gin.operative_config_str() or gin.config_str()

@@ -233,11 +233,6 @@ def measure(processor: spm.SentencePieceProcessor, texts: Sequence[str]) -> tupl
     return (covered / total if total else 1.0), (pieces / words if words else 0.0)
 
 
-def normalized_text(processor: spm.SentencePieceProcessor, text: str) -> str:
-    """The text as the model's normaliser sees it: what a lossless round trip must give back."""
-    return processor.normalize(text).replace("▁", " ").strip()
-
-
 def _paragraphs(texts: Iterable[str]) -> Iterator[str]:
     for text in texts:
         for paragraph in text.split("\n"):

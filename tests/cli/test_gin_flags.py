@@ -3,7 +3,7 @@
 import gin
 import pytest
 
-from t5forge.cli.gin_flags import gin_value, macro_value, parse_gin, split_gin_flags
+from t5forge.cli.gin_flags import gin_value, parse_gin, split_gin_flags
 from t5forge.errors import ConfigError
 
 
@@ -46,8 +46,7 @@ def test_split_and_parse_bindings_command_line_wins(tmp_path):
     assert flags.rest == ["--seed=3"]
     parse_gin(flags)
     assert _toy_train() == ("/tmp/m", 7, 8)
-    assert macro_value("MODEL_DIR") == "/tmp/m"
-    assert macro_value("UNBOUND_MACRO", "default") == "default"
+    assert gin.query_parameter("%MODEL_DIR") == "/tmp/m"
 
 
 def test_gin_file_found_in_search_path(tmp_path):
@@ -88,4 +87,4 @@ def test_include_works_with_a_runs_folder_in_the_working_directory(tmp_path, mon
     (tmp_path / "runs" / "demo").mkdir(parents=True)
     (tmp_path / "run.gin").write_text("include 'runs/common.gin'\n")
     parse_gin(split_gin_flags([f"--gin_file={tmp_path / 'run.gin'}"]), finalize=False)
-    assert macro_value("Z_LOSS") == 1e-4
+    assert gin.query_parameter("%Z_LOSS") == 1e-4
