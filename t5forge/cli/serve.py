@@ -1,5 +1,7 @@
 """`t5forge serve --checkpoint PATH`: the HTTP inference server (see t5forge.serving).
 
+Also `python -m t5forge.serving`; it needs the `serve` extra (pip install 't5forge[serve]').
+
     t5forge serve --checkpoint runs/demo --port 8000
     curl -s localhost:8000/v1/predict -H 'Content-Type: application/json' \
       -d '{"inputs": ["translate English to German: Hello."]}'
@@ -89,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    from t5forge.serving.server import serve
+    from t5forge.serving import serve  # one error line if the `serve` extra is missing
 
     settings = ServerSettings(
         api_key=args.api_key, **{name: getattr(args, name) for name in _SETTING_FLAGS}

@@ -58,12 +58,11 @@ def wait_ready(base_url: str, timeout: float = 300.0, process=None) -> None:
 
 
 @contextlib.contextmanager
-def running_server(model, **changes):
-    """Serves `model` in a thread with TEST_SETTINGS (plus changes); yields (url, service)."""
+def serving_in_thread(service: InferenceService):
+    """Runs uvicorn on `service` in a thread; yields the base url at once (maybe not ready)."""
     import uvicorn
 
-    settings = dataclasses.replace(TEST_SETTINGS, port=free_port(), **changes)
-    service = InferenceService(model, settings)
+    settings = service.settings
     server = uvicorn.Server(
         uvicorn.Config(
             create_app(service), host=settings.host, port=settings.port, log_level="warning"
@@ -71,13 +70,25 @@ def running_server(model, **changes):
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    url = f"http://{settings.host}:{settings.port}"
     try:
-        wait_ready(url)
-        yield url, service
+        yield f"http://{settings.host}:{settings.port}"
     finally:
         server.should_exit = True
         thread.join(timeout=60)
+
+
+def settings_on_free_port(**changes) -> ServerSettings:
+    """TEST_SETTINGS on a free port, plus changes."""
+    return dataclasses.replace(TEST_SETTINGS, port=free_port(), **changes)
+
+
+@contextlib.contextmanager
+def running_server(model, **changes):
+    """Serves `model` in a thread with TEST_SETTINGS (plus changes); yields (url, service)."""
+    service = InferenceService(model, settings_on_free_port(**changes))
+    with serving_in_thread(service) as url:
+        wait_ready(url)
+        yield url, service
 
 
 def metric_value(base_url: str, sample_name: str, headers=None, **labels) -> float:

@@ -69,6 +69,7 @@ def _assert_one_line_error(response, status: int, fragment: str) -> None:
         ("/v1/predict", {"inputs": [LONG_TEXT]}, 422, "more than the model's max_input_length 16"),
         ("/v1/score", {"inputs": [TEXT], "targets": []}, 422, "targets is an empty list"),
         ("/v1/score", {"inputs": [TEXT], "targets": ["a", "b"]}, 422, "1 inputs but 2 targets"),
+        ("/v1/score", {"inputs": [TEXT, TEXT], "targets": ["a", " "]}, 422, "targets[1] is empty"),
         (
             "/v1/score",
             {"inputs": [TEXT], "targets": [LONG_TEXT]},
@@ -77,6 +78,18 @@ def _assert_one_line_error(response, status: int, fragment: str) -> None:
         ),
         ("/v1/classify", {"inputs": [TEXT], "choices": []}, 422, "choices for inputs[0] are empty"),
         ("/v1/classify", {"inputs": [TEXT, TEXT], "choices": [["a"]]}, 422, "2 inputs but 1 lists"),
+        (
+            "/v1/classify",
+            {"inputs": [TEXT], "choices": ["Ja.", "\t"]},
+            422,
+            "choices for inputs[0] hold an empty text",
+        ),
+        (
+            "/v1/classify",
+            {"inputs": [TEXT, TEXT], "choices": [["a"], ["b", ""]]},
+            422,
+            "choices for inputs[1] hold an empty text",
+        ),
         ("/v1/classify", {"inputs": [TEXT] * 3, "choices": ["a", "b", "c"]}, 413, "holds 9 items"),
         ("/v1/nothing", {}, 404, "Not Found"),
     ],
