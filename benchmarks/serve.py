@@ -9,10 +9,18 @@ arrived (a round, cut short after --seconds). The EOS column of the output proje
 zeroed (as in benchmarks/decode.py) so every request generates exactly --new_tokens tokens on
 both sides. Each level is timed by benchmarks/harness.py (--runs rounds after a warm-up round;
 CPU-seconds are the server process's) and reported as requests/s, p50/p99 latency over the
-timed rounds, errors, and the mean rows per device batch read from the server's /metrics;
-batching on is compared with off at the highest concurrency (every level's ratio is printed).
-Results go to benchmarks/results/serve.json (labelled "shared CPU" when the load average was
-above 0.3 at the start) and a plot to docs/images/serve_throughput.png.
+timed rounds, errors (non-200 answers; requests/s counts only the 200s), and the mean rows
+per device batch read from the server's /metrics. Batching on is compared with off at
+GOAL_CONCURRENCY (32 clients, where the issue states its goal) and at the highest concurrency;
+every level's ratio and error counts are printed. Results go to benchmarks/results/serve.json
+(labelled "shared CPU" when the load average was above 0.3 at the start; `benchmarks/report.py
+--write-readme` puts its comparisons in README's table) and a plot to
+docs/images/serve_throughput.png.
+
+A quick check that it runs end to end (a few minutes; writes nothing under the repository):
+
+    python benchmarks/serve.py --models demo --concurrency 1 4 --requests 8 --new_tokens 4 \
+        --settle_seconds 0 --results /tmp/serve.json --plot /tmp/serve.png
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ MODELS = {
     "t5_1_1_small": "T5 1.1 small (512 wide, 8+8 layers, 32k vocabulary)",
 }
 EOS_ID = 1
+GOAL_CONCURRENCY = 32
 
 
 def _config(name: str):
@@ -105,7 +114,7 @@ def _server(model_dir: Path, max_batch_size: int, args):
     command = [
         sys.executable,
         "-m",
-        "t5forge.serve",
+        "t5forge.serving",
         "--checkpoint",
         str(model_dir),
         "--port",
@@ -204,26 +213,57 @@ def _level(bench, side: str, url: str, pid: int, concurrency: int, args, sentenc
     timed = rounds[-args.runs :]
     latencies = np.array([latency for answers, _ in timed for latency in answers]) * 1000
     short = sum(len(answers) + errors < total for answers, errors in timed)
-    if short:
-        print(
-            f"  {side}: {short} rounds were cut short by --seconds; requests/s is an overestimate",
-            flush=True,
-        )
-    return bench.record(
+    errors = sum(errors for _, errors in timed)
+    summary = bench.record(
         side,
         samples,
-        total,
+        sum(len(answers) for answers, _ in timed) / len(timed),  # answered per round
         "requests/s",
         concurrency=concurrency,
-        errors=sum(errors for _, errors in timed),
+        requests_per_round=total,
+        errors=errors,
         rounds_cut_short=short,
         p50_ms=float(np.percentile(latencies, 50)) if len(latencies) else None,
         p99_ms=float(np.percentile(latencies, 99)) if len(latencies) else None,
         mean_batch_rows=(rows_after - rows) / max(batches_after - batches, 1),
     )
+    print(
+        f"    {errors} errors in {args.runs * total} requests, p50 {summary['p50_ms'] or 0:.0f} "
+        f"ms, p99 {summary['p99_ms'] or 0:.0f} ms, {summary['mean_batch_rows']:.1f} rows per "
+        f"device batch" + (f", {short} rounds stopped by --seconds" if short else ""),
+        flush=True,
+    )
+    return summary
 
 
-def _plot(levels: dict, new_tokens: int, label: str) -> None:
+def _ratio(on: dict, off: dict) -> float:
+    """Requests/s with batching on over off (NaN when every request without it failed)."""
+    return harness.ratio(on, off, "throughput") if off["throughput"] else float("nan")
+
+
+def _compare(bench, name: str, on_mode: str, off_mode: str, on: list, off: list) -> None:
+    """Prints on/off requests/s and errors by concurrency; records the ratio at
+    GOAL_CONCURRENCY and at the highest concurrency measured (a row names its errors)."""
+    print(f"{name}: clients, requests/s on / off = ratio, errors on / off", flush=True)
+    for r, o in zip(on, off):
+        print(
+            f"  {r['concurrency']:4d}  {r['throughput']:8.1f} / {o['throughput']:8.1f} = "
+            f"{_ratio(r, o):5.2f}x  errors {r['errors']} / {o['errors']}",
+            flush=True,
+        )
+    by_clients = {r["concurrency"]: (r, o) for r, o in zip(on, off)}
+    for clients in sorted({c for c in by_clients if c == GOAL_CONCURRENCY} | {max(by_clients)}):
+        r, o = by_clients[clients]
+        errors = f" ({r['errors']} / {o['errors']} errors)" if r["errors"] or o["errors"] else ""
+        row = f"serve {name}, {clients} concurrent clients, batching on vs off{errors}"
+        sides = (f"{name}, {on_mode}, {clients} clients", f"{name}, {off_mode}, {clients} clients")
+        if o["throughput"]:
+            bench.compare(row, *sides, peer_label=off_mode)
+        else:
+            bench.peer_missing(row, *sides, "every request failed")
+
+
+def _plot(levels: dict, new_tokens: int, label: str, path: Path) -> None:
     """Requests/s and p50/p99 latency by concurrency; `levels[model][mode]` lists summaries."""
     import matplotlib
 
@@ -253,16 +293,19 @@ def _plot(levels: dict, new_tokens: int, label: str) -> None:
         f"t5forge serve, greedy, {new_tokens} new tokens per request ({label})", fontsize=9
     )
     figure.tight_layout()
-    PLOT.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(PLOT, dpi=110)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 8, 32, 64])
     parser.add_argument(
-        "--requests", type=int, default=64, help="answers per round (at least 2x the concurrency)"
+        "--requests",
+        type=int,
+        default=64,
+        help="requests per round (at least 2x the concurrency); fewer for a quick check",
     )
     parser.add_argument(
         "--runs", type=harness.repeats, default=harness.MIN_REPEATS, help="timed rounds per level"
@@ -273,6 +316,7 @@ def main() -> int:
         "--max_batch_size", type=int, default=32, help="the batching-on server's device batch"
     )
     parser.add_argument("--max_wait_ms", type=float, default=5.0)
+    parser.add_argument("--plot", type=Path, default=PLOT, help="where the plot goes")
     harness.add_arguments(parser, "serve")
     args = parser.parse_args()
 
@@ -297,21 +341,10 @@ def main() -> int:
                     ]
             levels[name] = modes
             (on_mode, on), (off_mode, off) = modes.items()
-            ratios = {
-                r["concurrency"]: round(harness.ratio(r, o, "throughput"), 2)
-                for r, o in zip(on, off)
-            }
-            print(f"{name}: batching on / off requests/s by concurrency: {ratios}", flush=True)
-            top = max(args.concurrency)
-            bench.compare(
-                f"serve {name}, {top} concurrent clients, batching on vs off",
-                f"{name}, {on_mode}, {top} clients",
-                f"{name}, {off_mode}, {top} clients",
-                peer_label=off_mode,
-            )
+            _compare(bench, name, on_mode, off_mode, on, off)
     bench.finish()
-    _plot(levels, args.new_tokens, harness.SHARED_LABEL if bench.shared else "idle CPU")
-    print(f"wrote {PLOT.relative_to(ROOT)}")
+    _plot(levels, args.new_tokens, harness.SHARED_LABEL if bench.shared else "idle CPU", args.plot)
+    print(f"wrote {args.plot}")
     return 0
 
 
