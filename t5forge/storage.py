@@ -75,7 +75,8 @@ def reported(location: str | os.PathLike) -> Iterator[None]:
     """Turns an object store's refusals inside the block into one `StorageError` line.
 
     Local paths pass through untouched (their OSErrors are reported where they are caught), and
-    so does a missing object (FileNotFoundError), which callers already explain in their terms.
+    so do a missing or existing object (FileNotFoundError, FileExistsError...), which callers
+    already explain in their terms.
     """
     text = os.fspath(location)
     if not is_url(text):
@@ -83,7 +84,7 @@ def reported(location: str | os.PathLike) -> Iterator[None]:
         return
     try:
         yield
-    except (StorageError, FileNotFoundError) as error:
+    except (StorageError, FileNotFoundError, FileExistsError, IsADirectoryError) as error:
         if isinstance(error, FileNotFoundError) and _missing_bucket(error):
             raise StorageError(
                 f"{text}: the bucket does not exist or is not visible with these credentials; "

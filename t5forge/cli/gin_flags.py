@@ -18,6 +18,7 @@ from pathlib import Path
 
 import gin
 
+from t5forge import storage
 from t5forge.cli import gin_internals
 from t5forge.errors import ConfigError
 
@@ -73,10 +74,35 @@ def gin_value(text: str) -> str:
         return repr(text)
 
 
-def resolve_gin_file(name: str, search_paths: list[str]) -> Path:
+def _read_url(url: str):
+    with storage.reported(url):
+        return storage.path(url).open("r")
+
+
+def _url_exists(url: str) -> bool:
+    if not storage.is_url(url):
+        return False
+    with storage.reported(url):
+        return storage.path(url).is_file()
+
+
+# `--gin_file=gs://...`, and `include` of files under a `--gin_search_paths` bucket.
+gin_internals.add_file_reader(_read_url, _url_exists)
+
+
+def resolve_gin_file(name: str, search_paths: list[str]) -> str | Path:
     """Finds a gin file as given, in the search paths, or in the package's configs/."""
+    if storage.is_url(name):
+        if _url_exists(name):
+            return name
+        raise ConfigError(f"gin file {name!r} not found; check the URL")
+    urls = [f"{p.rstrip('/')}/{name}" for p in search_paths if storage.is_url(p)]
+    for url in urls:
+        if _url_exists(url):
+            return url
+    local_paths = [p for p in search_paths if not storage.is_url(p)]
     candidates = [Path(name)]
-    candidates += [Path(p) / name for p in search_paths]
+    candidates += [Path(p) / name for p in local_paths]
     relative = name.removeprefix("t5forge/configs/").removeprefix("configs/")
     candidates += [PACKAGE_CONFIGS / relative]
     for candidate in candidates:
@@ -86,7 +112,7 @@ def resolve_gin_file(name: str, search_paths: list[str]) -> Path:
     close = difflib.get_close_matches(relative, known, n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     searched = ", ".join(
-        str(p) for p in ([Path(".")] + [Path(p) for p in search_paths] + [PACKAGE_CONFIGS])
+        str(p) for p in ([Path(".")] + [Path(p) for p in local_paths] + urls + [PACKAGE_CONFIGS])
     )
     raise ConfigError(f"gin file {name!r} not found (searched {searched}){hint}")
 

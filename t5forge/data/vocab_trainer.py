@@ -17,10 +17,10 @@ import json
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
 
 import sentencepiece as spm
 
+from t5forge import storage
 from t5forge.data.sources import numbered_lines
 from t5forge.data.vocabularies import EOS_ID, PAD_ID, UNK_ID
 from t5forge.errors import ConfigError, DataError
@@ -196,8 +196,9 @@ def train_vocabulary(
         if reading_errors:
             raise reading_errors[0] from None
         raise _training_error(e, vocab_size, counts["training"]) from None
-    Path(output).parent.mkdir(parents=True, exist_ok=True)
-    Path(output).write_bytes(model.getvalue())
+    with storage.reported(output):
+        storage.path(output).parent.mkdir(parents=True, exist_ok=True)
+        storage.path(output).write_bytes(model.getvalue())
     processor = spm.SentencePieceProcessor(model_proto=model.getvalue())
     coverage, pieces_per_word = measure(processor, heldout)
     return VocabSummary(
