@@ -6,7 +6,11 @@ time, lease expiry) and renews the lease while it runs; a second run is refused 
 naming the holder. A lock whose process is gone (same host) or whose lease expired (another
 host, whose processes cannot be checked) is taken over with a warning; `take_over=True` takes
 any lock. The lease expiry, not `fcntl`, is what decides across hosts, so the scheme needs only
-create-if-absent and overwrite: it works on network file systems and object storage too.
+create-if-absent and overwrite: it works on network file systems and object storage too. On an
+object store (`s3://`, `gs://`), which has no exclusive create through its file-system layer,
+create-if-absent is "absent, then written, then read back as ours": two runs starting in the
+same instant both write, the later write wins, and the other run sees a holder that is not
+itself and is refused.
 """
 
 from __future__ import annotations
@@ -19,15 +23,17 @@ import socket
 import threading
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 
-from t5forge.errors import ConfigError
+from etils import epath
+
+from t5forge import storage
+from t5forge.errors import ConfigError, StorageError
 
 logger = logging.getLogger("t5forge")
 
 LOCK_FILE = "train.lock"
 LEASE_SECONDS = 600.0
-_HELD: dict[Path, ModelDirLock] = {}
+_HELD: dict[epath.Path, ModelDirLock] = {}
 
 
 def _process_alive(pid: int) -> bool:
@@ -49,7 +55,11 @@ class ModelDirLock:
         take_over: bool = False,
         lease_seconds: float = LEASE_SECONDS,
     ):
-        self.path = Path(model_dir).absolute() / LOCK_FILE
+        location = os.fspath(model_dir)
+        self.path = storage.path(
+            location if storage.is_url(location) else os.path.abspath(location)
+        )
+        self.path = self.path / LOCK_FILE
         self.take_over = take_over
         self.lease_seconds = lease_seconds
         self._record = {
@@ -65,7 +75,8 @@ class ModelDirLock:
 
     def _holder(self) -> dict | None:
         try:
-            holder = json.loads(self.path.read_text())
+            with storage.reported(self.path):
+                holder = json.loads(self.path.read_text())
         except FileNotFoundError:
             return None
         except (ValueError, UnicodeDecodeError):
@@ -84,8 +95,7 @@ class ModelDirLock:
     def acquire(self) -> None:
         """Takes the lock, or raises ConfigError naming the run that holds it."""
         try:
-            with open(self.path, "x") as f:
-                f.write(self._payload())
+            self._create()
         except FileExistsError:
             holder = self._holder() or {}
             if self._live(holder) and not self.take_over:
@@ -115,7 +125,22 @@ class ModelDirLock:
         self._renewer = threading.Thread(target=self._renew, name="t5forge-lock", daemon=True)
         self._renewer.start()
 
+    def _create(self) -> None:
+        """Writes the lock where none exists; FileExistsError where one does."""
+        if not storage.is_url(self.path):
+            with open(self.path, "x") as f:
+                f.write(self._payload())
+            return
+        with storage.reported(self.path):
+            if self.path.exists():
+                raise FileExistsError(str(self.path))
+            self.path.write_text(self._payload())
+
     def _write(self) -> None:
+        if storage.is_url(self.path):
+            with storage.reported(self.path):
+                self.path.write_text(self._payload())  # an object is replaced whole
+            return
         temporary = self.path.with_name(f".{LOCK_FILE}.{os.getpid()}")
         temporary.write_text(self._payload())
         os.replace(temporary, self.path)
@@ -127,7 +152,10 @@ class ModelDirLock:
                 return
             try:
                 self._write()
-            except OSError as error:  # a full disk must not kill the run from this thread
+            except (
+                OSError,
+                StorageError,
+            ) as error:  # a full disk must not kill the run from this thread
                 logger.warning("could not renew the lock %s: %s", self.path, error)
 
     def release(self) -> None:
@@ -138,11 +166,15 @@ class ModelDirLock:
             self._renewer = None
         _HELD.pop(self.path, None)
         if self._is_ours(self._holder()):
-            self.path.unlink(missing_ok=True)
+            with storage.reported(self.path):
+                self.path.unlink(missing_ok=True)
 
 
 @atexit.register
 def _release_all() -> None:
     """A run that failed before its loop started still leaves no lock behind."""
     for lock in list(_HELD.values()):
-        lock.release()
+        try:
+            lock.release()
+        except StorageError as error:  # the store is gone at exit: the lease expires by itself
+            logger.warning("could not release %s: %s", lock.path, error)
