@@ -2,7 +2,9 @@
 
 `t5forge infer` is the command-line face of `infer`. Writes (locally or to a bucket) `<task>-<mode>.jsonl` with `inputs`, `prediction` (or `score`) and `targets`, in the
 split's order. Output is flushed every `checkpoint_period` batches with a progress marker,
-so an interrupted run continues after the last finished chunk instead of starting over.
+so an interrupted run continues after the last finished chunk instead of starting over. The
+marker records the output's length too: rows a killed run appended after it are cut off on
+resume, so every row is written exactly once.
 """
 
 from __future__ import annotations
@@ -41,9 +43,16 @@ def _run_task(
 
     out_file = output / f"{task.name}-{mode}.jsonl"
     progress_file = output / f".{task.name}-{mode}.progress.json"
-    done = json.loads(progress_file.read_text())["batches"] if progress_file.exists() else 0
+    progress = (
+        json.loads(progress_file.read_text())
+        if progress_file.exists()
+        else {"batches": 0, "bytes": 0}
+    )
+    done, size = progress["batches"], progress["bytes"]
     if not done and out_file.exists():
         out_file.unlink()
+    elif done and len(data := out_file.read_bytes()) > size:
+        out_file.write_bytes(data[:size])
     vocabulary = task.output_features["targets"].vocabulary
     iterator = make_batch_iterator(
         task.name,
@@ -85,21 +94,28 @@ def _run_task(
             record["targets"] = _text(vocabulary, batch["decoder_target_tokens"][i])
             pending.append(json.dumps(record, ensure_ascii=False))
         if batches % checkpoint_period == 0:
-            written += _flush(out_file, progress_file, pending, batches)
-            pending = []
+            size = _flush(out_file, progress_file, pending, batches, size)
+            written, pending = written + len(pending), []
     iterator.close()
-    written += _flush(out_file, progress_file, pending, batches)
+    _flush(out_file, progress_file, pending, batches, size)
+    written += len(pending)
     progress_file.unlink()
     return written
 
 
 def _flush(
-    out_file: os.PathLike, progress_file: os.PathLike, lines: list[str], batches: int
+    out_file: os.PathLike, progress_file: os.PathLike, lines: list[str], batches: int, size: int
 ) -> int:
+    """Appends a chunk, then replaces the marker (batches done, the output's length) in one
+    rename, so a kill at any moment leaves a whole marker; returns the output's new length."""
+    text = "".join(line + "\n" for line in lines)
     with out_file.open("a", encoding="utf-8") as f:
-        f.writelines(line + "\n" for line in lines)
-    progress_file.write_text(json.dumps({"batches": batches}))
-    return len(lines)
+        f.write(text)
+    size += len(text.encode())
+    staged = progress_file.parent / f"{progress_file.name}.tmp"
+    staged.write_text(json.dumps({"batches": batches, "bytes": size}))
+    staged.replace(progress_file)
+    return size
 
 
 def infer(
