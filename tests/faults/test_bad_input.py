@@ -243,3 +243,123 @@ def test_decoder_only_finetune_decodes_past_its_inputs_by_default(faults, tmp_pa
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert list((tmp_path / "run" / "inference_eval").glob("*predictions*"))
+
+
+# A user's task over TSV files, registered through --module_import as T5X users do.
+TSV_TASK_MODULE = """
+import os
+from t5forge.data import metrics, preprocessors as pp
+from t5forge.data.sources import TsvSource
+from t5forge.data.tasks import Feature, Task, TaskRegistry
+from t5forge.data.vocabularies import EnvironmentSentencePieceVocabulary
+
+vocabulary = EnvironmentSentencePieceVocabulary(extra_ids=100)
+folder = os.path.dirname(__file__)
+TaskRegistry.add(Task(
+    "user_tsv",
+    TsvSource({split: f"{folder}/{split}.tsv" for split in ("train", "validation")}),
+    [pp.tokenize, pp.append_eos_after_trim],
+    {"inputs": Feature(vocabulary), "targets": Feature(vocabulary)},
+    metric_fns=[metrics.bleu],
+))
+"""
+TSV_ROWS = [f"{row['en']}\t{row['de']}\n" for row in ROWS]
+BAD_TSV_ROWS = {  # the row written as line 4 -> what the error line must say
+    "no tab": ("Click button 9.\n", "train.tsv:4: expected 2 tab-separated fields"),
+    "three fields": ("a\tb\tc\n", "train.tsv:4: expected 2 tab-separated fields"),
+}
+
+
+@pytest.fixture
+def tsv_task(tmp_path, faults):
+    """A module dir for --module_import (as PYTHONPATH) holding the task and its TSV files."""
+    folder = tmp_path / "user_tasks"
+    folder.mkdir()
+    (folder / "user_tsv_tasks.py").write_text(TSV_TASK_MODULE)
+    (folder / "train.tsv").write_text("".join(TSV_ROWS))
+    (folder / "validation.tsv").write_text("".join(TSV_ROWS))
+    return folder
+
+
+def _tsv_flags():
+    return ["--module_import=user_tsv_tasks", "--gin.MIXTURE_OR_TASK_NAME='user_tsv'"]
+
+
+@pytest.mark.parametrize("fault", sorted(BAD_TSV_ROWS))
+def test_a_malformed_tsv_row_names_file_and_line(faults, tsv_task, fault):
+    row, expected = BAD_TSV_ROWS[fault]
+    (tsv_task / "train.tsv").write_text("".join(TSV_ROWS[:3] + [row] + TSV_ROWS[3:]))
+    result = faults.run(
+        "tasks",
+        "preview",
+        "user_tsv",
+        "--module_import=user_tsv_tasks",
+        "--split",
+        "train",
+        env=faults.env(PYTHONPATH=tsv_task),
+    )
+    line = error_line(result)
+    assert f"{tsv_task}/{expected}" in line, line
+
+
+def test_training_on_a_malformed_tsv_row_stops_before_the_first_step(faults, tsv_task, tmp_path):
+    (tsv_task / "train.tsv").write_text("".join(TSV_ROWS[:3] + ["no tab here\n"] + TSV_ROWS[3:]))
+    env = faults.env(PYTHONPATH=tsv_task)
+    result = faults.train(tmp_path / "run", 5, *_tsv_flags(), env=env)
+    assert f"{tsv_task}/train.tsv:4: expected 2 tab-separated fields" in error_line(result)
+    assert not list((tmp_path / "run").glob("checkpoint_*"))
+
+
+def test_training_on_an_empty_split_is_one_line(faults, data_dir, tmp_path):
+    (data_dir / "train.jsonl.gz").write_bytes(gzip.compress(b""))
+    result = faults.train(tmp_path / "run", 5, env=faults.env(T5FORGE_DATA_DIR=data_dir.parent))
+    assert f"task '{TASK}' split 'train' is empty" in error_line(result)
+    assert not list((tmp_path / "run").glob("checkpoint_*"))
+
+
+@pytest.mark.parametrize(
+    "command, output_binding", [("infer", "INFER_OUTPUT_DIR"), ("eval", "EVAL_OUTPUT_DIR")]
+)
+def test_inferring_or_evaluating_an_empty_split_is_one_line(
+    faults, tsv_task, trained, tmp_path, command, output_binding
+):
+    (tsv_task / "validation.tsv").write_text("\n\n")
+    result = faults.run(
+        command,
+        f"--gin_file={faults.gin}",
+        f"--gin_file=runs/{command}.gin",
+        "--gin.DROPOUT_RATE=0.0",
+        f"--gin.CHECKPOINT_PATH={trained / 'checkpoint_12'}",
+        f"--gin.{output_binding}={tmp_path / 'out'}",
+        *_tsv_flags(),
+        "--gin.TASK_FEATURE_LENGTHS={'inputs': 32, 'targets': 8}",
+        env=faults.env(PYTHONPATH=tsv_task),
+    )
+    assert "task 'user_tsv' split 'validation' is empty" in error_line(result)
+    assert not list((tmp_path / "out").rglob("*.jsonl"))
+
+
+@pytest.mark.parametrize("command", ["train", "infer", "eval"])
+def test_an_unknown_flag_of_a_run_command_is_one_line(faults, command):
+    line = error_line(faults.run(command, "--gin_file=runs/finetune.gin", "--gin_fil=mine.gin"))
+    assert line == "error: unknown flag '--gin_fil=mine.gin'; see --help", line
+
+
+@pytest.mark.parametrize(
+    "args", [("tasks", "preview", TASK, "--bogus"), ("checkpoint", "verify", ".", "--bogus")]
+)
+def test_an_unknown_flag_of_another_command_is_argparse_usage_and_one_error(faults, args):
+    """These commands parse with argparse: its usage lines, then `t5forge <command>: error:`."""
+    result = faults.run(*args)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if ": error: " in line]
+    assert errors == [f"t5forge {args[0]}: error: unrecognized arguments: --bogus"], errors
+
+
+def test_a_batch_size_the_device_mesh_does_not_divide_is_one_line(faults, tmp_path):
+    """Eight CPU devices (XLA's host-platform flag), a global batch of 6: refused before any
+    step, naming the data-parallel size."""
+    env = faults.env(XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    line = error_line(faults.train(tmp_path / "run", 5, batch=6, env=env))
+    assert "global batch size 6 is not divisible by the data-parallel size 8" in line, line
+    assert not list((tmp_path / "run").glob("checkpoint_*"))

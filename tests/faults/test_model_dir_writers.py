@@ -7,10 +7,11 @@ import os
 import signal
 import socket
 import time
+from collections import Counter
 
 import pytest
 
-from .conftest import error_line
+from .conftest import checkpoint_steps, error_line, metric_rows
 
 
 def _lock(model_dir, **fields):
@@ -76,6 +77,27 @@ def test_two_real_runs_into_one_dir(faults, tmp_path):
     first.communicate(timeout=300)
     assert f"pid {first.pid}" in error_line(second)
     assert "RANDOM_SEED = 7" not in (model_dir / "config.gin").read_text()
+
+
+@pytest.mark.slow
+def test_two_real_runs_with_the_same_config_into_one_dir(faults, tmp_path):
+    """The same command twice (a job started twice by a scheduler): refused, nothing doubled."""
+    model_dir = tmp_path / "run"
+    args = faults.train_args(model_dir, 100000, period=100000)
+    first = faults.popen(*args)
+    deadline = time.time() + 300
+    while not (model_dir / "metrics.jsonl").exists() and time.time() < deadline:
+        assert first.poll() is None, "the first run ended before writing a metrics row"
+        time.sleep(0.05)
+    second = faults.run(*args)
+    first.send_signal(signal.SIGTERM)
+    first.communicate(timeout=300)
+    line = error_line(second)
+    assert f"pid {first.pid}" in line and "in use by another training run" in line, line
+    rows = metric_rows(model_dir)
+    assert max(Counter(rows).values()) == 1, Counter(rows)
+    steps = [step for step, split in rows if split == "train"]
+    assert steps == list(range(1, len(steps) + 1)) and checkpoint_steps(model_dir) == [steps[-1]]
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,10 @@
 """A full disk and a read-only file system, for real: size-limited tmpfs mounts.
 
 Mounting needs root (CI runs these as root, on a fresh machine of the same kind). Elsewhere the
-cases skip, saying so: TensorStore writes from C++, so no Python-level fault injection could
-reach the writes that matter.
+tmpfs cases skip, saying so: TensorStore writes from C++, so no Python-level fault injection
+reaches the array writes. The disk-full case has a clearly labelled fallback that needs no
+mount: python_enospc.py fails Python-level writes (orbax's metadata, checksums, metrics) with
+ENOSPC; it runs everywhere, so CI exercises it as well as the real tmpfs.
 """
 
 from __future__ import annotations
@@ -10,10 +12,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
 
 import pytest
 
-from .conftest import TASK, checkpoint_steps, error_line, losses
+from .conftest import REPO, TASK, checkpoint_steps, error_line, losses, metric_rows
 
 MB = 1 << 20
 
@@ -87,6 +92,69 @@ def test_disk_full_prints_no_traceback(faults, trained, mounts):
     model_dir = _copy_onto(trained, disk)
     mounts.remount(disk, f"size={_usage(model_dir) + int(1.8 * MB)}")
     error_line(faults.train(model_dir, 40))
+
+
+ENOSPC_FALLBACK = Path(__file__).with_name("python_enospc.py")
+# What the fallback's "disk" takes of a run resumed at step 12 (Python-level bytes): its start
+# (~75 kB: lock, config.gin, model-info.txt, event headers), metrics rows and checkpoint_15's
+# orbax metadata (~170 kB) fit; checkpoint_20's does not. With 300 kB the save fails at
+# state/_METADATA, written after the arrays; with 252 kB at array_metadatas/, written beside them.
+FALLBACK_FREE_BYTES = 300_000
+FALLBACK_FREE_BYTES_BESIDE_THE_ARRAYS = 252_000
+
+
+def _train_on_the_fallback_full_disk(faults, model_dir, steps, free=FALLBACK_FREE_BYTES):
+    return subprocess.run(
+        [
+            sys.executable,
+            str(ENOSPC_FALLBACK),
+            str(free),
+            str(model_dir),
+            *faults.train_args(model_dir, steps),
+        ],
+        cwd=REPO,
+        env=faults.env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.mark.slow
+def test_disk_full_fallback_python_level_enospc_injection(faults, run_copy):
+    """Fallback: Python-level ENOSPC injection, the stand-in where a tmpfs cannot be mounted
+    (run everywhere, CI included). The save of checkpoint 20 fails writing orbax's metadata: one
+    error line naming the last good checkpoint, every earlier one verifies, and once the disk
+    has room again the rerun resumes from it without repeating a metrics row."""
+    result = _train_on_the_fallback_full_disk(faults, run_copy, 40)
+    assert result.returncode == 2, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "No space left on device" in errors[0], result.stderr[-3000:]
+    assert "checkpoint_20" in errors[0], errors[0]
+    assert f"the last good checkpoint is {run_copy / 'checkpoint_15'}." in errors[0], errors[0]
+    assert checkpoint_steps(run_copy) == [5, 10, 12, 15]
+    for step in (5, 10, 12, 15):
+        assert faults.run("checkpoint", "verify", run_copy / f"checkpoint_{step}").returncode == 0
+    rerun = faults.train(run_copy, 20)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert "(step 15)" in rerun.stderr and checkpoint_steps(run_copy) == [5, 10, 12, 15, 20]
+    assert max(Counter(metric_rows(run_copy)).values()) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=False,
+    reason="a race in t5forge/run/train.py: when the ENOSPC is orbax's Python-level write of "
+    "array_metadatas/, TensorStore's array writes still pending then post to orbax's closed "
+    "event loop, and their 'Event loop is closed' tracebacks (about one run in six here) come "
+    "before the error line, while StorageFailureEcho has seen no storage failure to drop them by",
+)
+def test_disk_full_fallback_python_level_enospc_injection_prints_no_traceback(faults, run_copy):
+    """Fallback: Python-level ENOSPC injection (see above), failing beside the array writes and
+    checking that stderr holds the one error line and no traceback."""
+    free = FALLBACK_FREE_BYTES_BESIDE_THE_ARRAYS
+    line = error_line(_train_on_the_fallback_full_disk(faults, run_copy, 40, free))
+    assert "checkpoint_20" in line and "array_metadatas" in line, line
 
 
 @pytest.mark.slow
