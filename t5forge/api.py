@@ -33,6 +33,7 @@ from t5forge.errors import CheckpointError, ConfigError, DataError
 from t5forge.interop import formats, huggingface
 from t5forge.models.configs import PRESETS, T5Config, get_config
 from t5forge.models.model import PREDICT_METHODS, build_model
+from t5forge.training import remote_model_dir
 
 logger = logging.getLogger(__name__)
 
@@ -553,7 +554,7 @@ def load(path, config=None) -> Model:
             f"{type(path).__name__} {path!r:.40}; pass a Hugging Face model "
             f"directory, a t5forge checkpoint or a T5X checkpoint"
         )
-    path = Path(path)
+    path = Path(remote_model_dir.local_copy(path))
     if not path.exists():
         raise CheckpointError(
             f"{path} does not exist; pass a Hugging Face model directory, a "

@@ -19,6 +19,7 @@ import glob as local_glob
 import os
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import IO
 
 from etils import epath
@@ -42,11 +43,22 @@ def path(location: str | os.PathLike) -> epath.Path:
     return epath.Path(text if is_url(text) else os.path.expanduser(text))
 
 
+def forget_listings(location: str | os.PathLike) -> None:
+    """Drops fsspec's cached listings of the store, so objects that another process wrote
+    since this one last looked (a run's new checkpoints, a lock) are seen."""
+    from etils.epath import backend
+
+    with reported(location):
+        backend.fsspec_backend.fs(os.fspath(location)).invalidate_cache()
+
+
 def glob(pattern: str | os.PathLike) -> list[str]:
-    """Sorted matches of a glob, local or on an object store (`gs://b/data/*.jsonl`)."""
+    """Sorted matches of a glob, local or on an object store (`gs://b/data/*.jsonl`), as the
+    store holds them now."""
     text = os.fspath(pattern)
     if not is_url(text):
         return sorted(local_glob.glob(os.path.expanduser(text)))
+    forget_listings(text)
     wildcard = _WILDCARD.search(text)
     if wildcard is None:
         return [text] if _exists(text) else []
@@ -59,6 +71,21 @@ def glob(pattern: str | os.PathLike) -> list[str]:
 def _exists(text: str) -> bool:
     with reported(text):
         return epath.Path(text).exists()
+
+
+def files_under(location: str | os.PathLike) -> list[os.PathLike]:
+    """Every file below a folder, sorted (on an object store: every object under the prefix)."""
+    folder = path(location)
+    if not is_url(folder):
+        return sorted(p for p in Path(folder).rglob("*") if p.is_file())
+    from etils.epath import backend
+
+    text = os.fspath(folder).rstrip("/")
+    scheme = text.split("://", 1)[0]
+    forget_listings(text)
+    with reported(text):
+        found = backend.fsspec_backend.fs(text).find(text)
+    return sorted(path(name if is_url(name) else f"{scheme}://{name}") for name in found)
 
 
 def open_file(location: str | os.PathLike, mode: str = "rb") -> IO:

@@ -9,19 +9,25 @@ A checkpoint that cannot be read is skipped with a warning and the others are st
 from __future__ import annotations
 
 import json
+import os
 import sys
-from pathlib import Path
 
 from t5forge import storage
 from t5forge.errors import CheckpointError, ConfigError
 from t5forge.run import setup
 from t5forge.run.configs import DatasetConfig, RestoreCheckpointConfig
 from t5forge.run.evaluation import InferenceEvaluation
+from t5forge.training.remote_model_dir import complete_steps
 from t5forge.training.summaries import MetricsWriter
 
 
-def _checkpoints(cfg: RestoreCheckpointConfig) -> list[tuple[int, Path]]:
-    path = Path(cfg.path)
+def _checkpoints(cfg: RestoreCheckpointConfig) -> list[tuple[int, os.PathLike]]:
+    path = storage.path(cfg.path)
+    if cfg.mode in ("all", "latest") and storage.is_url(path):
+        steps = [(s, path / f"checkpoint_{s}") for s in complete_steps(os.fspath(path))]
+        if not steps:
+            raise CheckpointError(f"no complete checkpoint_<step> in {path}")
+        return steps if cfg.mode == "all" else steps[-1:]
     if cfg.mode in ("all", "latest"):
         steps = sorted(
             (int(p.name.split("_")[-1]), p)

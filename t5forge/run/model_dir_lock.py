@@ -121,6 +121,10 @@ class ModelDirLock:
                 "only one run may write a MODEL_DIR"
             )
         _HELD[self.path] = self
+        # Registered (again) after the store was first used: exit handlers run last-in first-out,
+        # so this one runs before fsspec's closes the event loop a bucket's lock needs.
+        atexit.unregister(_release_all)
+        atexit.register(_release_all)
         self._stop.clear()
         self._renewer = threading.Thread(target=self._renew, name="t5forge-lock", daemon=True)
         self._renewer.start()
@@ -170,7 +174,6 @@ class ModelDirLock:
                 self.path.unlink(missing_ok=True)
 
 
-@atexit.register
 def _release_all() -> None:
     """A run that failed before its loop started still leaves no lock behind."""
     for lock in list(_HELD.values()):

@@ -17,7 +17,7 @@ from t5forge.interop import formats
 from t5forge.models.configs import T5Config, get_config
 from t5forge.models.model import BaseModel, build_model
 from t5forge.run.configs import RestoreCheckpointConfig
-from t5forge.training import checkpoints
+from t5forge.training import checkpoints, remote_model_dir
 
 logger = logging.getLogger("t5forge")
 
@@ -48,7 +48,7 @@ def load_params(path: str, model, target_params=None, assignment_map=()):
     `target_params` (freshly initialised, maybe sharded) is needed for a partial restore with
     an assignment map; the report says what was restored and what stayed fresh.
     """
-    location = Path(path)
+    location = Path(remote_model_dir.local_copy(path))
     if not location.exists():
         raise CheckpointError(
             f"checkpoint path {path} does not exist; check INITIAL_CHECKPOINT_PATH / CHECKPOINT_PATH"

@@ -29,6 +29,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from t5forge import storage
 from t5forge.errors import ConfigError, T5ForgeError
 from t5forge.run import setup
 from t5forge.run.configs import (
@@ -44,6 +45,7 @@ from t5forge.run.preemption import Preempted, StopSignal
 from t5forge.run.storage_errors import StorageFailureEcho, storage_errno
 from t5forge.training import checkpoints, flops, optimizers, schedules, summaries
 from t5forge.training.partitioning import PjitPartitioner
+from t5forge.training.remote_model_dir import RemoteModelDir
 from t5forge.training.trainer import APPLIED, Trainer, metrics_to_host
 
 logger = logging.getLogger("t5forge")
@@ -145,12 +147,16 @@ def train(
         raise ConfigError(
             f"max_skipped_nonfinite_steps must be >= 0, got {max_skipped_nonfinite_steps}"
         )
-    model_dir = Path(model_dir)
-    model_dir.mkdir(parents=True, exist_ok=True)
     is_chief = jax.process_index() == 0
     lock = ModelDirLock(model_dir, take_over=take_over_lock)
+    remote = _remote_model_dir(model_dir)
+    if not remote:
+        Path(model_dir).mkdir(parents=True, exist_ok=True)
     if is_chief:
         lock.acquire()  # released at the end, or at exit if set-up fails
+    if remote:
+        remote.pull()
+    model_dir = remote.local if remote else Path(model_dir)
     if is_chief and summarize_config_fn is not None:
         summarize_config_fn(model_dir)
     stats_period = stats_period or eval_period or 100
@@ -241,7 +247,7 @@ def train(
         when forced; `position` is the data position to record (default: the current one)."""
         if not force and at_step % checkpoint_cfg.period:
             return False  # skip gathering the data positions for a step that is not saved
-        return ckpt.save(
+        saved = ckpt.save(
             at_step,
             state if of is None else of,
             _data_positions(train_iter.get_state() if position is None else position),
@@ -249,6 +255,9 @@ def train(
             metrics=metrics,
             force=force,
         )
+        if saved and remote:
+            remote.saving(at_step)  # the earlier checkpoints are final now: copied up
+        return saved
 
     step = int(jax.device_get(state.step))
     context = RunContext(
@@ -385,6 +394,9 @@ def train(
         for hook in hooks:
             hook.on_end(context, step)
         ckpt.wait_until_finished()
+        if remote:
+            writer.close()  # the last TensorBoard events on disk before they are copied
+            remote.finish()
     except (OSError, ValueError) as error:
         if storage_errno(error) is None:
             raise
@@ -392,6 +404,8 @@ def train(
     finally:
         stop.restore()
         _close_quietly(ckpt)
+        if remote:
+            remote.abandon()
         writer.close()
         if bar is not None:
             bar.close()
@@ -400,6 +414,18 @@ def train(
     if stop.received and step < total_steps:
         raise Preempted(stop.signum, step, ckpt.step_dir(step))
     return {**last_metrics, **eval_results}
+
+
+def _remote_model_dir(model_dir) -> RemoteModelDir | None:
+    """The local mirror of a MODEL_DIR on object storage; None for a local one."""
+    if not storage.is_url(model_dir):
+        return None
+    if jax.process_count() > 1:
+        raise ConfigError(
+            f"MODEL_DIR {model_dir} is on object storage, which a multi-host run cannot mirror "
+            "yet (every host writes its shards); use a file system all hosts share"
+        )
+    return RemoteModelDir(os.fspath(model_dir))
 
 
 def _signal_name(signum: int | None) -> str:

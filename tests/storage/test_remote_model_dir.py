@@ -1,0 +1,137 @@
+"""MODEL_DIR on a bucket (a real S3 protocol server on loopback): a run killed mid-way resumes on a
+fresh machine from the bucket alone with the same losses, and `infer` reads the bucket's run."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from t5forge import storage
+from t5forge.training.checkpoint_integrity import CHECKSUMS_FILE
+from t5forge.training.remote_model_dir import complete_steps, local_copy
+
+REPO = Path(__file__).resolve().parents[2]
+EN_DE = REPO / "t5forge" / "tasks" / "data" / "en_de_lohelp"
+TASK = "en_de_lohelp_translate"
+STEPS = 200
+
+
+def _command(model_dir, gin, *extra) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "t5forge.cli.main",
+        "train",
+        f"--gin_file={gin}",
+        "--gin_file=runs/finetune.gin",
+        f"--gin.MODEL_DIR={model_dir}",
+        f"--gin.MIXTURE_OR_TASK_NAME={TASK}",
+        "--gin.TASK_FEATURE_LENGTHS={'inputs': 24, 'targets': 24}",
+        f"--gin.TRAIN_STEPS={STEPS}",
+        "--gin.BATCH_SIZE=4",
+        "--gin.INITIAL_CHECKPOINT_PATH=None",
+        "--gin.EVAL_PERIOD=0",
+        "--gin.CHECKPOINT_PERIOD=10",
+        "--gin.train.stats_period=1",
+        "--gin.train.infer_eval_dataset_cfg=None",
+        "--gin.train.train_eval_dataset_cfg=None",
+        "--gin.utils.SaveCheckpointConfig.async_save=False",
+        *extra,
+    ]
+
+
+def _losses(text: str) -> dict[int, float]:
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    train = [row for row in rows if row["split"] == "train"]
+    assert len({row["step"] for row in train}) == len(train), "duplicate metrics rows"
+    return {row["step"]: row["loss"] for row in train}
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_from_the_bucket_on_a_fresh_machine(
+    bucket, s3_env, tiny_vocab, tiny_model_gin, tmp_path
+):
+    vocab = f"{bucket}/vocab/spiece.model"
+    storage.path(vocab).write_bytes(tiny_vocab.read_bytes())
+    for split in ("train", "validation"):
+        storage.path(f"{bucket}/data/en_de_lohelp/{split}.jsonl.gz").write_bytes(
+            (EN_DE / f"{split}.jsonl.gz").read_bytes()
+        )
+    env = {**s3_env, "T5FORGE_VOCAB": vocab, "T5FORGE_DATA_DIR": f"{bucket}/data"}
+    env["JAX_PLATFORMS"] = "cpu"
+
+    straight = tmp_path / "straight"
+    done = subprocess.run(
+        _command(straight, tiny_model_gin), env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    expected = _losses((straight / "metrics.jsonl").read_text())
+
+    run = f"{bucket}/runs/en_de"
+    first_machine = {**env, "T5FORGE_STAGING_DIR": str(tmp_path / "machine_a")}
+    log = tmp_path / "killed.log"
+    with log.open("w") as stderr:
+        process = subprocess.Popen(
+            _command(run, tiny_model_gin),
+            env=first_machine,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    deadline = time.time() + 600
+    while not complete_steps(run) and time.time() < deadline:
+        assert process.poll() is None, log.read_text()[-3000:]
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    copied = complete_steps(run)
+    assert copied and copied[-1] < STEPS, copied
+
+    second_machine = {**env, "T5FORGE_STAGING_DIR": str(tmp_path / "machine_b")}
+    resumed = subprocess.run(
+        _command(run, tiny_model_gin),
+        env=second_machine,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"fetching {run}/checkpoint_{copied[-1]}" in resumed.stderr
+    assert complete_steps(run)[-1] == STEPS
+    assert _losses(storage.path(f"{run}/metrics.jsonl").read_text()) == expected
+    for name in ("config.gin", "model-info.txt"):
+        assert storage.path(f"{run}/{name}").exists(), name
+    assert storage.glob(f"{run}/train/events.out.tfevents.*")
+    assert not storage.path(f"{run}/train.lock").exists()
+
+    # A checkpoint whose copy was cut off (no checksums object) is not taken for complete.
+    storage.path(f"{run}/checkpoint_{STEPS}/{CHECKSUMS_FILE}").unlink()
+    assert complete_steps(run)[-1] < STEPS
+    assert Path(local_copy(run)).name == f"checkpoint_{complete_steps(run)[-1]}"
+
+    inferred = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "t5forge.cli.main",
+            "infer",
+            f"--gin_file={tiny_model_gin}",
+            "--gin_file=runs/infer.gin",
+            f"--gin.CHECKPOINT_PATH={run}",
+            f"--gin.INFER_OUTPUT_DIR={bucket}/infer",
+            f"--gin.MIXTURE_OR_TASK_NAME={TASK}",
+            "--gin.TASK_FEATURE_LENGTHS={'inputs': 24, 'targets': 8}",
+        ],
+        env={**env, "T5FORGE_STAGING_DIR": str(tmp_path / "machine_c")},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert inferred.returncode == 0, inferred.stderr[-3000:]
+    rows = storage.path(f"{bucket}/infer/{TASK}-predict.jsonl").read_text().splitlines()
+    assert rows and all("prediction" in json.loads(row) for row in rows)
