@@ -488,12 +488,7 @@ NAMES: tuple[T5XName, ...] = (
         "SentencePieceVocabulary",
         build=objects.sentencepiece_vocabulary,
         rules={
-            "sentencepiece_model_file": keep(
-                remote_ok=(
-                    "t5forge decodes with the task's vocabulary (T5X requires the two to be equal), "
-                    "so this file is not read"
-                )
-            ),
+            "sentencepiece_model_file": keep(),
             "extra_ids": keep(),
             "normalizer_spec_overrides": honoured(None, refuse=TF_ONLY),
             "reverse_extra_ids": honoured(

@@ -11,14 +11,11 @@ or refused with an error, each naming the file and line.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import gin
 import gin.config
-
-_REMOTE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 
 
 def _always(value) -> bool:
@@ -40,7 +37,6 @@ class Rule:
     refuse: bool = False
     reason: str = ""
     convert: Callable[[Any], Any] = _same
-    remote_ok: str = ""
 
     @property
     def converts(self) -> bool:
@@ -66,10 +62,9 @@ def move(
     )
 
 
-def keep(remote_ok: str = "") -> Rule:
-    """Stays bound to the T5X name, whose own Python uses it. `remote_ok` explains why a
-    `gs://` value is only a warning here."""
-    return Rule(keep=True, remote_ok=remote_ok)
+def keep() -> Rule:
+    """Stays bound to the T5X name, whose own Python uses it."""
+    return Rule(keep=True)
 
 
 def honoured(*values, warn: str = "", refuse: str = "") -> Rule:
@@ -130,14 +125,3 @@ def resolve_macros(value):
     if isinstance(value, Mapping):
         return {k: resolve_macros(v) for k, v in value.items()}
     return value
-
-
-def remote_paths(value) -> list[str]:
-    """The object-storage or URL strings (`gs://...`) inside an already-resolved value."""
-    if isinstance(value, str):
-        return [value] if _REMOTE.match(value) else []
-    if isinstance(value, list | tuple):
-        return [p for v in value for p in remote_paths(v)]
-    if isinstance(value, Mapping):
-        return [p for v in value.values() for p in remote_paths(v)]
-    return []

@@ -3,7 +3,8 @@
 Every binding of a T5X name goes through its parameter's rule (names.py): moved to t5forge's
 configurable unless the command line already bound that one (so `--gin.` overrides win),
 kept, dropped silently when t5forge behaves that way anyway, dropped with a one-line warning,
-or refused. Remote paths (`gs://...`) are refused where they would be read. Every line names
+or refused. Paths on object storage (`gs://...`) pass as they are: t5forge reads and writes
+them through t5forge.storage. Every line names
 the file and line (or flag) of the binding. Then gin forgets the T5X imports, so config.gin
 is written with t5forge's names.
 """
@@ -18,12 +19,8 @@ from t5forge.cli import gin_internals
 from t5forge.cli.t5x_compat.locations import Locator, Written
 from t5forge.cli.t5x_compat.modules import is_t5x_module
 from t5forge.cli.t5x_compat.names import NAMES, TASK_MODULES, T5XName
-from t5forge.cli.t5x_compat.rules import Rule, macro_name, remote_paths, resolve_macros
+from t5forge.cli.t5x_compat.rules import Rule, macro_name, resolve_macros
 from t5forge.errors import ConfigError
-
-OBJECT_STORAGE = (
-    "object storage is not supported yet; copy it to a local path and bind that instead"
-)
 
 
 class _Report:
@@ -97,33 +94,6 @@ def _apply(entry: T5XName, report: _Report) -> None:
                 )
 
 
-def _remote_ok(selector: str, param: str) -> str:
-    for entry in NAMES:
-        if entry.gin_selector == selector and param in entry.rules:
-            return entry.rules[param].remote_ok
-    return ""
-
-
-def _check_remote_paths(report: _Report) -> None:
-    for (scope, selector), params in gin_internals.all_bindings().items():
-        if selector == "gin.macro":
-            continue  # a macro is checked where a binding uses it
-        for param, raw in params.items():
-            for path in remote_paths(resolve_macros(raw)):
-                written = report.locator.literal(path)
-                reaches = _key(scope, gin_internals.short_name(selector), param)
-                via = f" (via %{macro_name(raw)})" if macro_name(raw) else ""
-                ok = _remote_ok(selector, param)
-                if ok:
-                    report.warnings.append(
-                        report.line(written, reaches, f"object storage is not supported yet; {ok}")
-                    )
-                else:
-                    report.errors.append(
-                        report.line(written, reaches, f"reaches {reaches}{via}: {OBJECT_STORAGE}")
-                    )
-
-
 def _note_task_modules(report: _Report) -> None:
     for statement in report.locator.imports:
         if statement.module in TASK_MODULES:
@@ -145,7 +115,6 @@ def translate(files_read: list[str], flags: list[str]) -> None:
     for entry in NAMES:
         if not entry.same_object:
             _apply(entry, report)
-    _check_remote_paths(report)
     _note_task_modules(report)
     gin_internals.spell_out_references()
     gin_internals.forget_imports(is_t5x_module)
