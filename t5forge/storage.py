@@ -18,6 +18,7 @@ import contextlib
 import glob as local_glob
 import os
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -30,6 +31,7 @@ from t5forge.errors import StorageError
 _URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 _BACKENDS = {"gs": "gcsfs", "s3": "s3fs"}
 _WILDCARD = re.compile(r"[*?\[]")
+_COPY_CHUNK = 16 << 20
 
 
 def is_url(location: str | os.PathLike) -> bool:
@@ -86,6 +88,20 @@ def files_under(location: str | os.PathLike) -> list[os.PathLike]:
     with reported(text):
         found = backend.fsspec_backend.fs(text).find(text)
     return sorted(path(name if is_url(name) else f"{scheme}://{name}") for name in found)
+
+
+def copy(source: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Copies one file between local paths and objects, either way, in chunks."""
+    with reported(source), reported(target):
+        with path(source).open("rb") as reader, path(target).open("wb") as writer:
+            shutil.copyfileobj(reader, writer, _COPY_CHUNK)
+
+
+def staging_folder(url: str) -> Path:
+    """The local folder that mirrors an object-storage folder (a MODEL_DIR, a task cache):
+    under $T5FORGE_STAGING_DIR, default ~/.cache/t5forge/staging, one folder per URL."""
+    root = os.environ.get("T5FORGE_STAGING_DIR") or Path.home() / ".cache" / "t5forge" / "staging"
+    return Path(root).expanduser() / re.sub(r"[^A-Za-z0-9._-]+", "_", url.rstrip("/"))
 
 
 def open_file(location: str | os.PathLike, mode: str = "rb") -> IO:

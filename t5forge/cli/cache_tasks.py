@@ -15,9 +15,11 @@ import argparse
 import os
 import re
 
+from t5forge import storage
 from t5forge.data.cache import (
     completed_splits,
     default_shard_count,
+    publish_split,
     task_cache_dir,
     write_task_cache,
 )
@@ -116,6 +118,25 @@ def _splits_to_cache(task, wanted: list[str] | None) -> list[str]:
     return splits
 
 
+# Runners whose workers share this machine's disk.
+LOCAL_RUNNERS = ("DirectRunner", "PrismRunner")
+
+
+def _beam_output(output_cache_dir: str, runner: str) -> str:
+    """Where Beam's workers write: the directory itself, or for a bucket a local staging folder
+    that is copied up once the pipeline finished (ArrayRecord writes local files only)."""
+    if not storage.is_url(output_cache_dir):
+        return output_cache_dir
+    if runner not in LOCAL_RUNNERS:
+        raise ConfigError(
+            f"--output_cache_dir={output_cache_dir}: workers of the {runner} write ArrayRecord "
+            "shards to a file system they share, not to object storage yet; give a path on a "
+            "shared file system, or run on this machine (--runner=DirectRunner), whose cache "
+            "t5forge copies to the bucket"
+        )
+    return str(storage.staging_folder(output_cache_dir))
+
+
 def main(argv: list[str]) -> int:
     args, beam_args = _parser().parse_known_args(argv)
     if beam_args and not args.runner:
@@ -140,9 +161,17 @@ def main(argv: list[str]) -> int:
 
         run_beam_cache(
             [SplitJob(*job) for job in jobs],
-            args.output_cache_dir,
+            _beam_output(args.output_cache_dir, args.runner),
             [f"--runner={args.runner}", *beam_args],
         )
+        if storage.is_url(args.output_cache_dir):
+            staged = storage.staging_folder(args.output_cache_dir)
+            for task, split, _ in jobs:
+                publish_split(
+                    task_cache_dir(staged, task.name),
+                    task_cache_dir(args.output_cache_dir, task.name),
+                    split,
+                )
     for task, split, shards in jobs:
         if not args.runner:
             write_task_cache(

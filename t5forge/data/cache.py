@@ -25,6 +25,7 @@ import numpy as np
 from array_record.python.array_record_module import ArrayRecordWriter
 from tqdm import tqdm
 
+from t5forge import storage
 from t5forge.errors import DataError
 
 COMPLETED = "COMPLETED"
@@ -32,8 +33,9 @@ STRING = "string"
 
 
 def task_cache_dir(cache_dir: str | os.PathLike, task_name: str) -> Path:
-    """Where one task's cache lives inside a cache directory."""
-    return Path(cache_dir) / task_name
+    """Where one task's cache lives inside a cache directory (a local path or a bucket's URL)."""
+    root = storage.path(cache_dir) if storage.is_url(cache_dir) else Path(cache_dir)
+    return root / task_name
 
 
 def shard_paths(task_dir: Path, split: str, shard_count: int) -> list[Path]:
@@ -46,14 +48,20 @@ def shard_paths(task_dir: Path, split: str, shard_count: int) -> list[Path]:
 def completed_splits(task_dir: Path) -> list[str]:
     """The splits whose cache finished writing (empty when there is no marker)."""
     try:
-        return json.loads((task_dir / COMPLETED).read_text())["splits"]
+        with storage.reported(task_dir):
+            return json.loads((task_dir / COMPLETED).read_text())["splits"]
     except (OSError, ValueError, KeyError, TypeError):
         return []
 
 
 def _write_json_atomically(path: Path, content: Any) -> None:
+    text = json.dumps(content, indent=2, sort_keys=True) + "\n"
+    if storage.is_url(path):
+        with storage.reported(path):
+            path.write_text(text)  # an object is replaced whole
+        return
     temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(content, indent=2, sort_keys=True) + "\n")
+    temporary.write_text(text)
     os.replace(temporary, path)
 
 
@@ -218,6 +226,11 @@ def write_task_cache(
     interleaved order, so the cache holds the examples in exactly their uncached order:
     switching a run to the cache does not change what it trains on.
     """
+    if storage.is_url(output_dir):
+        staged = write_task_cache(
+            task, split, storage.staging_folder(os.fspath(output_dir)), shard_count, progress
+        )
+        return publish_split(staged, task_cache_dir(output_dir, task.name), split)
     task_dir = task_cache_dir(output_dir, task.name)
     start_split(task_dir, split)
     shard_count = shard_count or default_shard_count(task, split)
@@ -243,6 +256,44 @@ def write_task_cache(
             writer.close()
     finish_split(task_dir, split, specs, shard_count, stats)
     return task_dir
+
+
+def _split_files(task_dir, split: str) -> list[str]:
+    info = json.loads((task_dir / f"info.{split}.json").read_text())
+    shards = [p.name for p in shard_paths(task_dir, split, info["num_shards"])]
+    return [*shards, f"info.{split}.json", f"stats.{split}.json"]
+
+
+def publish_split(local_dir: Path, remote_dir, split: str):
+    """Copies a split cached locally to its folder on a bucket, in the local writer's order:
+    marked unfinished, old shards removed, the files, then the completion marker last. Returns
+    the bucket's task folder."""
+    _set_completed(remote_dir, split, completed=False)
+    for stale in storage.glob(f"{remote_dir}/{split}.array_record-*"):
+        with storage.reported(stale):
+            storage.path(stale).unlink()
+    for name in _split_files(local_dir, split):
+        storage.copy(local_dir / name, remote_dir / name)
+    _set_completed(remote_dir, split, completed=True)
+    return remote_dir
+
+
+def _local_split(remote_dir, split: str) -> Path:
+    """A local copy of a completed split on a bucket (ArrayRecord reads local files), kept in
+    the staging folder and reused while its info matches the bucket's."""
+    local_dir = storage.staging_folder(os.fspath(remote_dir))
+    info = f"info.{split}.json"
+    with storage.reported(remote_dir):
+        remote_info = (remote_dir / info).read_text()
+    if split in completed_splits(local_dir) and (local_dir / info).read_text() == remote_info:
+        return local_dir
+    start_split(local_dir, split)
+    storage.copy(remote_dir / info, local_dir / info)
+    for name in _split_files(local_dir, split):
+        if name != info:
+            storage.copy(remote_dir / name, local_dir / name)
+    _set_completed(local_dir, split, completed=True)
+    return local_dir
 
 
 # -- reading -----------------------------------------------------------------------------
@@ -280,7 +331,7 @@ class CachedSource:
             raise _missing_cache_error(task_name, split, cache_dirs)
         self.task_name = task_name
         self.split = split
-        self.directory = found[0]
+        self.directory = _local_split(found[0], split) if storage.is_url(found[0]) else found[0]
         self.info = json.loads((self.directory / f"info.{split}.json").read_text())
         self.stats = json.loads((self.directory / f"stats.{split}.json").read_text())
         self._specs = self.info["features"]

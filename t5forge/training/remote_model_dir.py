@@ -41,22 +41,6 @@ _STEP = re.compile(r"checkpoint_(\d+)")
 _NOT_LOGS = re.compile(
     r"^(checkpoint_\d+|.*\.orbax-checkpoint-tmp.*|.*\.corrupt.*|train\.lock|\..*)$"
 )
-_COPY_CHUNK = 16 << 20
-
-
-def staging_root() -> Path:
-    configured = os.environ.get("T5FORGE_STAGING_DIR")
-    return Path(configured or Path.home() / ".cache" / "t5forge" / "staging").expanduser()
-
-
-def _local_folder(url: str) -> Path:
-    return staging_root() / re.sub(r"[^A-Za-z0-9._-]+", "_", url.rstrip("/"))
-
-
-def _copy(source, target) -> None:
-    """Copies one file between a local path and an object (either way), in chunks."""
-    with source.open("rb") as reader, target.open("wb") as writer:
-        shutil.copyfileobj(reader, writer, _COPY_CHUNK)
 
 
 def complete_steps(url: str) -> list[int]:
@@ -83,7 +67,7 @@ def _download_tree(remote, local: Path) -> Path:
     for source in objects:
         target = partial / source.relative_to(remote)
         target.parent.mkdir(parents=True, exist_ok=True)
-        _copy(source, storage.path(target))
+        storage.copy(source, target)
     shutil.rmtree(local, ignore_errors=True)
     partial.rename(local)
     return local
@@ -95,7 +79,7 @@ class RemoteModelDir:
     def __init__(self, url: str):
         self.url = url.rstrip("/")
         self.remote = storage.path(self.url)
-        self.local = _local_folder(self.url)
+        self.local = storage.staging_folder(self.url)
         self._copied: set[int] = set()  # steps this process put on (or fetched from) the bucket
         self._pushed_logs: dict[str, tuple[int, int]] = {}
         self._queue: queue.Queue = queue.Queue()
@@ -123,7 +107,7 @@ class RemoteModelDir:
         metrics = self.remote / "metrics.jsonl"
         with storage.reported(metrics):
             if metrics.exists():
-                _copy(metrics, storage.path(self.local / "metrics.jsonl"))
+                storage.copy(metrics, self.local / "metrics.jsonl")
             else:
                 (self.local / "metrics.jsonl").unlink(missing_ok=True)
         self._worker = threading.Thread(target=self._work, name="t5forge-upload", daemon=True)
@@ -203,7 +187,7 @@ class RemoteModelDir:
         files = sorted(storage.files_under(folder), key=lambda p: p.name == CHECKSUMS_FILE)
         with storage.reported(target):
             for source in files:
-                _copy(storage.path(source), target / source.relative_to(folder))
+                storage.copy(source, target / source.relative_to(folder))
         self._copied.add(step)
         logger.info("copied checkpoint_%d to %s", step, self.url)
 
@@ -225,7 +209,7 @@ class RemoteModelDir:
             if self._pushed_logs.get(str(relative)) == stamp:
                 continue
             with storage.reported(self.url):
-                _copy(storage.path(source), self.remote / str(relative))
+                storage.copy(source, self.remote / str(relative))
             self._pushed_logs[str(relative)] = stamp
 
 
@@ -270,12 +254,12 @@ def local_copy(location: str | os.PathLike) -> str:
         steps = complete_steps(url)
         run, step = url, (steps[-1] if steps else None)
     if step is not None:
-        local = _local_folder(run) / f"checkpoint_{step}"
+        local = storage.staging_folder(run) / f"checkpoint_{step}"
         if not _verified(local):
             with storage.reported(url):
                 _download_tree(storage.path(run) / f"checkpoint_{step}", local)
         return str(local)
-    local = _local_folder(url)
+    local = storage.staging_folder(url)
     with storage.reported(url):
         if not storage.path(url).exists():
             raise CheckpointError(f"checkpoint path {url} does not exist; check the URL")

@@ -73,6 +73,30 @@ def test_killed_run_resumes_from_the_bucket_on_a_fresh_machine(
     assert done.returncode == 0, done.stderr[-3000:]
     expected = _losses((straight / "metrics.jsonl").read_text())
 
+    # The task preprocessed once into the bucket (as `t5forge cache-tasks` on a preprocessing
+    # machine), then read from there by the runs below: the cache holds the examples in their
+    # uncached order, so the losses must still equal the uncached local run's.
+    cache = f"{bucket}/cache"
+    cached = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "t5forge.cli.main",
+            "cache-tasks",
+            f"--tasks={TASK}",
+            f"--output_cache_dir={cache}",
+            "--splits=train",
+            "--no_progress",
+        ],
+        env={**env, "T5FORGE_STAGING_DIR": str(tmp_path / "preprocessing")},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert cached.returncode == 0, cached.stderr[-3000:]
+    assert json.loads(storage.path(f"{cache}/{TASK}/COMPLETED").read_text())["splits"] == ["train"]
+    use_cache = (f"--seqio_additional_cache_dirs={cache}", "--gin.USE_CACHED_TASKS=True")
+
     run = f"{bucket}/runs/en_de"
     first_machine = {**env, "T5FORGE_STAGING_DIR": str(tmp_path / "machine_a")}
     log = tmp_path / "killed.log"
@@ -94,7 +118,7 @@ def test_killed_run_resumes_from_the_bucket_on_a_fresh_machine(
 
     second_machine = {**env, "T5FORGE_STAGING_DIR": str(tmp_path / "machine_b")}
     resumed = subprocess.run(
-        _command(run, tiny_model_gin),
+        _command(run, tiny_model_gin, *use_cache),
         env=second_machine,
         capture_output=True,
         text=True,
@@ -102,6 +126,7 @@ def test_killed_run_resumes_from_the_bucket_on_a_fresh_machine(
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"fetching {run}/checkpoint_{copied[-1]}" in resumed.stderr
+    assert list((tmp_path / "machine_b").glob(f"*_cache_{TASK}/train.array_record-*"))
     assert complete_steps(run)[-1] == STEPS
     assert _losses(storage.path(f"{run}/metrics.jsonl").read_text()) == expected
     for name in ("config.gin", "model-info.txt"):
