@@ -169,15 +169,17 @@ class ModelDirLock:
             self._renewer.join()
             self._renewer = None
         _HELD.pop(self.path, None)
-        if self._is_ours(self._holder()):
-            with storage.reported(self.path):
-                self.path.unlink(missing_ok=True)
+        try:
+            if self._is_ours(self._holder()):
+                with storage.reported(self.path):
+                    self.path.unlink(missing_ok=True)
+        except StorageError as error:  # the store is gone: the lease expires by itself
+            logger.warning(
+                "could not release %s (%s); its lease expires by itself", self.path, error
+            )
 
 
 def _release_all() -> None:
     """A run that failed before its loop started still leaves no lock behind."""
     for lock in list(_HELD.values()):
-        try:
-            lock.release()
-        except StorageError as error:  # the store is gone at exit: the lease expires by itself
-            logger.warning("could not release %s: %s", lock.path, error)
+        lock.release()

@@ -139,8 +139,9 @@ class RemoteModelDir:
 
     def _raise_failure(self) -> None:
         if self._error is not None:
-            kept = complete_steps_or_none(self.url)
-            latest = f"checkpoint_{kept[-1]}" if kept else "no complete checkpoint yet"
+            latest = (
+                f"checkpoint_{max(self._copied)}" if self._copied else "no complete checkpoint yet"
+            )
             first = " ".join(str(self._error).split())[:300]
             raise StorageError(
                 f"could not copy the run to {self.url} ({first}); the newest complete "
@@ -211,14 +212,6 @@ class RemoteModelDir:
             with storage.reported(self.url):
                 storage.copy(source, self.remote / str(relative))
             self._pushed_logs[str(relative)] = stamp
-
-
-def complete_steps_or_none(url: str) -> list[int]:
-    """complete_steps, or [] when the store cannot be asked (it is the store that failed)."""
-    try:
-        return complete_steps(url)
-    except StorageError:
-        return []
 
 
 def _verified(local: Path) -> bool:

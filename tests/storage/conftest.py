@@ -8,7 +8,6 @@ and inherited by the commands it runs.
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -43,38 +42,48 @@ def _answers(port: int) -> bool:
         return False
 
 
+class MotoServer:
+    """moto's S3 server on a free loopback port; `stop()` (or the end of a `with`) kills it."""
+
+    def __init__(self, log_dir: Path):
+        executable = Path(sys.executable).parent / "moto_server"
+        if not executable.exists():
+            pytest.skip("moto's server is not installed (it comes with the 'test' extra)")
+        port = _free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = (log_dir / f"moto-{port}.log").open("w")
+        self.process = subprocess.Popen(
+            [str(executable), "-H", "127.0.0.1", "-p", str(port)],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 30
+        while not _answers(port):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                pytest.fail(f"moto_server did not start; see {self.log.name}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self.log.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
     """The endpoint URL of a moto S3 server on 127.0.0.1, stopped when the session ends."""
-    executable = Path(sys.executable).parent / "moto_server"
-    if not executable.exists() and shutil.which("moto_server") is None:
-        pytest.skip("moto's server is not installed (it comes with the 'test' extra)")
-    port = _free_port()
-    log = (tmp_path_factory.mktemp("moto") / "server.log").open("w")
-    server = subprocess.Popen(
-        [
-            str(executable if executable.exists() else "moto_server"),
-            "-H",
-            "127.0.0.1",
-            "-p",
-            str(port),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 30
-    while not _answers(port):
-        if server.poll() is not None or time.monotonic() > deadline:
-            server.kill()
-            pytest.fail(f"moto_server did not start; see {log.name}")
-        time.sleep(0.1)
-    yield f"http://127.0.0.1:{port}"
-    server.terminate()
-    try:
-        server.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        server.kill()
-    log.close()
+    with MotoServer(tmp_path_factory.mktemp("moto")) as server:
+        yield server.url
 
 
 @pytest.fixture
