@@ -9,7 +9,7 @@ from pathlib import Path
 import report
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = ("train_step", "decode", "data_pipeline", "serve", "cache_tasks")
+SCRIPTS = ("train_step", "decode", "data_pipeline", "serve", "cache_tasks", "checkpoint_checksums")
 
 
 def main() -> int:
