@@ -14,7 +14,7 @@ $(VENV)/bin/python:
 # Stamp files so that a second `make test` does not reinstall; they are rebuilt when
 # pyproject.toml changes.
 $(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
-	$(PIP) install -q -e .
+	$(PIP) install -q -e '.[serve]'
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
