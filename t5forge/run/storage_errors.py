@@ -13,6 +13,7 @@ import logging
 import re
 import sys
 import threading
+import warnings
 
 STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
 _CODE_IN_TEXT = re.compile(r"os_error_code='(\d+)'|\(os error (\d+)\)")
@@ -46,54 +47,79 @@ def _storage_failure(error: BaseException | None) -> bool:
     return False
 
 
+def _loop_closed(error: BaseException | None) -> bool:
+    """Whether `error` is a callback posting to orbax's event loop after it was closed."""
+    return isinstance(error, RuntimeError) and "Event loop is closed" in str(error)
+
+
 class StorageFailureEcho:
-    """Silences the background writers' echoes of a full or read-only disk during a run.
+    """Silences the background writers' echoes of a full or read-only disk, from the run's start
+    through interpreter shutdown.
 
     When a checkpoint save hits ENOSPC or EROFS, orbax's writer threads log it with a traceback
     (absl), TensorStore's callbacks then post to orbax's closed event loop ("Event loop is
-    closed", through the exception hooks) and asyncio logs the never-retrieved writes: dozens of
-    tracebacks before the run reports the failure in one line. Inside this context those are
-    dropped: records and hook calls whose exception is a storage failure, and once one was seen,
-    the "Event loop is closed" errors and asyncio's leftovers that follow it. Anything else
-    still reaches the user. `install()` when the run starts writing, `remove()` when it is done.
+    closed", through the exception hooks), asyncio logs the never-retrieved writes and Python
+    warns of the writes never awaited: dozens of tracebacks around the run's one-line report.
+    Records and hook calls whose exception is a storage failure are dropped. The "Event loop is
+    closed" errors and asyncio's errors may come before any storage failure is seen (orbax's
+    own writes fail inside its loop, reaching only the main thread), so until the run's outcome
+    is known they are held, and `remove()` prints them only if it was no storage failure.
+    After a storage failure the hooks and filters stay, dropping only its echoes, because the
+    never-retrieved writes are logged when garbage collection reaches them at exit.
+    `install()` when the run starts writing, `remove()` in its `finally`.
     """
 
     _LOGGERS = ("absl", "asyncio")
 
     def __init__(self):
         self.failed = False
+        self._running = False
+        self._held = []  # replays of echoes put off until the run's outcome is known
+        # Reentrant: garbage collection inside it can finalize a task that logs to asyncio.
+        self._lock = threading.RLock()
 
-    def _is_echo(self, error: BaseException | None) -> bool:
-        if _storage_failure(error):
+    def _passes(self, error: BaseException | None, leftover: bool, replay) -> bool:
+        """Whether an echo of `error` goes out now; `leftover` marks asyncio's error records,
+        and `replay` prints the echo later if it is held."""
+        with self._lock:
+            if _storage_failure(error):
+                self._fail()
+                return False
+            if not (_loop_closed(error) or (leftover and self._running)):
+                return True
+            if self._running and not self.failed:
+                self._held.append(replay)
+            return not (self._running or self.failed)
+
+    def _fail(self) -> None:
+        if not self.failed:
             self.failed = True
-            return True
-        return (
-            self.failed
-            and isinstance(error, RuntimeError)
-            and ("Event loop is closed" in str(error))
-        )
+            self._held.clear()
+            warnings.filterwarnings(
+                "ignore", message=r"coroutine '.*' was never awaited", category=RuntimeWarning
+            )
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        if self._is_echo(error):
-            return False
-        # asyncio names a lost write without attaching it as exc_info in some versions.
-        return not (self.failed and record.name == "asyncio")
+        leftover = record.name == "asyncio" and record.levelno >= logging.ERROR
+        logger = logging.getLogger(record.name)
+        return self._passes(error, leftover, lambda: logger.handle(record))
 
     def install(self) -> None:
+        self._running = True
         self._hooks = (sys.excepthook, threading.excepthook, sys.unraisablehook)
         previous_except, previous_thread, previous_unraisable = self._hooks
 
         def except_hook(kind, error, traceback):
-            if not self._is_echo(error):
+            if self._passes(error, False, lambda: previous_except(kind, error, traceback)):
                 previous_except(kind, error, traceback)
 
         def thread_hook(args):
-            if not self._is_echo(args.exc_value):
+            if self._passes(args.exc_value, False, lambda: previous_thread(args)):
                 previous_thread(args)
 
         def unraisable_hook(args):
-            if not self._is_echo(args.exc_value):
+            if self._passes(args.exc_value, False, lambda: previous_unraisable(args)):
                 previous_unraisable(args)
 
         sys.excepthook, threading.excepthook, sys.unraisablehook = (
@@ -105,6 +131,17 @@ class StorageFailureEcho:
             logging.getLogger(name).addFilter(self)
 
     def remove(self) -> None:
+        """Ends the run. Called from train's `finally`, so the exception ending the run, if
+        any, is the one being handled: a storage failure there drops the held echoes."""
+        with self._lock:
+            self._running = False
+            if _storage_failure(sys.exc_info()[1]):
+                self._fail()
+            held, self._held = self._held, []
+        if self.failed:
+            return
         sys.excepthook, threading.excepthook, sys.unraisablehook = self._hooks
         for name in self._LOGGERS:
             logging.getLogger(name).removeFilter(self)
+        for replay in held:
+            replay()
