@@ -9,7 +9,15 @@ from pathlib import Path
 import report
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = ("train_step", "decode", "data_pipeline", "serve", "cache_tasks", "checkpoint_checksums")
+SCRIPTS = (
+    "train_step",
+    "decode",
+    "scaling",
+    "data_pipeline",
+    "serve",
+    "cache_tasks",
+    "checkpoint_checksums",
+)
 
 
 def main() -> int:

@@ -1,0 +1,202 @@
+"""Scoring speed as the work grows: t5forge vs Hugging Face PyTorch, by batch and input length.
+
+T5 1.1 small with random weights (float32) scores (input, target) pairs: teacher-forced logits
+and each row's sum of target-token log-likelihoods, what eval and `t5forge infer` score do.
+t5forge runs the model's jitted `score_batch` on a `t5forge.api.score_features` batch, as those
+paths do (`Model.score` would pad the 114 targets to its 128 bucket); transformers runs
+T5ForConditionalGeneration under torch.no_grad on the very same weights (benchmarks/decode.py's
+`_hf_model`), then log_softmax and the same sum. Token ids are drawn from [3, vocab), so no
+row holds padding on either side, and each point's scores must agree to SCORE_RTOL or nothing
+is reported. Two series: --batches at --input_length, and --lengths at --batch (the point they
+share is measured once). Timing is benchmarks/harness.py's (median of --runs after a warm-up
+that includes t5forge's compilation); tokens/s counts inputs + targets of every row. Results go
+to benchmarks/results/scaling.json (one README row per point through `benchmarks/report.py`)
+and the plot to docs/images/scaling.png.
+
+A quick check that it runs end to end (writes nothing under the repository):
+
+    python benchmarks/scaling.py --batches 1 2 --lengths 128 --batch 2 --input_length 128 \
+        --settle_seconds 0 --results /tmp/scaling.json --plot /tmp/scaling.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import harness  # noqa: E402  (same directory)
+from decode import _hf_model  # noqa: E402  (same directory; builds HF T5 offline from weights)
+
+from t5forge.api import Model, score_features  # noqa: E402
+from t5forge.models.configs import get_config  # noqa: E402
+from t5forge.models.model import build_model  # noqa: E402
+
+PLOT = ROOT / "docs" / "images" / "scaling.png"
+SCORE_RTOL = 1e-3
+SIDES = ("t5forge", "transformers")
+
+
+def _point(batch: int, input_length: int, target_length: int) -> str:
+    """A point's name: its sides are '<point>: t5forge' and '<point>: transformers'."""
+    return f"batch {batch}, {input_length}/{target_length}"
+
+
+def _points(args) -> list[tuple[int, int]]:
+    """(batch, input length) of both series in order, the shared point once."""
+    points = [(batch, args.input_length) for batch in args.batches]
+    points += [(args.batch, length) for length in args.lengths]
+    return list(dict.fromkeys(points))
+
+
+def _sides(forge: Model, hf, inputs: np.ndarray, targets: np.ndarray) -> dict:
+    """{side: a call returning the float32 [rows] log-likelihoods of `targets` given `inputs`}."""
+    import torch
+
+    rows = len(inputs)
+    features = score_features(
+        forge.config, inputs, targets, rows, inputs.shape[1], targets.shape[1]
+    )
+    hf_inputs = torch.from_numpy(inputs.astype(np.int64))
+    hf_decoder_inputs = torch.from_numpy(features["decoder_input_tokens"].astype(np.int64))
+    hf_targets = torch.from_numpy(targets.astype(np.int64))
+
+    def run_forge():
+        return np.asarray(forge.t5x_model.score_batch(forge.params, features), np.float32)
+
+    def run_hf():
+        with torch.no_grad():
+            logits = hf(
+                input_ids=hf_inputs,
+                attention_mask=torch.ones_like(hf_inputs),
+                decoder_input_ids=hf_decoder_inputs,
+                use_cache=False,
+            ).logits
+            log_probs = torch.log_softmax(logits, dim=-1)
+            return log_probs.gather(-1, hf_targets[..., None])[..., 0].sum(-1).numpy()
+
+    return {"t5forge": run_forge, "transformers": run_hf}
+
+
+def _plot(result: dict, path: Path) -> None:
+    """Tokens/s of both sides by batch and by input length, each t5forge point marked with its
+    ratio; the title names the machine, commit and load average of `result` (a results file)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    settings, sides = result["settings"], result["sides"]
+    target = settings["target_length"]
+    series = (
+        ("batch", [(b, settings["input_length"]) for b in settings["batches"]], 0),
+        ("input length", [(settings["batch"], n) for n in settings["lengths"]], 1),
+    )
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for axis, (label, points, varied) in zip(axes, series):
+        xs = [point[varied] for point in points]
+        names = [_point(batch, length, target) for batch, length in points]
+        for color, side in zip(("C0", "C1"), SIDES):
+            ys = [sides[f"{name}: {side}"]["throughput"] for name in names]
+            axis.plot(xs, ys, "o-", color=color, label=side)
+        top = max(sides[f"{name}: {side}"]["throughput"] for name in names for side in SIDES)
+        for x, name in zip(xs, names):
+            ours, peer = sides[f"{name}: t5forge"], sides[f"{name}: transformers"]
+            axis.annotate(
+                f"{harness.ratio(ours, peer, 'throughput'):.2f}x",
+                (x, ours["throughput"]),
+                textcoords="offset points",
+                xytext=(0, 6),
+                ha="center",
+                fontsize=7,
+            )
+        fixed = f"input length {points[0][1]}" if varied == 0 else f"batch {points[0][0]}"
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(xs, [str(x) for x in xs])
+        axis.set_xlabel(label)
+        axis.set_ylabel("tokens/s (inputs + targets)")
+        axis.set_ylim(0, 1.15 * top)  # room for the ratios
+        axis.set_title(f"by {label} ({fixed}, {target} target tokens)", fontsize=9)
+        axis.legend(fontsize=7)
+    machine = result["machine"]
+    dirty = " + uncommitted changes" if result["dirty"] else ""
+    shared = f", {harness.SHARED_LABEL}" if result["shared_cpu"] else ""
+    figure.suptitle(
+        f"T5 1.1 small fp32 scoring, t5forge vs transformers (ratio above t5forge's points)\n"
+        f"{machine['cpu']} ({machine['cores']} cores), commit {result['commit']}{dirty}, "
+        f"1-minute load average {result['load_before']:.2f} before / "
+        f"{result['load_after']:.2f} after{shared}",
+        fontsize=9,
+    )
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", nargs="+", type=int, default=[1, 2, 4, 8, 16, 32])
+    parser.add_argument("--input_length", type=int, default=512, help="of the batch series")
+    parser.add_argument("--lengths", nargs="+", type=int, default=[128, 256, 512, 1024])
+    parser.add_argument("--batch", type=int, default=8, help="of the input length series")
+    parser.add_argument("--target_length", type=int, default=114)
+    parser.add_argument("--runs", type=harness.repeats, default=harness.MIN_REPEATS)
+    parser.add_argument("--plot", type=Path, default=PLOT, help="where the plot goes")
+    harness.add_arguments(parser, "scaling")
+    args = parser.parse_args()
+
+    import torch
+
+    bench = harness.Benchmark.from_args("scaling", args)
+    config = get_config("t5_1_1/small", dtype="float32")
+    params = jax.device_get(build_model(config).init_params(jax.random.PRNGKey(0)))
+    forge, hf = Model(config, params), _hf_model(config, params)
+    print(
+        f"T5 1.1 small fp32 scoring, {args.target_length} target tokens, torch threads "
+        f"{torch.get_num_threads()}, jax {jax.__version__} on {jax.devices()[0].platform}",
+        flush=True,
+    )
+    rng = np.random.default_rng(0)
+    for batch, length in _points(args):
+        point = _point(batch, length, args.target_length)
+        inputs = rng.integers(3, config.vocab_size, (batch, length), np.int32)
+        targets = rng.integers(3, config.vocab_size, (batch, args.target_length), np.int32)
+        print(point, flush=True)
+        outputs = bench.run(
+            {f"{point}: {side}": fn for side, fn in _sides(forge, hf, inputs, targets).items()},
+            args.runs,
+            work=batch * (length + args.target_length),
+            unit="tokens/s",
+        )
+        ours, peer = (outputs[f"{point}: {side}"] for side in SIDES)
+        worst = float(np.max(np.abs(ours - peer) / np.abs(peer)))
+        if not worst <= SCORE_RTOL:
+            print(
+                f"error: {point}: t5forge's and transformers' scores differ by up to "
+                f"{worst:.1e} relative (allowed {SCORE_RTOL:.0e}); not comparable, nothing "
+                "reported",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"  scores agree to {worst:.1e} relative", flush=True)
+        bench.compare(
+            f"scoring, {point}, fp32",
+            f"{point}: t5forge",
+            f"{point}: transformers",
+            peer_label="transformers",
+        )
+    results = bench.finish()
+    _plot(json.loads(results.read_text()), args.plot)
+    print(f"wrote {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
