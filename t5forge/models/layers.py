@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from t5forge.models import axes
-from t5forge.models.attention import attend
+from t5forge.models.attention import attend, explicit_attention
 
 # Large enough to zero a softmax weight, small enough to stay finite in bfloat16.
 MASK_BIAS = -1e10
@@ -284,11 +284,12 @@ class MultiHeadAttention(nn.Module):
         self.put_variable("cache", "value", zeros)
 
     def decode_step(self, inputs_q, bias, index=None, write=None):
-        """Attention of one new position [B, 1, E] over the cache.
+        """Attention of one new position [N, 1, E] over the cache.
 
         With `index` (self-attention) the new key/value is written at that position first, but
-        only for rows where `write` [B] is true (rows still inside a prefilled prompt keep the
-        prefill's keys); without it (cross-attention) the cache is read only.
+        only for rows where `write` [N] is true (rows still inside a prefilled prompt keep the
+        prefill's keys); without it (cross-attention) the cache is read only, and it may hold
+        one memory per input [B, ...] for N = B * k rows (k decodes of each input).
         """
         key = self.get_variable("cache", "key")
         value = self.get_variable("cache", "value")
@@ -308,7 +309,21 @@ class MultiHeadAttention(nn.Module):
             )
             self.put_variable("cache", "key", key)
             self.put_variable("cache", "value", value)
-        return self._attend(inputs_q, key, value, bias, deterministic=True)
+        return self._attend_cache(inputs_q, key, value, bias)
+
+    def _attend_cache(self, inputs_q, key, value, bias):
+        """One query per row over a heads-major cache, written out (attention.py's 'explicit').
+
+        The fused kernels want [batch, length, heads, head_dim] and would transpose the whole
+        cache on every step. The k decodes of one input (beams, samples) that share a memory
+        are folded into the query axis, so the memory is read once per input, not k times.
+        """
+        rows, memories = inputs_q.shape[0], key.shape[0]
+        query = self._heads(self.query, inputs_q)  # [rows, heads, 1, head_dim]
+        query = query.reshape(memories, rows // memories, self.num_heads, self.head_dim)
+        context = explicit_attention(query.transpose(0, 2, 1, 3), key, value, bias)
+        context = context.reshape(rows, 1, self.num_heads * self.head_dim)
+        return constrain(self.out(context), axes.BATCH, axes.LENGTH, axes.EMBED)
 
 
 class MlpBlock(nn.Module):

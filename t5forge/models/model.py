@@ -18,12 +18,19 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import traverse_util
 
 from t5forge.errors import CheckpointError, ConfigError, DataError
 from t5forge.models import decoding, param_names
 from t5forge.models.configs import T5Config
 from t5forge.models.losses import loss_and_metrics, token_cross_entropy
-from t5forge.models.network import DECODE_STEP, INIT_CACHE, PREFILL, build_network
+from t5forge.models.network import (
+    CROSS_ATTENTION,
+    DECODE_STEP,
+    INIT_CACHE,
+    PREFILL,
+    build_network,
+)
 
 PREDICT_METHODS = ("greedy", "beam", "sample", "labels")
 _TOKEN_FEATURES = ("encoder_input_tokens", "decoder_input_tokens", "decoder_target_tokens")
@@ -355,24 +362,49 @@ class EncoderDecoderModel(BaseModel):
         _, variables = init_network.apply(
             {"params": params}, encoder_tokens, method="init_cache", mutable=["cache"]
         )
-        cache = {"network": variables["cache"], "encoder_valid": encoder_tokens > 0}
+        per_row, cross = _split_cross_attention(variables["cache"])
+        cache = decoding.DecodingCache(
+            per_row=per_row, per_input={"network": cross, "encoder_valid": encoder_tokens > 0}
+        )
         step_network = build_network(
             self.config, decode_mode=DECODE_STEP, cache_length=max_decode_length
         )
 
         def tokens_to_logits(token_ids, cache, step):
+            network_cache = _merge_caches(cache.per_row, cache.per_input["network"])
             logits, variables = step_network.apply(
-                {"params": params, "cache": cache["network"]},
+                {"params": params, "cache": network_cache},
                 token_ids,
                 step,
-                cache["encoder_valid"],
+                cache.per_input["encoder_valid"],
                 method="decode_step",
                 mutable=["cache"],
             )
-            return logits[:, 0], {**cache, "network": variables["cache"]}
+            per_row, _ = _split_cross_attention(variables["cache"])
+            return logits[:, 0], cache._replace(per_row=per_row)
 
         prompt = jnp.zeros((encoder_tokens.shape[0], max_decode_length), jnp.int32)
         return prompt, cache, tokens_to_logits
+
+
+def _split_cross_attention(cache: dict) -> tuple[dict, dict]:
+    """(self-attention entries, cross-attention entries) of a decoder's flax cache.
+
+    Cross-attention keys/values depend only on the input, so the decodes of one input share
+    them (decoding.DecodingCache.per_input); the self-attention slots belong to each row.
+    """
+    flat = traverse_util.flatten_dict(cache)
+    cross = {path: leaf for path, leaf in flat.items() if CROSS_ATTENTION in path}
+    own = {path: leaf for path, leaf in flat.items() if CROSS_ATTENTION not in path}
+    return traverse_util.unflatten_dict(own), traverse_util.unflatten_dict(cross)
+
+
+def _merge_caches(*caches: dict) -> dict:
+    """One flax cache collection from disjoint parts (the inverse of the split above)."""
+    flat = {}
+    for cache in caches:
+        flat.update(traverse_util.flatten_dict(cache))
+    return traverse_util.unflatten_dict(flat)
 
 
 class DecoderOnlyModel(BaseModel):

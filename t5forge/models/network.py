@@ -35,6 +35,8 @@ from t5forge.models.layers import (
 # decode_mode values: how a call uses the key/value cache (see the module docstring).
 TEACHER_FORCED, INIT_CACHE, PREFILL, DECODE_STEP = "none", "init", "prefill", "step"
 DECODE_MODES = (TEACHER_FORCED, INIT_CACHE, PREFILL, DECODE_STEP)
+# The decoder layers' attention over the encoder output (T5X's module name).
+CROSS_ATTENTION = "encoder_decoder_attention"
 # What a rematerialized layer saves for the backward pass (the rest is recomputed):
 # 'minimal' keeps the weight matmuls' outputs (not the attention logits, which have batch dims),
 # 'proj' only the q/k/v projections, 'dots_saveable' every matmul output, 'full' nothing.
@@ -142,7 +144,7 @@ class DecoderLayer(nn.Module):
         cfg, det, mode = self.config, self.deterministic, self.decode_mode
         cross = not cfg.is_decoder_only
         self_attention = _attention(cfg, "self_attention")
-        cross_attention = _attention(cfg, "encoder_decoder_attention") if cross else None
+        cross_attention = _attention(cfg, CROSS_ATTENTION) if cross else None
         if mode == INIT_CACHE:
             self_attention.zero_cache(encoded.shape[0], self.cache_length)
             cross_attention.fill_cache(encoded)

@@ -31,6 +31,7 @@ from t5forge.models.decoding import (
     _inverse_cdf_pick,
     _prompt_buffer,
     _top_p_threshold,
+    first_argmax,
 )
 
 # Per-row top_k is read at run time, so the top-k candidates are taken with this static width.
@@ -59,7 +60,7 @@ class Decoded:
 def _choose(logits, keys, temperature, top_k, top_p):
     """Next token and its model log-likelihood for every row, from per-row options."""
     log_probs = jax.nn.log_softmax(logits, axis=-1)
-    greedy = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    greedy = first_argmax(logits)
     sampling = temperature > MIN_TEMPERATURE
 
     def sample(_):
