@@ -110,6 +110,36 @@ def explicit_attention(query, key, value, bias, dropout=None):
     return jnp.einsum("bhqk,bhkd->bqhd", weights, value)
 
 
+def cached_attention(query, key, value, bias):
+    """Attention of decoding queries [B, H, q, D] over a heads-major cache [B, H, k, D].
+
+    What one decoding step runs: q is 1, or the number of decodes (beams, samples) sharing
+    one input's encoder memory. The cache is read as it lies (a fused kernel's layout would
+    transpose it every step). With q > 1, batch and heads are folded into one batch axis:
+    XLA:CPU runs that dot about 3x faster than the same einsum with two batch axes, while at
+    q = 1 the einsum is as fast. Returns [B, q, H, D]; float32 logits and softmax.
+    """
+    if query.shape[2] == 1:
+        return explicit_attention(query, key, value, bias)
+    batch, heads, queries, head_dim = query.shape
+    flat = (batch * heads, -1, head_dim)
+    logits = jax.lax.dot_general(
+        query.reshape(flat),
+        key.reshape(flat),
+        (((2,), (2,)), ((0,), (0,))),
+        preferred_element_type=jnp.float32,
+    ).reshape(batch, heads, queries, -1)
+    if bias is not None:
+        logits = logits + bias.astype(jnp.float32)
+    weights = jax.nn.softmax(logits).astype(value.dtype)
+    context = jax.lax.dot_general(
+        weights.reshape(batch * heads, queries, -1),
+        value.reshape(flat),
+        (((2,), (1,)), ((0,), (0,))),
+    )
+    return context.reshape(batch, heads, queries, head_dim).transpose(0, 2, 1, 3)
+
+
 def attend(
     query,
     key,

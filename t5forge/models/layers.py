@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from t5forge.models import axes
-from t5forge.models.attention import attend, explicit_attention
+from t5forge.models.attention import attend, cached_attention
 
 # Large enough to zero a softmax weight, small enough to stay finite in bfloat16.
 MASK_BIAS = -1e10
@@ -312,16 +312,15 @@ class MultiHeadAttention(nn.Module):
         return self._attend_cache(inputs_q, key, value, bias)
 
     def _attend_cache(self, inputs_q, key, value, bias):
-        """One query per row over a heads-major cache, written out (attention.py's 'explicit').
+        """One query per row over a heads-major cache (attention.cached_attention).
 
-        The fused kernels want [batch, length, heads, head_dim] and would transpose the whole
-        cache on every step. The k decodes of one input (beams, samples) that share a memory
-        are folded into the query axis, so the memory is read once per input, not k times.
+        The k decodes of one input (beams, samples) that share a memory are folded into the
+        query axis, so the memory is read once per input, not k times.
         """
         rows, memories = inputs_q.shape[0], key.shape[0]
         query = self._heads(self.query, inputs_q)  # [rows, heads, 1, head_dim]
         query = query.reshape(memories, rows // memories, self.num_heads, self.head_dim)
-        context = explicit_attention(query.transpose(0, 2, 1, 3), key, value, bias)
+        context = cached_attention(query.transpose(0, 2, 1, 3), key, value, bias)
         context = context.reshape(rows, 1, self.num_heads * self.head_dim)
         return constrain(self.out(context), axes.BATCH, axes.LENGTH, axes.EMBED)
 

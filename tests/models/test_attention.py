@@ -13,7 +13,13 @@ import numpy as np
 import pytest
 
 from t5forge.errors import ConfigError
-from t5forge.models.attention import Platform, attend, choose_implementation, explicit_attention
+from t5forge.models.attention import (
+    Platform,
+    attend,
+    cached_attention,
+    choose_implementation,
+    explicit_attention,
+)
 from t5forge.models.configs import get_config
 from t5forge.models.layers import (
     decoder_self_mask,
@@ -295,3 +301,18 @@ def test_cached_decoding_is_unchanged_by_the_kernel():
     }
     ours, reference = (_stepwise_logits(m, params, batch, 6) for m in models)
     np.testing.assert_allclose(ours, reference, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("decodes", [1, 4])
+def test_cached_attention_equals_explicit_for_each_decode(decodes):
+    # A decoding step: `decodes` queries per input over that input's cache, with padding.
+    keys = jax.random.split(jax.random.PRNGKey(3), 3)
+    query = jax.random.normal(keys[0], (BATCH, HEADS, decodes, HEAD_DIM))
+    key = jax.random.normal(keys[1], (BATCH, HEADS, 6, HEAD_DIM))
+    value = jax.random.normal(keys[2], (BATCH, HEADS, 6, HEAD_DIM))
+    bias = mask_to_bias(jnp.asarray(_tokens([6, 4], 6) > 0)[:, None, None, :])
+    got = cached_attention(query, key, value, bias)
+    assert got.shape == (BATCH, decodes, HEADS, HEAD_DIM)
+    for j in range(decodes):  # each decode alone, as if it had its own copy of the cache
+        alone = explicit_attention(query[:, :, j : j + 1], key, value, bias)
+        np.testing.assert_allclose(got[:, j], alone[:, 0], atol=1e-6, rtol=0)

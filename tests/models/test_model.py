@@ -129,6 +129,30 @@ def test_beam_and_sampling_decodes(encdec, batch):
         model.predict_batch(params, batch, method="nucleus")
 
 
+def test_decodes_sharing_an_encoder_memory_equal_decodes_of_repeated_inputs(encdec, batch):
+    # num_decodes samples read each input's cross-attention keys/values once (DecodingCache's
+    # per_input); the same rows given as repeated inputs, one decode each, own their copies.
+    # Rows line up (input-major) and draw the same random numbers, so the tokens must agree.
+    model, params = encdec
+    decodes = 3
+    options = dict(
+        method="sample", topk=0, temperature=1.0, return_all_decodes=True, max_decode_length=6
+    )
+    shared, _ = model.predict_batch_with_aux(
+        params, batch, rng=jax.random.PRNGKey(5), num_decodes=decodes, **options
+    )
+    repeated = {"encoder_input_tokens": np.repeat(batch["encoder_input_tokens"], decodes, 0)}
+    copies, _ = model.predict_batch_with_aux(
+        params, repeated, rng=jax.random.PRNGKey(5), num_decodes=1, **options
+    )
+    # Each input's decodes come back sorted by score: compare them as sets of sequences.
+    copies = np.asarray(copies).reshape(2, decodes, -1)
+    for row in range(2):
+        assert sorted(map(tuple, np.asarray(shared)[row].tolist())) == sorted(
+            map(tuple, copies[row].tolist())
+        )
+
+
 def test_prefix_lm_predicts_the_continuation_of_its_prompt():
     model = build_model(get_config("decoder_only/tiny", dtype="float32", vocab_size=VOCAB))
     assert isinstance(model, DecoderOnlyModel)
