@@ -11,11 +11,12 @@ packing mask as an additive -1e10. Three implementations compute it (T5Config
               exposes the attention weights, so attention dropout (T5's fine-tuning default)
               always runs it, whatever was asked for.
 
-'auto' (the default) picks cuDNN where it can run the shapes and XLA everywhere else. Single-
-position decoding steps always use XLA: a one-query step is a memory-bound matrix-vector
-product, where a fused kernel has nothing to fuse. Inputs are heads-major ([batch, heads,
-length, head_dim], the layout of the decoding cache); the output is [batch, length, heads,
-head_dim]. Logits are accumulated and softmaxed in float32 whatever the compute dtype.
+'auto' (the default) picks cuDNN where it can run the shapes and XLA everywhere else; a
+single-query call (choose_implementation with query_length 1) gets XLA, since a fused kernel
+has nothing to fuse there. Decoding steps do not come here at all: `cached_attention` reads
+the cache where it lies. Inputs are heads-major ([batch, heads, length, head_dim], the layout
+of the decoding cache); the output is [batch, length, heads, head_dim]. Logits are
+accumulated and softmaxed in float32 whatever the compute dtype.
 """
 
 from __future__ import annotations
