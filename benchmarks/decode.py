@@ -8,8 +8,10 @@ converted from that transformers model by ctranslate2's own TransformersConverte
 word-level tokenizer naming each id, since the weights are random). To make every row generate
 all new tokens without adding a logits processor to any side, the EOS column of the output
 projection is zeroed: an EOS logit of exactly 0 never wins against 32k random logits; the
-script checks that no row emitted EOS. Timing is benchmarks/harness.py's (median of --runs
-after a warm-up that includes t5forge's compilation). New tokens/s = batch * new tokens /
+script checks that no row emitted EOS. Each side runs in a process of its own
+(benchmarks/isolated.py: sharing one process slowed CTranslate2 up to 2x and transformers ~25%);
+timing is benchmarks/harness.py's (median of --runs after a warm-up that includes t5forge's
+compilation), CPU-seconds are each side's own process. New tokens/s = batch * new tokens /
 seconds (beams are not counted). Without ctranslate2 its column says how to install it.
 """
 
@@ -17,22 +19,19 @@ from __future__ import annotations
 
 import argparse
 import os
+import pickle
 import sys
 import tempfile
 from pathlib import Path
 
-import jax
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import harness  # noqa: E402  (same directory)
+from isolated import IsolatedSide  # noqa: E402  (same directory)
 
-from t5forge.api import Model  # noqa: E402
-from t5forge.interop.huggingface import config_to_hf, params_to_hf_state_dict  # noqa: E402
-from t5forge.models.configs import get_config  # noqa: E402
-from t5forge.models.model import build_model  # noqa: E402
-
+CONFIG = "t5_1_1/small"
 EOS_ID = 1
 SPECIAL_TOKENS = ("<pad>", "</s>", "<unk>")  # ids 0, 1, 2 as in T5's vocabulary
 CT2_COMPUTE_TYPES = ("float32", "int8")
@@ -42,6 +41,8 @@ CT2_MISSING = "not installed (pip install -e .[bench])"
 def _hf_model(config, params):
     import torch
     import transformers
+
+    from t5forge.interop.huggingface import config_to_hf, params_to_hf_state_dict
 
     hf_config = transformers.T5Config(**config_to_hf(config))
     model = transformers.T5ForConditionalGeneration(hf_config).eval()
@@ -60,9 +61,8 @@ def _token_names(vocab_size: int) -> list[str]:
     return [*SPECIAL_TOKENS, *(f"t{i}" for i in range(len(SPECIAL_TOKENS), vocab_size))]
 
 
-def _ct2_translators(hf_model, vocab_size: int, threads: int) -> dict:
-    """{compute type: ctranslate2.Translator} of `hf_model` saved and converted by ctranslate2."""
-    import ctranslate2
+def _save_peers(hf_model, vocab_size: int, work_dir: Path) -> tuple[Path, Path | None]:
+    """(transformers directory, CTranslate2 directory or None without ctranslate2)."""
     import tokenizers
     import transformers
 
@@ -75,59 +75,98 @@ def _ct2_translators(hf_model, vocab_size: int, threads: int) -> dict:
     tokenizer = transformers.PreTrainedTokenizerFast(
         tokenizer_object=word_level, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
     )
-    with tempfile.TemporaryDirectory(prefix="t5forge-bench-ct2-") as scratch:
-        hf_dir, ct2_dir = Path(scratch) / "hf", Path(scratch) / "ct2"
-        hf_model.save_pretrained(hf_dir)
-        tokenizer.save_pretrained(hf_dir)
-        ctranslate2.converters.TransformersConverter(str(hf_dir)).convert(str(ct2_dir))
-        return {
-            compute_type: ctranslate2.Translator(
-                str(ct2_dir), device="cpu", compute_type=compute_type, intra_threads=threads
-            )
-            for compute_type in CT2_COMPUTE_TYPES
-        }
+    hf_dir, ct2_dir = work_dir / "hf", work_dir / "ct2"
+    hf_model.save_pretrained(hf_dir)
+    tokenizer.save_pretrained(hf_dir)
+    try:
+        import ctranslate2
+    except ImportError:
+        return hf_dir, None
+    ctranslate2.converters.TransformersConverter(str(hf_dir)).convert(str(ct2_dir))
+    return hf_dir, ct2_dir
 
 
-def _sides(inputs: np.ndarray, new_tokens: int, beams: int, forge, hf, translators) -> dict:
-    """{side name: a call returning the [rows, new_tokens] int tokens it generated}."""
-    import torch
+# Factories of the sides, each called in its own worker (benchmarks/isolated.py). The call they
+# return decodes `rows` (int [B, L] input ids) and gives back int [B, new_tokens] tokens.
 
-    method = "beam" if beams > 1 else "greedy"
-    hf_inputs = torch.from_numpy(inputs.astype(np.int64))
-    names = _token_names(forge.config.vocab_size)
-    ids = {name: i for i, name in enumerate(names)}
-    source = [[names[i] for i in row] for row in inputs]
 
-    def run_forge():
+def forge_side(params_path: str):
+    from t5forge.api import Model
+    from t5forge.models.configs import get_config
+
+    with open(params_path, "rb") as f:
+        forge = Model(get_config(CONFIG, dtype="float32"), pickle.load(f))
+
+    def run(rows, new_tokens, beams):
+        method = "beam" if beams > 1 else "greedy"
         return forge.generate(
-            inputs, max_length=new_tokens, method=method, num_beams=beams, alpha=0.0
+            rows, max_length=new_tokens, method=method, num_beams=beams, alpha=0.0
         )
 
-    def run_hf():
+    return run
+
+
+def hf_side(hf_dir: str):
+    import torch
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    model = transformers.T5ForConditionalGeneration.from_pretrained(hf_dir).eval()
+
+    def run(rows, new_tokens, beams):
+        inputs = torch.from_numpy(rows.astype(np.int64))
         with torch.no_grad():
-            return hf.generate(
-                input_ids=hf_inputs,
-                attention_mask=torch.ones_like(hf_inputs),
+            return model.generate(
+                input_ids=inputs,
+                attention_mask=torch.ones_like(inputs),
                 max_new_tokens=new_tokens,
                 num_beams=beams,
                 do_sample=False,
                 **({"length_penalty": 0.0} if beams > 1 else {}),
             ).numpy()[:, 1:]
 
-    def ct2_call(translator):
-        def run_ct2():
-            results = translator.translate_batch(
-                source, beam_size=beams, length_penalty=0.0, max_decoding_length=new_tokens
-            )
-            return np.array([[ids[token] for token in result.hypotheses[0]] for result in results])
+    return run
 
-        return run_ct2
 
-    return {
-        "t5forge": run_forge,
-        "transformers": run_hf,
-        **{f"ctranslate2 {kind}": ct2_call(t) for kind, t in translators.items()},
+def ct2_side(ct2_dir: str, compute_type: str, vocab_size: int):
+    import ctranslate2
+
+    translator = ctranslate2.Translator(
+        ct2_dir, device="cpu", compute_type=compute_type, intra_threads=os.cpu_count()
+    )
+    names = _token_names(vocab_size)
+    ids = {name: i for i, name in enumerate(names)}
+
+    def run(rows, new_tokens, beams):
+        results = translator.translate_batch(
+            [[names[i] for i in row] for row in rows],
+            beam_size=beams,
+            length_penalty=0.0,
+            max_decoding_length=new_tokens,
+        )
+        return np.array([[ids[token] for token in result.hypotheses[0]] for result in results])
+
+    return run
+
+
+def _start_sides(params, hf_model, vocab_size: int, work_dir: Path) -> dict[str, IsolatedSide]:
+    """{side name: its worker}, t5forge first; CTranslate2's only where it is installed."""
+    params_path = work_dir / "params.pkl"
+    with open(params_path, "wb") as f:
+        pickle.dump(params, f)
+    hf_dir, ct2_dir = _save_peers(hf_model, vocab_size, work_dir)
+    sides = {
+        "t5forge": IsolatedSide("decode:forge_side", params_path=str(params_path)),
+        "transformers": IsolatedSide("decode:hf_side", hf_dir=str(hf_dir)),
     }
+    for compute_type in CT2_COMPUTE_TYPES if ct2_dir else ():
+        sides[f"ctranslate2 {compute_type}"] = IsolatedSide(
+            "decode:ct2_side",
+            ct2_dir=str(ct2_dir),
+            compute_type=compute_type,
+            vocab_size=vocab_size,
+        )
+    return sides
 
 
 def _check(outputs: dict, rows: int, new_tokens: int) -> bool:
@@ -154,30 +193,38 @@ def main() -> int:
     harness.add_arguments(parser, "decode")
     args = parser.parse_args()
 
-    import torch
+    import jax
+
+    from t5forge.models.configs import get_config
+    from t5forge.models.model import build_model
 
     bench = harness.Benchmark.from_args("decode", args)
-    config = get_config("t5_1_1/small", dtype="float32")
+    config = get_config(CONFIG, dtype="float32")
     params = jax.device_get(build_model(config).init_params(jax.random.PRNGKey(0)))
     head = np.array(params["decoder"]["logits_dense"]["kernel"])
     head[:, EOS_ID] = 0.0
     params["decoder"]["logits_dense"]["kernel"] = head
     rng = np.random.default_rng(0)
     inputs = rng.integers(3, config.vocab_size, (args.batch, args.input_length), dtype=np.int32)
-    forge = Model(config, params)
-    hf = _hf_model(config, params)
-    try:
-        translators = _ct2_translators(hf, config.vocab_size, os.cpu_count())
-    except ImportError:
-        translators = {}
+    with tempfile.TemporaryDirectory(prefix="t5forge-bench-decode-") as scratch:
+        sides = _start_sides(params, _hf_model(config, params), config.vocab_size, Path(scratch))
+        try:
+            status = _measure(bench, args, sides, inputs)
+        finally:
+            for side in sides.values():
+                side.close()
+    if status == 0:
+        bench.finish()
+    return status
+
+
+def _measure(bench, args, sides: dict[str, IsolatedSide], inputs: np.ndarray) -> int:
     print(
-        f"T5 1.1 small fp32, inputs {args.input_length}, {args.new_tokens} new tokens, torch "
-        f"threads {torch.get_num_threads()}, jax {jax.__version__} on "
-        f"{jax.devices()[0].platform}, ctranslate2 "
-        f"{'float32 + int8' if translators else CT2_MISSING}",
+        f"T5 1.1 small fp32, inputs {args.input_length}, {args.new_tokens} new tokens, each "
+        f"side in its own process ({os.cpu_count()} threads), ctranslate2 "
+        f"{'float32 + int8' if 'ctranslate2 int8' in sides else CT2_MISSING}",
         flush=True,
     )
-
     shape = f"{args.input_length} in / {args.new_tokens} new"
     settings = (
         ("greedy", f"greedy decode, batch {args.batch}, {shape}", inputs, 1, "throughput"),
@@ -185,14 +232,12 @@ def main() -> int:
         ("batch-1 greedy", f"batch-1 greedy latency, {shape}", inputs[:1], 1, "latency"),
     )
     for prefix, row, rows, beams, metric in settings:
-        sides = _sides(rows, args.new_tokens, beams, forge, hf, translators)
         print(row, flush=True)
-        outputs = bench.run(
-            {f"{prefix}: {side}": fn for side, fn in sides.items()},
-            args.runs,
-            work=len(rows) * args.new_tokens,
-            unit="new tokens/s",
-        )
+        calls = {
+            f"{prefix}: {name}": side.bind(rows=rows, new_tokens=args.new_tokens, beams=beams)
+            for name, side in sides.items()
+        }
+        outputs = bench.run(calls, args.runs, work=len(rows) * args.new_tokens, unit="new tokens/s")
         if not _check(
             {side.split(": ")[1]: out for side, out in outputs.items()}, len(rows), args.new_tokens
         ):
@@ -202,7 +247,6 @@ def main() -> int:
                 bench.compare(row, f"{prefix}: t5forge", f"{prefix}: {peer}", metric, peer)
             else:
                 bench.peer_missing(row, f"{prefix}: t5forge", peer, CT2_MISSING)
-    bench.finish()
     return 0
 
 

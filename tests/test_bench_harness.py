@@ -3,6 +3,7 @@ the results file and the README block (benchmarks themselves never run in tests)
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ sys.path.insert(0, str(BENCHMARKS))
 
 import harness  # noqa: E402
 import report  # noqa: E402
+from isolated import IsolatedSide  # noqa: E402
 
 from t5forge.errors import T5ForgeError  # noqa: E402
 
@@ -201,3 +203,34 @@ def test_latency_rows_show_milliseconds_of_the_median():
             "4.00x",
         ]
     ]
+
+
+def test_a_side_with_its_own_cpu_clock_is_charged_by_it():
+    ticks = iter(range(0, 100, 10))
+
+    def side():
+        return "out"
+
+    side.cpu_seconds = lambda: float(next(ticks))
+    samples = harness.time_interleaved({"side": side}, repeats=2, warmup=0)
+    assert samples["side"].cpu_seconds == [10.0, 10.0]
+    assert samples["side"].output == "out"
+
+
+def test_isolated_side_runs_in_a_worker_process_and_reports_its_failures(monkeypatch):
+    tests_dir = str(Path(__file__).resolve().parent)
+    monkeypatch.setenv("PYTHONPATH", tests_dir)
+    side = IsolatedSide("isolated_sides:worker_pid_and_sum")
+    try:
+        pid, total = side(a=2, b=3)
+        assert pid == side.process.pid != os.getpid() and total == 5
+        call = side.bind(a=1, b=1)
+        assert call()[1] == 2 and call.cpu_seconds() >= 0.0
+        with pytest.raises(RuntimeError, match="TypeError"):
+            side(a=1)  # the worker survives a failing call
+        assert side(a=4, b=4)[1] == 8
+    finally:
+        side.close()
+    assert side.process.returncode == 0
+    with pytest.raises(RuntimeError, match="ValueError: no model here"):
+        IsolatedSide("isolated_sides:broken")
