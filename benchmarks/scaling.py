@@ -5,7 +5,8 @@ and each row's sum of target-token log-likelihoods, what eval and `t5forge infer
 t5forge runs the model's jitted `score_batch` on a `t5forge.api.score_features` batch, as those
 paths do (`Model.score` would pad the 114 targets to its 128 bucket); transformers runs
 T5ForConditionalGeneration under torch.no_grad on the very same weights (benchmarks/decode.py's
-`_hf_model`), then log_softmax and the same sum. Token ids are drawn from [3, vocab), so no
+`_hf_model`), then log_softmax and the same sum. Each side runs in a process of its own
+(benchmarks/isolated.py; transformers scored ~7% slower beside JAX in one process). Token ids are drawn from [3, vocab), so no
 row holds padding on either side, and each point's scores must agree to SCORE_RTOL or nothing
 is reported. Two series: --batches at --input_length, and --lengths at --batch (the point they
 share is measured once). Timing is benchmarks/harness.py's (median of --runs after a warm-up
@@ -23,10 +24,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import pickle
 import sys
+import tempfile
 from pathlib import Path
 
-import jax
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,13 +36,11 @@ sys.path.insert(0, str(ROOT))
 
 import harness  # noqa: E402  (same directory)
 from decode import _hf_model  # noqa: E402  (same directory; builds HF T5 offline from weights)
-
-from t5forge.api import Model, score_features  # noqa: E402
-from t5forge.models.configs import get_config  # noqa: E402
-from t5forge.models.model import build_model  # noqa: E402
+from isolated import IsolatedSide  # noqa: E402  (same directory)
 
 PLOT = ROOT / "docs" / "images" / "scaling.png"
 SCORE_RTOL = 1e-3
+CONFIG = "t5_1_1/small"
 SIDES = ("t5forge", "transformers")
 
 
@@ -56,33 +56,58 @@ def _points(args) -> list[tuple[int, int]]:
     return list(dict.fromkeys(points))
 
 
-def _sides(forge: Model, hf, inputs: np.ndarray, targets: np.ndarray) -> dict:
-    """{side: a call returning the float32 [rows] log-likelihoods of `targets` given `inputs`}."""
-    import torch
+# Factories of the two sides, each called in its own worker (benchmarks/isolated.py). Their call
+# scores int [B, L] inputs and [B, T] targets: float32 [B] sums of target log-likelihoods.
 
-    rows = len(inputs)
-    features = score_features(
-        forge.config, inputs, targets, rows, inputs.shape[1], targets.shape[1]
-    )
-    hf_inputs = torch.from_numpy(inputs.astype(np.int64))
-    hf_decoder_inputs = torch.from_numpy(features["decoder_input_tokens"].astype(np.int64))
-    hf_targets = torch.from_numpy(targets.astype(np.int64))
 
-    def run_forge():
+def forge_side(params_path: str):
+    from t5forge.api import Model, score_features
+    from t5forge.models.configs import get_config
+
+    with open(params_path, "rb") as f:
+        forge = Model(get_config(CONFIG, dtype="float32"), pickle.load(f))
+
+    def run(inputs, targets):
+        rows, length, target_length = len(inputs), inputs.shape[1], targets.shape[1]
+        features = score_features(forge.config, inputs, targets, rows, length, target_length)
         return np.asarray(forge.t5x_model.score_batch(forge.params, features), np.float32)
 
-    def run_hf():
+    return run
+
+
+def hf_side(hf_dir: str):
+    import torch
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    model = transformers.T5ForConditionalGeneration.from_pretrained(hf_dir).eval()
+
+    def run(inputs, targets):
+        shifted = np.pad(targets, ((0, 0), (1, 0)))[:, :-1]
+        encoder_inputs = torch.from_numpy(inputs.astype(np.int64))
         with torch.no_grad():
-            logits = hf(
-                input_ids=hf_inputs,
-                attention_mask=torch.ones_like(hf_inputs),
-                decoder_input_ids=hf_decoder_inputs,
+            logits = model(
+                input_ids=encoder_inputs,
+                attention_mask=torch.ones_like(encoder_inputs),
+                decoder_input_ids=torch.from_numpy(shifted.astype(np.int64)),
                 use_cache=False,
             ).logits
             log_probs = torch.log_softmax(logits, dim=-1)
-            return log_probs.gather(-1, hf_targets[..., None])[..., 0].sum(-1).numpy()
+            picked = log_probs.gather(-1, torch.from_numpy(targets.astype(np.int64))[..., None])
+            return picked[..., 0].sum(-1).numpy()
 
-    return {"t5forge": run_forge, "transformers": run_hf}
+    return run
+
+
+def _start_sides(config, params, work_dir: Path) -> dict[str, IsolatedSide]:
+    params_path, hf_dir = work_dir / "params.pkl", work_dir / "hf"
+    with open(params_path, "wb") as f:
+        pickle.dump(params, f)
+    _hf_model(config, params).save_pretrained(hf_dir)
+    return {
+        "t5forge": IsolatedSide("scaling:forge_side", params_path=str(params_path)),
+        "transformers": IsolatedSide("scaling:hf_side", hf_dir=str(hf_dir)),
+    }
 
 
 def _plot(result: dict, path: Path) -> None:
@@ -152,25 +177,46 @@ def main() -> int:
     harness.add_arguments(parser, "scaling")
     args = parser.parse_args()
 
-    import torch
+    import jax
+
+    from t5forge.models.configs import get_config
+    from t5forge.models.model import build_model
 
     bench = harness.Benchmark.from_args("scaling", args)
-    config = get_config("t5_1_1/small", dtype="float32")
+    config = get_config(CONFIG, dtype="float32")
     params = jax.device_get(build_model(config).init_params(jax.random.PRNGKey(0)))
-    forge, hf = Model(config, params), _hf_model(config, params)
+    with tempfile.TemporaryDirectory(prefix="t5forge-bench-scaling-") as scratch:
+        sides = _start_sides(config, params, Path(scratch))
+        try:
+            status = _measure(bench, args, sides, config.vocab_size)
+        finally:
+            for side in sides.values():
+                side.close()
+    if status:
+        return status
+    results = bench.finish()
+    _plot(json.loads(results.read_text()), args.plot)
+    print(f"wrote {args.plot}")
+    return 0
+
+
+def _measure(bench, args, sides: dict[str, IsolatedSide], vocab_size: int) -> int:
     print(
-        f"T5 1.1 small fp32 scoring, {args.target_length} target tokens, torch threads "
-        f"{torch.get_num_threads()}, jax {jax.__version__} on {jax.devices()[0].platform}",
+        f"T5 1.1 small fp32 scoring, {args.target_length} target tokens, each side in its own "
+        "process",
         flush=True,
     )
     rng = np.random.default_rng(0)
     for batch, length in _points(args):
         point = _point(batch, length, args.target_length)
-        inputs = rng.integers(3, config.vocab_size, (batch, length), np.int32)
-        targets = rng.integers(3, config.vocab_size, (batch, args.target_length), np.int32)
+        inputs = rng.integers(3, vocab_size, (batch, length), np.int32)
+        targets = rng.integers(3, vocab_size, (batch, args.target_length), np.int32)
         print(point, flush=True)
         outputs = bench.run(
-            {f"{point}: {side}": fn for side, fn in _sides(forge, hf, inputs, targets).items()},
+            {
+                f"{point}: {name}": side.bind(inputs=inputs, targets=targets)
+                for name, side in sides.items()
+            },
             args.runs,
             work=batch * (length + args.target_length),
             unit="tokens/s",
@@ -192,9 +238,6 @@ def main() -> int:
             f"{point}: transformers",
             peer_label="transformers",
         )
-    results = bench.finish()
-    _plot(json.loads(results.read_text()), args.plot)
-    print(f"wrote {args.plot}")
     return 0
 
 
