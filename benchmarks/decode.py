@@ -3,9 +3,10 @@ CTranslate2 (float32 and int8).
 
 T5 1.1 small with random weights (float32), batch 8, 128-token inputs, 64 new tokens per row,
 greedy and beam search with 4 beams, then the latency of one greedy request (batch 1). Every
-side runs the very same weights: transformers' from t5forge.interop.huggingface, CTranslate2's
-converted from that transformers model by ctranslate2's own TransformersConverter (with a
-word-level tokenizer naming each id, since the weights are random). To make every row generate
+side runs the very same weights (benchmarks/same_weights.py): transformers' from
+t5forge.interop.huggingface, CTranslate2's converted from that transformers model by
+ctranslate2's own TransformersConverter (with a word-level tokenizer naming each id, since the
+weights are random). To make every row generate
 all new tokens without adding a logits processor to any side, the EOS column of the output
 projection is zeroed: an EOS logit of exactly 0 never wins against 32k random logits; the
 script checks that no row emitted EOS. Each side runs in a process of its own
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import pickle
 import sys
 import tempfile
 from pathlib import Path
@@ -29,6 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import harness  # noqa: E402  (same directory)
+import same_weights  # noqa: E402  (same directory)
 from isolated import IsolatedSide  # noqa: E402  (same directory)
 
 CONFIG = "t5_1_1/small"
@@ -36,25 +37,6 @@ EOS_ID = 1
 SPECIAL_TOKENS = ("<pad>", "</s>", "<unk>")  # ids 0, 1, 2 as in T5's vocabulary
 CT2_COMPUTE_TYPES = ("float32", "int8")
 CT2_MISSING = "not installed (pip install -e .[bench])"
-
-
-def _hf_model(config, params):
-    import torch
-    import transformers
-
-    from t5forge.interop.huggingface import config_to_hf, params_to_hf_state_dict
-
-    hf_config = transformers.T5Config(**config_to_hf(config))
-    model = transformers.T5ForConditionalGeneration(hf_config).eval()
-    state_dict = {
-        name: torch.tensor(value) for name, value in params_to_hf_state_dict(params, config).items()
-    }
-    if not config.logits_via_embedding:
-        # transformers 5 ties the head at construction; T5 1.1's is its own tensor.
-        model.lm_head.weight = torch.nn.Parameter(state_dict["lm_head.weight"].clone())
-        model.all_tied_weights_keys.pop("lm_head.weight")
-    model.load_state_dict(state_dict, strict=False)
-    return model
 
 
 def _token_names(vocab_size: int) -> list[str]:
@@ -91,11 +73,7 @@ def _save_peers(hf_model, vocab_size: int, work_dir: Path) -> tuple[Path, Path |
 
 
 def forge_side(params_path: str):
-    from t5forge.api import Model
-    from t5forge.models.configs import get_config
-
-    with open(params_path, "rb") as f:
-        forge = Model(get_config(CONFIG, dtype="float32"), pickle.load(f))
+    forge = same_weights.load_forge(params_path, CONFIG)
 
     def run(rows, new_tokens, beams):
         method = "beam" if beams > 1 else "greedy"
@@ -108,10 +86,8 @@ def forge_side(params_path: str):
 
 def hf_side(hf_dir: str):
     import torch
-    import transformers
 
-    transformers.utils.logging.set_verbosity_error()
-    model = transformers.T5ForConditionalGeneration.from_pretrained(hf_dir).eval()
+    model = same_weights.load_hf(hf_dir)
 
     def run(rows, new_tokens, beams):
         inputs = torch.from_numpy(rows.astype(np.int64))
@@ -151,9 +127,7 @@ def ct2_side(ct2_dir: str, compute_type: str, vocab_size: int):
 
 def _start_sides(params, hf_model, vocab_size: int, work_dir: Path) -> dict[str, IsolatedSide]:
     """{side name: its worker}, t5forge first; CTranslate2's only where it is installed."""
-    params_path = work_dir / "params.pkl"
-    with open(params_path, "wb") as f:
-        pickle.dump(params, f)
+    params_path = same_weights.write_params(params, work_dir)
     hf_dir, ct2_dir = _save_peers(hf_model, vocab_size, work_dir)
     sides = {
         "t5forge": IsolatedSide("decode:forge_side", params_path=str(params_path)),
@@ -207,7 +181,9 @@ def main() -> int:
     rng = np.random.default_rng(0)
     inputs = rng.integers(3, config.vocab_size, (args.batch, args.input_length), dtype=np.int32)
     with tempfile.TemporaryDirectory(prefix="t5forge-bench-decode-") as scratch:
-        sides = _start_sides(params, _hf_model(config, params), config.vocab_size, Path(scratch))
+        sides = _start_sides(
+            params, same_weights.hf_model(config, params), config.vocab_size, Path(scratch)
+        )
         try:
             status = _measure(bench, args, sides, inputs)
         finally:

@@ -4,10 +4,10 @@ T5 1.1 small with random weights (float32) scores (input, target) pairs: teacher
 and each row's sum of target-token log-likelihoods, what eval and `t5forge infer` score do.
 t5forge runs the model's jitted `score_batch` on a `t5forge.api.score_features` batch, as those
 paths do (`Model.score` would pad the 114 targets to its 128 bucket); transformers runs
-T5ForConditionalGeneration under torch.no_grad on the very same weights (benchmarks/decode.py's
-`_hf_model`), then log_softmax and the same sum. Each side runs in a process of its own
-(benchmarks/isolated.py; transformers scored ~7% slower beside JAX in one process). Token ids are drawn from [3, vocab), so no
-row holds padding on either side, and each point's scores must agree to SCORE_RTOL or nothing
+T5ForConditionalGeneration under torch.no_grad on the very same weights
+(benchmarks/same_weights.py), then log_softmax and the same sum. Each side runs in a process of
+its own (benchmarks/isolated.py; transformers scored ~7% slower beside JAX in one process).
+Token ids are drawn from [3, vocab), so no row holds padding on either side, and each point's scores must agree to SCORE_RTOL or nothing
 is reported. Two series: --batches at --input_length, and --lengths at --batch (the point they
 share is measured once). Timing is benchmarks/harness.py's (median of --runs after a warm-up
 that includes t5forge's compilation); tokens/s counts inputs + targets of every row. Results go
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import pickle
 import sys
 import tempfile
 from pathlib import Path
@@ -35,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import harness  # noqa: E402  (same directory)
-from decode import _hf_model  # noqa: E402  (same directory; builds HF T5 offline from weights)
+import same_weights  # noqa: E402  (same directory)
 from isolated import IsolatedSide  # noqa: E402  (same directory)
 
 PLOT = ROOT / "docs" / "images" / "scaling.png"
@@ -61,11 +60,9 @@ def _points(args) -> list[tuple[int, int]]:
 
 
 def forge_side(params_path: str):
-    from t5forge.api import Model, score_features
-    from t5forge.models.configs import get_config
+    from t5forge.api import score_features
 
-    with open(params_path, "rb") as f:
-        forge = Model(get_config(CONFIG, dtype="float32"), pickle.load(f))
+    forge = same_weights.load_forge(params_path, CONFIG)
 
     def run(inputs, targets):
         rows, length, target_length = len(inputs), inputs.shape[1], targets.shape[1]
@@ -77,10 +74,8 @@ def forge_side(params_path: str):
 
 def hf_side(hf_dir: str):
     import torch
-    import transformers
 
-    transformers.utils.logging.set_verbosity_error()
-    model = transformers.T5ForConditionalGeneration.from_pretrained(hf_dir).eval()
+    model = same_weights.load_hf(hf_dir)
 
     def run(inputs, targets):
         shifted = np.pad(targets, ((0, 0), (1, 0)))[:, :-1]
@@ -100,10 +95,8 @@ def hf_side(hf_dir: str):
 
 
 def _start_sides(config, params, work_dir: Path) -> dict[str, IsolatedSide]:
-    params_path, hf_dir = work_dir / "params.pkl", work_dir / "hf"
-    with open(params_path, "wb") as f:
-        pickle.dump(params, f)
-    _hf_model(config, params).save_pretrained(hf_dir)
+    params_path, hf_dir = same_weights.write_params(params, work_dir), work_dir / "hf"
+    same_weights.hf_model(config, params).save_pretrained(hf_dir)
     return {
         "t5forge": IsolatedSide("scaling:forge_side", params_path=str(params_path)),
         "transformers": IsolatedSide("scaling:hf_side", hf_dir=str(hf_dir)),

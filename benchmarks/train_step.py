@@ -22,7 +22,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import harness  # noqa: E402  (same directory)
-from decode import _hf_model  # noqa: E402  (same directory; builds HF T5 offline from weights)
+from same_weights import hf_model  # noqa: E402  (same directory)
 
 from t5forge.models.configs import get_config  # noqa: E402
 from t5forge.models.model import build_model  # noqa: E402
@@ -54,7 +54,7 @@ def _forge_step(config, params, batch, optimizer: str):
 def _hf_step(config, params, batch, device):
     import torch
 
-    model = _hf_model(config, params).to(device).train()
+    model = hf_model(config, params).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0)
     inputs = torch.from_numpy(batch["encoder_input_tokens"].astype(np.int64)).to(device)
     labels = torch.from_numpy(batch["decoder_target_tokens"].astype(np.int64)).to(device)
