@@ -78,7 +78,8 @@ def wait_for_idle(settle_seconds: float, poll_seconds: float = 5.0) -> float:
 
 
 def git_commit() -> tuple[str, bool]:
-    """(short commit, whether tracked files differ from it); ('unknown', False) outside git."""
+    """(short commit, whether tracked files differ from it). Outside git (a copy of the tree on
+    a lent GPU machine) the commit is $T5FORGE_BENCH_COMMIT, else 'unknown'."""
 
     def git(*args):
         return subprocess.run(
@@ -90,7 +91,7 @@ def git_commit() -> tuple[str, bool]:
             git("status", "--porcelain", "--untracked-files=no")
         )
     except (OSError, subprocess.CalledProcessError):
-        return "unknown", False
+        return os.environ.get("T5FORGE_BENCH_COMMIT", "unknown"), False
 
 
 def children_cpu_seconds() -> float:

@@ -157,6 +157,21 @@ class Trainer:
         Metrics carry `APPLIED`: False when the step was refused as non-finite. Given the step
         the caller expects `state` to be at, a step after a refused one is refused as well.
         """
+        self._check_microbatches(batch)
+        if expected_step is not None:
+            expected_step = np.asarray(expected_step, np.int32)
+        return self._partitioned_train_step()(state, self._to_global(batch), expected_step)
+
+    def compile_train_step(self, state: TrainState, batch: Mapping[str, Any]):
+        """The train step compiled ahead of time for these shapes: call it as
+        `compiled(state, global_batch, None)`, or read `memory_analysis()` to size a batch
+        before running it."""
+        self._check_microbatches(batch)
+        return self.partitioner.compile(
+            self._partitioned_train_step(), state, self._to_global(batch), None
+        )
+
+    def _partitioned_train_step(self):
         if self._train_step is None:
             if self.state_shardings is None:
                 self.state_shardings = self.shardings_for(self.abstract_state())
@@ -166,10 +181,7 @@ class Trainer:
                 out_shardings=(self.state_shardings, None),
                 donate_argnums=(0,),
             )
-        self._check_microbatches(batch)
-        if expected_step is not None:
-            expected_step = np.asarray(expected_step, np.int32)
-        return self._train_step(state, self._to_global(batch), expected_step)
+        return self._train_step
 
     def eval_step(self, params, batch: Mapping[str, Any]):
         """Loss and accuracy of a batch without dropout (T5X's training_eval)."""

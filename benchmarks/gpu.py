@@ -1,0 +1,411 @@
+"""GPU speed: T5 1.1 training steps in bfloat16 and decoding, t5forge vs transformers (PyTorch)
+on the same GPU.
+
+Training (T5 1.1 base and large, 512 input / 114 target tokens, dropout 0, AdamW both sides):
+t5forge runs its bfloat16 compute policy (params float32; matmuls and activations bfloat16;
+softmax and loss float32) through the real Trainer, attention 'auto' (cuDNN's fused kernel with
+the relative-position bias). transformers runs T5ForConditionalGeneration with float32 weights
+under torch.autocast(bfloat16) (what its Trainer does with bf16=True), attn_implementation
+"sdpa" and torch's fused AdamW. The batch fills the GPU: t5forge's compiled step reports its
+memory (XLA's memory analysis), the batch is scaled to use ~90% of the device and rounded to a
+multiple of 8; transformers runs that batch, halved until it fits. Tokens/s count inputs +
+targets of every row; MFU is t5forge.training.flops (model FLOPs / step time / bf16 peak).
+
+Decoding (T5 1.1 large, bfloat16 weights both sides, 128 in / 64 new tokens, greedy and beam 4):
+t5forge's `Model.generate` vs transformers' `generate`; the EOS column of the output
+projection is zeroed on both sides so every row generates all new tokens (as
+benchmarks/decode.py). Weights are random and differ between sides: the model is the same
+architecture, and its correctness is the CPU parity suite's job, not this script's.
+
+Each side runs alone on the GPU, in a process of its own (benchmarks/isolated.py), one after
+the other. Timing is benchmarks/harness.py's (median of --runs after a warm-up that includes
+compilation). `--budget_s` skips what would start after that many seconds, so a lease-bound
+run still returns what it measured; results are rewritten after every phase.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import harness  # noqa: E402  (same directory)
+from isolated import IsolatedSide  # noqa: E402  (same directory)
+
+LEARNING_RATE = 1e-4
+EOS_ID = 1
+MEMORY_USE = 0.90  # of the device's memory that the chosen batch may take
+MEMORY_FRACTION = "0.95"  # XLA_PYTHON_CLIENT_MEM_FRACTION for t5forge's worker
+
+
+def _train_batch(vocab_size: int, batch: int, input_length: int, target_length: int) -> dict:
+    rng = np.random.default_rng(0)
+    targets = rng.integers(3, vocab_size, (batch, target_length), np.int32)
+    return {
+        "encoder_input_tokens": rng.integers(3, vocab_size, (batch, input_length), np.int32),
+        "decoder_input_tokens": np.pad(targets[:, :-1], ((0, 0), (1, 0))),
+        "decoder_target_tokens": targets,
+        "decoder_loss_weights": np.ones_like(targets, np.float32),
+    }
+
+
+def _needed_bytes(compiled) -> int:
+    memory = compiled.memory_analysis()
+    return (
+        memory.temp_size_in_bytes
+        + memory.argument_size_in_bytes
+        + memory.output_size_in_bytes
+        - memory.alias_size_in_bytes
+    )
+
+
+# Factories of the sides, each called in its own worker (benchmarks/isolated.py).
+
+
+def forge_train_side(config_name: str, first_batch: int, input_length: int, target_length: int):
+    """t5forge's train step at the largest batch (multiple of 8) that fits MEMORY_USE."""
+    os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", MEMORY_FRACTION)
+    import jax
+
+    from t5forge.models.configs import get_config
+    from t5forge.models.model import build_model
+    from t5forge.training import optimizers, partitioning
+    from t5forge.training.trainer import Trainer, metrics_to_host
+
+    device = jax.devices()[0]
+    # A CPU reports no memory limit: the first batch stands.
+    bytes_limit = (device.memory_stats() or {}).get("bytes_limit", float("inf"))
+    limit = bytes_limit * MEMORY_USE
+    config = get_config(config_name, dtype="bfloat16", dropout_rate=0.0)
+    trainer = Trainer(
+        build_model(config),
+        optimizers.adamw(LEARNING_RATE),
+        partitioning.PjitPartitioner(devices=[device]),
+    )
+    state = trainer.init_state()
+    batch_size, tried = first_batch, []
+    while True:
+        start = time.perf_counter()
+        batch = partitioning.shard_batch(
+            _train_batch(config.vocab_size, batch_size, input_length, target_length), trainer.mesh
+        )
+        compiled = trainer.compile_train_step(state, batch)
+        needed = _needed_bytes(compiled)
+        tried.append((batch_size, needed, time.perf_counter() - start))
+        state_bytes = compiled.memory_analysis().argument_size_in_bytes
+        per_row = max(needed - state_bytes, 1) / batch_size
+        fitting = int(min((limit - state_bytes) / per_row, 1 << 20)) // 8 * 8
+        if limit == float("inf") or (
+            needed <= limit and (fitting <= batch_size * 1.25 or len(tried) > 2)
+        ):
+            break
+        if fitting < 8 or len(tried) > 3:
+            raise RuntimeError(f"{config_name}: no batch fits ({tried})")
+        batch_size = fitting
+    holder = {"state": state}
+
+    def step():
+        holder["state"], metrics = compiled(holder["state"], batch, None)
+        return {
+            "batch": batch_size,
+            "loss": metrics_to_host(metrics)["loss"],  # waits for the step
+            "device": device.device_kind,
+            "compiles": [(b, round(n / 2**30, 1), round(s, 1)) for b, n, s in tried],
+            "bytes_limit": bytes_limit,
+        }
+
+    return step
+
+
+def _hf_model(config_name: str, dtype: str):
+    import torch
+    import transformers
+
+    from t5forge.interop.huggingface import config_to_hf
+    from t5forge.models.configs import get_config
+
+    transformers.utils.logging.set_verbosity_error()
+    config = get_config(config_name, dtype="bfloat16")
+    hf_config = transformers.T5Config(**config_to_hf(config))
+    torch.manual_seed(0)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = transformers.T5ForConditionalGeneration._from_config(
+            hf_config, attn_implementation="sdpa", torch_dtype=getattr(torch, dtype)
+        )
+    return model, config
+
+
+def hf_train_side(config_name: str, batch: int, input_length: int, target_length: int):
+    """transformers' bf16-autocast train step at `batch`, halved until it fits."""
+    os.environ["JAX_PLATFORMS"] = "cpu"  # t5forge's config code must not take the GPU
+    import torch
+
+    model, config = _hf_model(config_name, "float32")
+    model.train()
+    device = model.device
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=LEARNING_RATE, weight_decay=0.0, fused=device.type == "cuda"
+    )
+
+    def run(rows):
+        data = _train_batch(config.vocab_size, rows, input_length, target_length)
+        inputs = torch.from_numpy(data["encoder_input_tokens"].astype(np.int64)).to(device)
+        labels = torch.from_numpy(data["decoder_target_tokens"].astype(np.int64)).to(device)
+        mask = torch.ones_like(inputs)
+
+        def step():
+            with torch.autocast(device.type, dtype=torch.bfloat16):
+                loss = model(input_ids=inputs, attention_mask=mask, labels=labels).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            return {
+                "batch": rows,
+                "loss": loss.item(),
+                "attention": model.config._attn_implementation,
+            }
+
+        step()
+        return step
+
+    while True:
+        try:
+            return run(batch)
+        except torch.OutOfMemoryError:
+            optimizer.zero_grad(set_to_none=True)
+            gc.collect()
+            torch.cuda.empty_cache()
+            if batch <= 1:
+                raise
+            batch //= 2
+
+
+def forge_decode_side(config_name: str):
+    os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", MEMORY_FRACTION)
+    import jax
+    import jax.numpy as jnp
+
+    from t5forge.api import Model
+    from t5forge.models.configs import get_config
+    from t5forge.models.model import build_model
+
+    config = get_config(config_name, dtype="bfloat16")
+    params = build_model(config).init_params(jax.random.PRNGKey(0))
+    params["decoder"]["logits_dense"]["kernel"] = (
+        params["decoder"]["logits_dense"]["kernel"].at[:, EOS_ID].set(0.0)
+    )
+    model = Model(config, jax.tree.map(lambda p: p.astype(jnp.bfloat16), params))
+
+    def run(rows, new_tokens, beams):
+        method = "beam" if beams > 1 else "greedy"
+        return model.generate(
+            rows, max_length=new_tokens, method=method, num_beams=beams, alpha=0.0
+        )
+
+    return run
+
+
+def hf_decode_side(config_name: str):
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    import torch
+
+    model, _ = _hf_model(config_name, "bfloat16")
+    model.eval()
+    with torch.no_grad():
+        model.lm_head.weight[EOS_ID] = 0.0
+
+    def run(rows, new_tokens, beams):
+        inputs = torch.from_numpy(rows.astype(np.int64)).to(model.device)
+        with torch.no_grad():
+            return (
+                model.generate(
+                    input_ids=inputs,
+                    attention_mask=torch.ones_like(inputs),
+                    max_new_tokens=new_tokens,
+                    num_beams=beams,
+                    do_sample=False,
+                    **({"length_penalty": 0.0} if beams > 1 else {}),
+                )
+                .cpu()
+                .numpy()[:, 1:]
+            )
+
+    return run
+
+
+class Phases:
+    """Runs sides one at a time until the time budget is spent; results rewritten after each."""
+
+    def __init__(self, bench: harness.Benchmark, budget_s: float):
+        self.bench, self.deadline = bench, time.monotonic() + budget_s
+
+    def open(self, name: str, factory: str, **kwargs) -> IsolatedSide | None:
+        """The side's worker, or None (said why) when the budget is spent or it failed."""
+        if time.monotonic() > self.deadline:
+            print(f"  {name}: skipped, time budget spent", flush=True)
+            return None
+        start = time.perf_counter()
+        try:
+            side = IsolatedSide(factory, **kwargs)
+        except RuntimeError as error:
+            print(f"  {name}: failed\n{error}", flush=True)
+            return None
+        print(f"  {name}: built in {time.perf_counter() - start:.1f} s", flush=True)
+        return side
+
+    def measure(self, side: IsolatedSide, name: str, runs: int, work_of, unit: str, **call):
+        """The side's warm-up output after timing `runs` calls, or None when it failed."""
+        try:
+            start = time.perf_counter()
+            first = side(**call)  # the warm-up: compiles where the factory did not
+            print(f"  {name}: warm in {time.perf_counter() - start:.1f} s", flush=True)
+            samples = harness.time_interleaved({name: side.bind(**call)}, runs, warmup=0)[name]
+        except RuntimeError as error:
+            print(f"  {name}: failed\n{error}", flush=True)
+            return None
+        info = first if isinstance(first, dict) else {}
+        self.bench.record(name, samples, work_of(first), unit, **info)
+        self.bench.finish()
+        return first
+
+
+def _train(phases: Phases, args, config_name: str, first_batch: int) -> None:
+    from t5forge.models.configs import get_config
+    from t5forge.training.flops import model_flops_per_step, peak_flops_per_device
+
+    lengths = {"input_length": args.input_length, "target_length": args.target_length}
+    tokens = args.input_length + args.target_length
+    names = {side: f"{config_name} train: {side}" for side in ("t5forge", "transformers")}
+    outputs = {}
+    for side, factory, batch in (
+        ("t5forge", "gpu:forge_train_side", {"first_batch": first_batch}),
+        ("transformers", "gpu:hf_train_side", None),
+    ):
+        if batch is None:  # transformers runs the batch t5forge filled the GPU with
+            if outputs.get("t5forge") is None:
+                return
+            batch = {"batch": outputs["t5forge"]["batch"]}
+        worker = phases.open(names[side], factory, config_name=config_name, **batch, **lengths)
+        if worker is None:
+            continue
+        try:
+            outputs[side] = phases.measure(
+                worker, names[side], args.runs, lambda out: out["batch"] * tokens, "tokens/s"
+            )
+        finally:
+            worker.close()
+    forge, hf = outputs.get("t5forge"), outputs.get("transformers")
+    if forge is None:
+        return
+    phases.bench.machine["accelerator"] = forge["device"]
+    config = get_config(config_name, dtype="bfloat16")
+    peak = peak_flops_per_device(forge["device"], "bfloat16")
+    for side, out in outputs.items():
+        if out is None or peak is None:
+            continue
+        summary = phases.bench.sides[names[side]]
+        flops = model_flops_per_step(config, out["batch"], args.input_length, args.target_length)
+        summary["mfu"] = flops / (summary["median_s"] * peak)
+        print(f"  {names[side]}: batch {out['batch']}, MFU {summary['mfu']:.1%}", flush=True)
+    if hf is not None:
+        batches = f"batch {forge['batch']}" + (
+            f" (transformers {hf['batch']})" if hf["batch"] != forge["batch"] else ""
+        )
+        phases.bench.compare(
+            f"{config_name} train step, bf16, {args.input_length}/{args.target_length}, "
+            f"{batches}, {forge['device']}",
+            names["t5forge"],
+            names["transformers"],
+            peer_label="transformers bf16 + SDPA",
+        )
+    phases.bench.finish()
+
+
+def _decode(phases: Phases, args, config_name: str) -> None:
+    from t5forge.models.configs import get_config
+
+    vocab_size = get_config(config_name, dtype="bfloat16").vocab_size
+    rows = np.random.default_rng(0).integers(
+        3, vocab_size, (args.decode_batch, args.decode_input_length), np.int32
+    )
+    settings = {1: "greedy", 4: "beam 4"}
+    outputs = {}
+    for side, factory in (
+        ("t5forge", "gpu:forge_decode_side"),
+        ("transformers", "gpu:hf_decode_side"),
+    ):
+        worker = phases.open(f"{config_name} decode: {side}", factory, config_name=config_name)
+        if worker is None:
+            continue
+        try:
+            for beams, setting in settings.items():
+                outputs[side, beams] = phases.measure(
+                    worker,
+                    f"{config_name} {setting}: {side}",
+                    args.runs,
+                    lambda out: out.shape[0] * args.new_tokens,
+                    "new tokens/s",
+                    rows=rows,
+                    new_tokens=args.new_tokens,
+                    beams=beams,
+                )
+        finally:
+            worker.close()
+    for beams, setting in settings.items():
+        tokens = [outputs.get((side, beams)) for side in ("t5forge", "transformers")]
+        if any(out is None for out in tokens):
+            continue
+        if any(
+            out.shape != (len(rows), args.new_tokens) or (out == EOS_ID).any() for out in tokens
+        ):
+            print(f"  {setting}: rows did not all generate {args.new_tokens} tokens", flush=True)
+            continue
+        phases.bench.compare(
+            f"{config_name} {setting} decode, bf16, batch {len(rows)}, "
+            f"{args.decode_input_length} in / {args.new_tokens} new, "
+            f"{phases.bench.machine.get('accelerator', 'GPU')}",
+            f"{config_name} {setting}: t5forge",
+            f"{config_name} {setting}: transformers",
+            peer_label="transformers bf16 + SDPA",
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--train_configs",
+        default="t5_1_1/large=32,t5_1_1/base=64",
+        help="config=first batch tried, comma-separated",
+    )
+    parser.add_argument("--decode_config", default="t5_1_1/large")
+    parser.add_argument("--input_length", type=int, default=512)
+    parser.add_argument("--target_length", type=int, default=114)
+    parser.add_argument("--decode_batch", type=int, default=32)
+    parser.add_argument("--decode_input_length", type=int, default=128)
+    parser.add_argument("--new_tokens", type=int, default=64)
+    parser.add_argument("--runs", type=harness.repeats, default=harness.MIN_REPEATS)
+    parser.add_argument("--budget_s", type=float, default=1e9)
+    harness.add_arguments(parser, "gpu")
+    args = parser.parse_args()
+    bench = harness.Benchmark.from_args("gpu", args)
+    phases = Phases(bench, args.budget_s)
+    # The first training config, then decoding, then the other configs: what matters most
+    # comes first in a lease-bound run.
+    for index, item in enumerate(args.train_configs.split(",")):
+        name, _, first_batch = item.partition("=")
+        _train(phases, args, name, int(first_batch))
+        if index == 0:
+            _decode(phases, args, args.decode_config)
+    bench.finish()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
