@@ -69,8 +69,11 @@ def _needed_bytes(compiled) -> int:
 # Factories of the sides, each called in its own worker (benchmarks/isolated.py).
 
 
-def forge_train_side(config_name: str, first_batch: int, input_length: int, target_length: int):
-    """t5forge's train step at the largest batch (multiple of 8) that fits MEMORY_USE."""
+def forge_train_side(
+    config_name: str, first_batch: int, input_length: int, target_length: int, fill: bool = True
+):
+    """t5forge's train step at the largest batch (multiple of 8) that fits MEMORY_USE, or at
+    `first_batch` without `fill`."""
     os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", MEMORY_FRACTION)
     import jax
 
@@ -89,7 +92,10 @@ def forge_train_side(config_name: str, first_batch: int, input_length: int, targ
         optimizers.adamw(LEARNING_RATE),
         partitioning.PjitPartitioner(devices=[device]),
     )
+    start = time.perf_counter()
     state = trainer.init_state()
+    jax.block_until_ready(state)
+    init_seconds = time.perf_counter() - start
     batch_size, tried = first_batch, []
     while True:
         start = time.perf_counter()
@@ -102,8 +108,10 @@ def forge_train_side(config_name: str, first_batch: int, input_length: int, targ
         state_bytes = compiled.memory_analysis().argument_size_in_bytes
         per_row = max(needed - state_bytes, 1) / batch_size
         fitting = int(min((limit - state_bytes) / per_row, 1 << 20)) // 8 * 8
-        if limit == float("inf") or (
-            needed <= limit and (fitting <= batch_size * 1.25 or len(tried) > 2)
+        if (
+            not fill
+            or limit == float("inf")
+            or (needed <= limit and (fitting <= batch_size * 1.25 or len(tried) > 2))
         ):
             break
         if fitting < 8 or len(tried) > 3:
@@ -117,6 +125,7 @@ def forge_train_side(config_name: str, first_batch: int, input_length: int, targ
             "batch": batch_size,
             "loss": metrics_to_host(metrics)["loss"],  # waits for the step
             "device": device.device_kind,
+            "init_s": round(init_seconds, 1),
             "compiles": [(b, round(n / 2**30, 1), round(s, 1)) for b, n, s in tried],
             "bytes_limit": bytes_limit,
         }
@@ -285,7 +294,7 @@ def _train(phases: Phases, args, config_name: str, first_batch: int) -> None:
     names = {side: f"{config_name} train: {side}" for side in ("t5forge", "transformers")}
     outputs = {}
     for side, factory, batch in (
-        ("t5forge", "gpu:forge_train_side", {"first_batch": first_batch}),
+        ("t5forge", "gpu:forge_train_side", {"first_batch": first_batch, "fill": args.fill}),
         ("transformers", "gpu:hf_train_side", None),
     ):
         if batch is None:  # transformers runs the batch t5forge filled the GPU with
@@ -381,7 +390,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--train_configs",
-        default="t5_1_1/large=32,t5_1_1/base=64",
+        default="t5_1_1/large=80,t5_1_1/base=128",
         help="config=first batch tried, comma-separated",
     )
     parser.add_argument("--decode_config", default="t5_1_1/large")
@@ -392,17 +401,28 @@ def main() -> int:
     parser.add_argument("--new_tokens", type=int, default=64)
     parser.add_argument("--runs", type=harness.repeats, default=harness.MIN_REPEATS)
     parser.add_argument("--budget_s", type=float, default=1e9)
+    parser.add_argument(
+        "--no_fill",
+        dest="fill",
+        action="store_false",
+        help="train at the given batches instead of the largest that fits",
+    )
+    parser.add_argument("--phases", default="train,decode", help="some of train,decode")
     harness.add_arguments(parser, "gpu")
     args = parser.parse_args()
     bench = harness.Benchmark.from_args("gpu", args)
     phases = Phases(bench, args.budget_s)
     # The first training config, then decoding, then the other configs: what matters most
     # comes first in a lease-bound run.
-    for index, item in enumerate(args.train_configs.split(",")):
+    wanted = set(args.phases.split(","))
+    configs = args.train_configs.split(",") if "train" in wanted else []
+    for index, item in enumerate(configs):
         name, _, first_batch = item.partition("=")
         _train(phases, args, name, int(first_batch))
-        if index == 0:
+        if index == 0 and "decode" in wanted:
             _decode(phases, args, args.decode_config)
+    if not configs and "decode" in wanted:
+        _decode(phases, args, args.decode_config)
     bench.finish()
     return 0
 

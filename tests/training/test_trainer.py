@@ -1,4 +1,5 @@
-"""Trainer on one device: gradient accumulation over microbatches equals one big batch."""
+"""Trainer on one device: gradient accumulation over microbatches equals one big batch; the
+ahead-of-time compiled step equals the jitted one."""
 
 import jax
 import numpy as np
@@ -50,3 +51,18 @@ def test_batch_not_divisible_by_microbatches_is_one_line():
     trainer = _trainer(3)
     with pytest.raises(ConfigError, match="batch size 8 is not divisible by num_microbatches=3"):
         trainer.train_step(trainer.init_state(), _batch(np.random.default_rng(1)))
+
+
+def test_compiled_train_step_reports_memory_and_steps_like_train_step():
+    """benchmarks/gpu.py sizes its batch from this executable's memory analysis, then runs it."""
+    batch = _batch(np.random.default_rng(2))
+    trainer = _trainer(1)
+    compiled = trainer.compile_train_step(trainer.init_state(), batch)
+    memory = compiled.memory_analysis()
+    assert memory.temp_size_in_bytes > 0 and memory.argument_size_in_bytes > 0
+    global_batch = partitioning.shard_batch(batch, trainer.mesh)
+    compiled_state, compiled_metrics = compiled(trainer.init_state(), global_batch, None)
+    state, metrics = trainer.train_step(trainer.init_state(), batch)
+    assert float(compiled_metrics["loss"]) == float(metrics["loss"])
+    for a, b in zip(jax.tree.leaves(compiled_state.params), jax.tree.leaves(state.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
