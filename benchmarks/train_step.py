@@ -2,9 +2,9 @@
 
 T5 1.1 small (float32, dropout 0), batch 8, 512 input and 114 target tokens, no padding. Both
 sides start from the very same weights (converted with t5forge.interop.huggingface) and train
-on the same batch: t5forge with AdamW (or --optimizer adafactor) through the real Trainer,
-transformers' T5ForConditionalGeneration with torch.optim.AdamW. Timing is
-benchmarks/harness.py's: --steps (alias --runs) steps of each side in turns after --warmup steps
+on the same batch: t5forge with AdamW and with Adafactor (--optimizers) through the real
+Trainer, transformers' T5ForConditionalGeneration with torch.optim.AdamW; one row per t5forge
+optimizer, all three sides taking turns. Timing is benchmarks/harness.py's: --steps (alias --runs) steps of each side in turns after --warmup steps
 (t5forge's warm-up includes compilation), median/min/max. Tokens/s counts inputs + targets of
 every row. It also prints model FLOPs utilisation (t5forge.training.flops:
 the step's model FLOPs over the device's peak FLOP/s), 'n/a' where the peak is unknown (CPUs).
@@ -31,6 +31,18 @@ from t5forge.training.flops import local_peak_flops, mfu, model_flops_per_step  
 from t5forge.training.trainer import Trainer, metrics_to_host  # noqa: E402
 
 LEARNING_RATE = 1e-4
+OPTIMIZERS = ("adamw", "adafactor")
+
+
+def _optimizers(text: str) -> tuple[str, ...]:
+    """argparse type of --optimizers: some of OPTIMIZERS."""
+    names = tuple(text.split(","))
+    unknown = sorted(set(names) - set(OPTIMIZERS))
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown optimizer {', '.join(unknown)}; choose from {', '.join(OPTIMIZERS)}"
+        )
+    return names
 
 
 def _forge_step(config, params, batch, optimizer: str):
@@ -84,7 +96,12 @@ def main() -> int:
         help="timed steps of each side",
     )
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--optimizer", choices=("adamw", "adafactor"), default="adamw")
+    parser.add_argument(
+        "--optimizers",
+        type=_optimizers,
+        default=OPTIMIZERS,
+        help="t5forge's optimizers, comma-separated (transformers always runs AdamW)",
+    )
     harness.add_arguments(parser, "train_step")
     args = parser.parse_args()
 
@@ -114,10 +131,14 @@ def main() -> int:
     )
 
     tokens = args.batch * (args.input_length + args.target_length)
-    ours, peer = f"t5forge ({args.optimizer})", "transformers (adamw)"
+    peer = "transformers (adamw)"
+    ours = {optimizer: f"t5forge ({optimizer})" for optimizer in args.optimizers}
     outputs = bench.run(
         {
-            ours: _forge_step(config, params, batch, args.optimizer),
+            **{
+                name: _forge_step(config, params, batch, optimizer)
+                for optimizer, name in ours.items()
+            },
             peer: _hf_step(config, params, batch, torch_device),
         },
         args.steps,
@@ -125,18 +146,18 @@ def main() -> int:
         unit="tokens/s",
         warmup=args.warmup,
     )
-    print(
-        f"  loss/token after the last step: t5forge "
-        f"{outputs[ours]['cross_ent_loss_per_all_target_tokens']:.4f}, transformers "
-        f"{outputs[peer]:.4f}"
+    losses = ", ".join(
+        f"{name} {outputs[name]['cross_ent_loss_per_all_target_tokens']:.4f}"
+        for name in ours.values()
     )
-    bench.compare(
-        f"train step, {args.config}, batch {args.batch}, "
-        f"{args.input_length}/{args.target_length}, fp32",
-        ours,
-        peer,
-    )
-    forge_seconds, hf_seconds = bench.sides[ours]["median_s"], bench.sides[peer]["median_s"]
+    print(f"  loss/token after the last step: {losses}, transformers {outputs[peer]:.4f}")
+    for optimizer, name in ours.items():
+        bench.compare(
+            f"train step, {args.config}, batch {args.batch}, "
+            f"{args.input_length}/{args.target_length}, fp32, t5forge {optimizer}",
+            name,
+            peer,
+        )
     flops = model_flops_per_step(config, args.batch, args.input_length, args.target_length)
     peak = local_peak_flops(config.dtype)
     if peak is None:
@@ -145,9 +166,12 @@ def main() -> int:
             "model TFLOP per step)"
         )
     else:
+        figures = " | ".join(
+            f"{name} {mfu(flops, bench.sides[name]['median_s'], peak):.1%}"
+            for name in (*ours.values(), peer)
+        )
         print(
-            f"MFU t5forge {mfu(flops, forge_seconds, peak):.1%} | transformers "
-            f"{mfu(flops, hf_seconds, peak):.1%} ({flops / 1e12:.2f} model TFLOP per step, "
+            f"MFU {figures} ({flops / 1e12:.2f} model TFLOP per step, "
             f"peak {peak / 1e12:.0f} TFLOP/s per device)"
         )
     bench.finish()
