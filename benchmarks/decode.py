@@ -72,16 +72,20 @@ def _save_peers(hf_model, vocab_size: int, work_dir: Path) -> tuple[Path, Path |
 # return decodes `rows` (int [B, L] input ids) and gives back int [B, new_tokens] tokens.
 
 
-def forge_side(params_path: str):
-    forge = same_weights.load_forge(params_path, CONFIG)
+def forge_generate(model):
+    """The call of a t5forge side on `model` (an api.Model): greedy, or beam search (alpha 0)."""
 
     def run(rows, new_tokens, beams):
         method = "beam" if beams > 1 else "greedy"
-        return forge.generate(
+        return model.generate(
             rows, max_length=new_tokens, method=method, num_beams=beams, alpha=0.0
         )
 
     return run
+
+
+def forge_side(params_path: str):
+    return forge_generate(same_weights.load_forge(params_path, CONFIG))
 
 
 def hf_side(hf_dir: str):

@@ -37,6 +37,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import harness  # noqa: E402  (same directory)
+from decode import forge_generate  # noqa: E402  (same directory)
 from isolated import IsolatedSide  # noqa: E402  (same directory)
 
 LEARNING_RATE = 1e-4
@@ -210,15 +211,7 @@ def forge_decode_side(config_name: str):
     params["decoder"]["logits_dense"]["kernel"] = (
         params["decoder"]["logits_dense"]["kernel"].at[:, EOS_ID].set(0.0)
     )
-    model = Model(config, jax.tree.map(lambda p: p.astype(jnp.bfloat16), params))
-
-    def run(rows, new_tokens, beams):
-        method = "beam" if beams > 1 else "greedy"
-        return model.generate(
-            rows, max_length=new_tokens, method=method, num_beams=beams, alpha=0.0
-        )
-
-    return run
+    return forge_generate(Model(config, jax.tree.map(lambda p: p.astype(jnp.bfloat16), params)))
 
 
 def hf_decode_side(config_name: str):
