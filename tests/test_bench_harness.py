@@ -234,3 +234,31 @@ def test_isolated_side_runs_in_a_worker_process_and_reports_its_failures(monkeyp
     assert side.process.returncode == 0
     with pytest.raises(RuntimeError, match="ValueError: no model here"):
         IsolatedSide("isolated_sides:broken")
+
+
+def test_profile_top_ops_sums_by_op_and_leaves_out_python(tmp_path):
+    import gzip
+
+    from profile_decode import top_ops
+
+    events = [
+        {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/device:GPU:0"}},
+        {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "/host:python"}},
+        {"ph": "X", "pid": 1, "name": "fusion.1", "dur": 1500},
+        {"ph": "X", "pid": 1, "name": "fusion.1", "dur": 500},
+        {"ph": "X", "pid": 1, "name": "gemm", "dur": 3000},
+        {"ph": "X", "pid": 2, "name": "generate", "dur": 90000},
+        {"ph": "i", "pid": 1, "name": "marker"},
+    ]
+    trace = tmp_path / "perfetto_trace.json.gz"
+    trace.write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
+    assert top_ops(trace, 5) == [
+        ("/device:GPU:0", "gemm", 3.0, 1),
+        ("/device:GPU:0", "fusion.1", 2.0, 2),
+    ]
+
+
+def test_git_commit_outside_git_comes_from_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setattr(harness, "REPO", tmp_path)
+    monkeypatch.setenv("T5FORGE_BENCH_COMMIT", "adcd489")
+    assert harness.git_commit() == ("adcd489", False)
