@@ -39,13 +39,18 @@ def write_params(params, work_dir: Path) -> Path:
     return path
 
 
+def read_params(params_path: str):
+    """The params tree `write_params` wrote."""
+    with open(params_path, "rb") as f:
+        return pickle.load(f)
+
+
 def load_forge(params_path: str, config_name: str):
     """t5forge's `Model` (float32) on the params `write_params` wrote."""
     from t5forge.api import Model
     from t5forge.models.configs import get_config
 
-    with open(params_path, "rb") as f:
-        return Model(get_config(config_name, dtype="float32"), pickle.load(f))
+    return Model(get_config(config_name, dtype="float32"), read_params(params_path))
 
 
 def load_hf(hf_dir: str):

@@ -4,7 +4,8 @@ T5 1.1 small (float32, dropout 0), batch 8, 512 input and 114 target tokens, no 
 sides start from the very same weights (converted with t5forge.interop.huggingface) and train
 on the same batch: t5forge with AdamW and with Adafactor (--optimizers) through the real
 Trainer, transformers' T5ForConditionalGeneration with torch.optim.AdamW; one row per t5forge
-optimizer, all three sides taking turns. Timing is benchmarks/harness.py's: --steps (alias --runs) steps of each side in turns after --warmup steps
+optimizer, each side in a process of its own (benchmarks/isolated.py), all taking turns. Timing
+is benchmarks/harness.py's: --steps (alias --runs) steps of each side in turns after --warmup steps
 (t5forge's warm-up includes compilation), median/min/max. Tokens/s counts inputs + targets of
 every row. It also prints model FLOPs utilisation (t5forge.training.flops:
 the step's model FLOPs over the device's peak FLOP/s), 'n/a' where the peak is unknown (CPUs).
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 
 import jax
@@ -22,13 +24,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import harness  # noqa: E402  (same directory)
-from same_weights import hf_model  # noqa: E402  (same directory)
+import same_weights  # noqa: E402  (same directory)
+from isolated import IsolatedSide  # noqa: E402  (same directory)
 
 from t5forge.models.configs import get_config  # noqa: E402
 from t5forge.models.model import build_model  # noqa: E402
-from t5forge.training import optimizers, partitioning  # noqa: E402
 from t5forge.training.flops import local_peak_flops, mfu, model_flops_per_step  # noqa: E402
-from t5forge.training.trainer import Trainer, metrics_to_host  # noqa: E402
 
 LEARNING_RATE = 1e-4
 OPTIMIZERS = ("adamw", "adafactor")
@@ -45,16 +46,29 @@ def _optimizers(text: str) -> tuple[str, ...]:
     return names
 
 
-def _forge_step(config, params, batch, optimizer: str):
-    """A closure running one t5forge train step on one device (the state is donated)."""
-    model = build_model(config)
+# Factories of the sides, each called in its own worker (benchmarks/isolated.py): one process
+# per side, since torch's OpenMP threads, still spinning after its step, slowed the XLA step
+# that followed it in a shared process (t5forge AdamW 10.8 s after transformers' step, 9.4 s
+# alone). Each returns a call running one train step.
+
+
+def forge_side(params_path: str, config_name: str, optimizer: str, batch: dict):
+    """One t5forge train step on one device per call (the state is donated)."""
+    import jax
+
+    from t5forge.models.configs import get_config
+    from t5forge.models.model import build_model
+    from t5forge.training import optimizers, partitioning
+    from t5forge.training.trainer import Trainer, metrics_to_host
+
+    model = build_model(get_config(config_name, dtype="float32", dropout_rate=0.0))
     tx = (
         optimizers.adamw(LEARNING_RATE)
         if optimizer == "adamw"
         else optimizers.adafactor(LEARNING_RATE, param_logical_axes=model.param_logical_axes())
     )
     trainer = Trainer(model, tx, partitioning.PjitPartitioner(devices=jax.devices()[:1]))
-    holder = {"state": trainer.state_from_params(params)}
+    holder = {"state": trainer.state_from_params(same_weights.read_params(params_path))}
 
     def step():
         holder["state"], metrics = trainer.train_step(holder["state"], batch)
@@ -63,10 +77,12 @@ def _forge_step(config, params, batch, optimizer: str):
     return step
 
 
-def _hf_step(config, params, batch, device):
+def hf_side(hf_dir: str, batch: dict):
+    """One transformers train step (torch.optim.AdamW) per call."""
     import torch
 
-    model = hf_model(config, params).to(device).train()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = same_weights.load_hf(hf_dir).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0)
     inputs = torch.from_numpy(batch["encoder_input_tokens"].astype(np.int64)).to(device)
     labels = torch.from_numpy(batch["decoder_target_tokens"].astype(np.int64)).to(device)
@@ -133,19 +149,34 @@ def main() -> int:
     tokens = args.batch * (args.input_length + args.target_length)
     peer = "transformers (adamw)"
     ours = {optimizer: f"t5forge ({optimizer})" for optimizer in args.optimizers}
-    outputs = bench.run(
-        {
+    with tempfile.TemporaryDirectory(prefix="t5forge-bench-train-") as scratch:
+        params_path = same_weights.write_params(params, Path(scratch))
+        hf_dir = Path(scratch) / "hf"
+        same_weights.hf_model(config, params).save_pretrained(hf_dir)
+        sides = {
             **{
-                name: _forge_step(config, params, batch, optimizer)
+                name: IsolatedSide(
+                    "train_step:forge_side",
+                    params_path=str(params_path),
+                    config_name=args.config,
+                    optimizer=optimizer,
+                    batch=batch,
+                )
                 for optimizer, name in ours.items()
             },
-            peer: _hf_step(config, params, batch, torch_device),
-        },
-        args.steps,
-        work=tokens,
-        unit="tokens/s",
-        warmup=args.warmup,
-    )
+            peer: IsolatedSide("train_step:hf_side", hf_dir=str(hf_dir), batch=batch),
+        }
+        try:
+            outputs = bench.run(
+                {name: side.bind() for name, side in sides.items()},
+                args.steps,
+                work=tokens,
+                unit="tokens/s",
+                warmup=args.warmup,
+            )
+        finally:
+            for side in sides.values():
+                side.close()
     losses = ", ".join(
         f"{name} {outputs[name]['cross_ent_loss_per_all_target_tokens']:.4f}"
         for name in ours.values()
