@@ -4,9 +4,10 @@ T5 1.1 small (float32, dropout 0), batch 8, 512 input and 114 target tokens, no 
 sides start from the very same weights (converted with t5forge.interop.huggingface) and train
 on the same batch: t5forge with AdamW and with Adafactor (--optimizers) through the real
 Trainer, transformers' T5ForConditionalGeneration with torch.optim.AdamW; one row per t5forge
-optimizer, each side in a process of its own (benchmarks/isolated.py), all taking turns. Timing
-is benchmarks/harness.py's: --steps (alias --runs) steps of each side in turns after --warmup steps
-(t5forge's warm-up includes compilation), median/min/max. Tokens/s counts inputs + targets of
+optimizer, each side in a process of its own (benchmarks/isolated.py). Timing is
+benchmarks/harness.py's in blocks: each side's --warmup steps (t5forge's include compilation)
+then its --steps (alias --runs) timed steps back to back, as a training loop runs them, one side
+after the other (harness.time_in_blocks says why not in turns); median/min/max. Tokens/s counts inputs + targets of
 every row. It also prints model FLOPs utilisation (t5forge.training.flops:
 the step's model FLOPs over the device's peak FLOP/s), 'n/a' where the peak is unknown (CPUs).
 """
@@ -173,6 +174,7 @@ def main() -> int:
                 work=tokens,
                 unit="tokens/s",
                 warmup=args.warmup,
+                blocks=True,
             )
         finally:
             for side in sides.values():

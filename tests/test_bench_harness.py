@@ -80,6 +80,17 @@ def test_sides_take_turns_after_their_warm_up():
     assert samples["b"].output == "b"
 
 
+def test_blocks_run_each_side_back_to_back_after_its_own_warm_up():
+    calls, clock = [], iter(range(100))
+    sides = {name: (lambda name=name: calls.append(name) or name) for name in ("a", "b")}
+    samples = harness.time_in_blocks(
+        sides, repeats=5, warmup=2, cpu_clock=lambda: float(next(clock))
+    )
+    assert calls == ["a"] * 7 + ["b"] * 7
+    assert [len(samples[name].seconds) for name in "ab"] == [5, 5]
+    assert samples["b"].cpu_seconds == [1.0] * 5
+
+
 def _benchmark(tmp_path, monkeypatch, load: float) -> harness.Benchmark:
     monkeypatch.setattr(harness, "load_average", lambda: load)
     bench = harness.Benchmark(
