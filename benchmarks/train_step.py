@@ -47,10 +47,10 @@ def _optimizers(text: str) -> tuple[str, ...]:
     return names
 
 
-# Factories of the sides, each called in its own worker (benchmarks/isolated.py): one process
-# per side, since torch's OpenMP threads, still spinning after its step, slowed the XLA step
-# that followed it in a shared process (t5forge AdamW 10.8 s after transformers' step, 9.4 s
-# alone). Each returns a call running one train step.
+# Factories of the sides, each called in its own worker (benchmarks/isolated.py), as in
+# decode.py and scaling.py, so no side shares a runtime or an allocator with another (what
+# slowed t5forge's step after transformers' was the order of the steps, not a shared process:
+# see harness.time_in_blocks). Each returns a call running one train step.
 
 
 def forge_side(params_path: str, config_name: str, optimizer: str, batch: dict):
