@@ -168,6 +168,11 @@ def main() -> int:
     parser.add_argument("--input_length", type=int, default=128)
     parser.add_argument("--new_tokens", type=int, default=64)
     parser.add_argument("--runs", type=harness.repeats, default=harness.MIN_REPEATS)
+    parser.add_argument(
+        "--blocks",
+        action="store_true",
+        help="time each side's runs back to back instead of in turns (harness.time_in_blocks)",
+    )
     harness.add_arguments(parser, "decode")
     args = parser.parse_args()
 
@@ -217,7 +222,13 @@ def _measure(bench, args, sides: dict[str, IsolatedSide], inputs: np.ndarray) ->
             f"{prefix}: {name}": side.bind(rows=rows, new_tokens=args.new_tokens, beams=beams)
             for name, side in sides.items()
         }
-        outputs = bench.run(calls, args.runs, work=len(rows) * args.new_tokens, unit="new tokens/s")
+        outputs = bench.run(
+            calls,
+            args.runs,
+            work=len(rows) * args.new_tokens,
+            unit="new tokens/s",
+            blocks=args.blocks,
+        )
         if not _check(
             {side.split(": ")[1]: out for side, out in outputs.items()}, len(rows), args.new_tokens
         ):
