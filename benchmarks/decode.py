@@ -33,7 +33,6 @@ import same_weights  # noqa: E402  (same directory)
 from isolated import IsolatedSide  # noqa: E402  (same directory)
 
 CONFIG = "t5_1_1/small"
-EOS_ID = 1
 SPECIAL_TOKENS = ("<pad>", "</s>", "<unk>")  # ids 0, 1, 2 as in T5's vocabulary
 CT2_COMPUTE_TYPES = ("float32", "int8")
 CT2_MISSING = "not installed (pip install -e .[bench])"
@@ -150,7 +149,7 @@ def _start_sides(params, hf_model, vocab_size: int, work_dir: Path) -> dict[str,
 def _check(outputs: dict, rows: int, new_tokens: int) -> bool:
     """Every side generated all new tokens (no EOS); prints which agree with t5forge's."""
     for side, tokens in outputs.items():
-        if tokens.shape != (rows, new_tokens) or (tokens == EOS_ID).any():
+        if tokens.shape != (rows, new_tokens) or (tokens == same_weights.EOS_ID).any():
             print(f"{side}: rows did not all generate {new_tokens} tokens; not comparable")
             return False
     same = {
@@ -184,9 +183,7 @@ def main() -> int:
     bench = harness.Benchmark.from_args("decode", args)
     config = get_config(CONFIG, dtype="float32")
     params = jax.device_get(build_model(config).init_params(jax.random.PRNGKey(0)))
-    head = np.array(params["decoder"]["logits_dense"]["kernel"])
-    head[:, EOS_ID] = 0.0
-    params["decoder"]["logits_dense"]["kernel"] = head
+    params = same_weights.never_eos(params)
     rng = np.random.default_rng(0)
     inputs = rng.integers(3, config.vocab_size, (args.batch, args.input_length), dtype=np.int32)
     with tempfile.TemporaryDirectory(prefix="t5forge-bench-decode-") as scratch:

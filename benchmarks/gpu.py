@@ -37,11 +37,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import harness  # noqa: E402  (same directory)
+import same_weights  # noqa: E402  (same directory)
 from decode import forge_generate  # noqa: E402  (same directory)
 from isolated import IsolatedSide  # noqa: E402  (same directory)
 
 LEARNING_RATE = 1e-4
-EOS_ID = 1
 MEMORY_USE = 0.90  # of the device's memory that the chosen batch may take
 MEMORY_FRACTION = "0.95"  # XLA_PYTHON_CLIENT_MEM_FRACTION for t5forge's worker
 
@@ -207,10 +207,7 @@ def forge_decode_side(config_name: str):
     from t5forge.models.model import build_model
 
     config = get_config(config_name, dtype="bfloat16")
-    params = build_model(config).init_params(jax.random.PRNGKey(0))
-    params["decoder"]["logits_dense"]["kernel"] = (
-        params["decoder"]["logits_dense"]["kernel"].at[:, EOS_ID].set(0.0)
-    )
+    params = same_weights.never_eos(build_model(config).init_params(jax.random.PRNGKey(0)))
     return forge_generate(Model(config, jax.tree.map(lambda p: p.astype(jnp.bfloat16), params)))
 
 
@@ -221,7 +218,7 @@ def hf_decode_side(config_name: str):
     model, _ = _hf_model(config_name, "bfloat16")
     model.eval()
     with torch.no_grad():
-        model.lm_head.weight[EOS_ID] = 0.0
+        model.lm_head.weight[same_weights.EOS_ID] = 0.0
 
     def run(rows, new_tokens, beams):
         inputs = torch.from_numpy(rows.astype(np.int64)).to(model.device)
@@ -278,44 +275,52 @@ class Phases:
         return first
 
 
+def _train_side(phases: Phases, args, name: str, factory: str, **kwargs):
+    """One training side built, timed and closed; its warm-up output, or None."""
+    worker = phases.open(
+        name, factory, input_length=args.input_length, target_length=args.target_length, **kwargs
+    )
+    if worker is None:
+        return None
+    tokens = args.input_length + args.target_length
+    try:
+        return phases.measure(
+            worker, name, args.runs, lambda out: out["batch"] * tokens, "tokens/s"
+        )
+    finally:
+        worker.close()
+
+
 def _train(phases: Phases, args, config_name: str, first_batch: int) -> None:
     from t5forge.models.configs import get_config
-    from t5forge.training.flops import model_flops_per_step, peak_flops_per_device
+    from t5forge.training.flops import mfu, model_flops_per_step, peak_flops_per_device
 
-    lengths = {"input_length": args.input_length, "target_length": args.target_length}
-    tokens = args.input_length + args.target_length
-    names = {side: f"{config_name} train: {side}" for side in ("t5forge", "transformers")}
-    outputs = {}
-    for side, factory, batch in (
-        ("t5forge", "gpu:forge_train_side", {"first_batch": first_batch, "fill": args.fill}),
-        ("transformers", "gpu:hf_train_side", None),
-    ):
-        if batch is None:  # transformers runs the batch t5forge filled the GPU with
-            if outputs.get("t5forge") is None:
-                return
-            batch = {"batch": outputs["t5forge"]["batch"]}
-        worker = phases.open(names[side], factory, config_name=config_name, **batch, **lengths)
-        if worker is None:
-            continue
-        try:
-            outputs[side] = phases.measure(
-                worker, names[side], args.runs, lambda out: out["batch"] * tokens, "tokens/s"
-            )
-        finally:
-            worker.close()
-    forge, hf = outputs.get("t5forge"), outputs.get("transformers")
+    ours, peer = f"{config_name} train: t5forge", f"{config_name} train: transformers"
+    forge = _train_side(
+        phases,
+        args,
+        ours,
+        "gpu:forge_train_side",
+        config_name=config_name,
+        first_batch=first_batch,
+        fill=args.fill,
+    )
     if forge is None:
         return
+    # transformers runs the batch t5forge filled the GPU with (halved until it fits).
+    hf = _train_side(
+        phases, args, peer, "gpu:hf_train_side", config_name=config_name, batch=forge["batch"]
+    )
     phases.bench.machine["accelerator"] = forge["device"]
     config = get_config(config_name, dtype="bfloat16")
     peak = peak_flops_per_device(forge["device"], "bfloat16")
-    for side, out in outputs.items():
+    for name, out in ((ours, forge), (peer, hf)):
         if out is None or peak is None:
             continue
-        summary = phases.bench.sides[names[side]]
+        summary = phases.bench.sides[name]
         flops = model_flops_per_step(config, out["batch"], args.input_length, args.target_length)
-        summary["mfu"] = flops / (summary["median_s"] * peak)
-        print(f"  {names[side]}: batch {out['batch']}, MFU {summary['mfu']:.1%}", flush=True)
+        summary["mfu"] = mfu(flops, summary["median_s"], peak)
+        print(f"  {name}: batch {out['batch']}, MFU {summary['mfu']:.1%}", flush=True)
     if hf is not None:
         batches = f"batch {forge['batch']}" + (
             f" (transformers {hf['batch']})" if hf["batch"] != forge["batch"] else ""
@@ -323,8 +328,8 @@ def _train(phases: Phases, args, config_name: str, first_batch: int) -> None:
         phases.bench.compare(
             f"{config_name} train step, bf16, {args.input_length}/{args.target_length}, "
             f"{batches}, {forge['device']}",
-            names["t5forge"],
-            names["transformers"],
+            ours,
+            peer,
             peer_label="transformers bf16 + SDPA",
         )
     phases.bench.finish()
@@ -365,7 +370,8 @@ def _decode(phases: Phases, args, config_name: str) -> None:
         if any(out is None for out in tokens):
             continue
         if any(
-            out.shape != (len(rows), args.new_tokens) or (out == EOS_ID).any() for out in tokens
+            out.shape != (len(rows), args.new_tokens) or (out == same_weights.EOS_ID).any()
+            for out in tokens
         ):
             print(f"  {setting}: rows did not all generate {args.new_tokens} tokens", flush=True)
             continue

@@ -25,7 +25,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-EOS_ID = 1
+import same_weights  # noqa: E402  (same directory)
+
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
 
@@ -78,9 +79,7 @@ def main() -> int:
         lambda event, seconds, **_: compiles.append(seconds) if event == COMPILE_EVENT else None
     )
     config = get_config(args.config, dtype=args.dtype)
-    params = build_model(config).init_params(jax.random.PRNGKey(0))
-    kernel = params["decoder"]["logits_dense"]["kernel"]
-    params["decoder"]["logits_dense"]["kernel"] = kernel.at[:, EOS_ID].set(0.0)  # no early EOS
+    params = same_weights.never_eos(build_model(config).init_params(jax.random.PRNGKey(0)))
     model = Model(config, jax.tree.map(lambda p: p.astype(jnp.dtype(args.dtype)), params))
     rows = np.random.default_rng(0).integers(
         3, config.vocab_size, (args.batch, args.input_length), np.int32

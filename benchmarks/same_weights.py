@@ -10,6 +10,20 @@ from __future__ import annotations
 import pickle
 from pathlib import Path
 
+import numpy as np
+
+EOS_ID = 1  # T5's
+
+
+def never_eos(params):
+    """`params` with the EOS column of the output projection zeroed, so that decoding random
+    weights generates every new token: an EOS logit of exactly 0 never wins against 32k random
+    logits, and no side needs a logits processor to force the length."""
+    head = np.array(params["decoder"]["logits_dense"]["kernel"])
+    head[:, EOS_ID] = 0.0
+    params["decoder"]["logits_dense"]["kernel"] = head
+    return params
+
 
 def hf_model(config, params):
     """transformers' T5ForConditionalGeneration holding `params` (t5forge's tree)."""

@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import harness  # noqa: E402  (same directory)
+import same_weights  # noqa: E402  (same directory)
 
 PLOT = ROOT / "docs" / "images" / "serve_throughput.png"
 DATA = ROOT / "t5forge" / "tasks" / "data" / "en_de_lohelp"
@@ -53,7 +54,6 @@ MODELS = {
     "demo": "the make-demo model (T5 1.1 layout, width 256, 3+3 layers, 4k vocabulary)",
     "t5_1_1_small": "T5 1.1 small (512 wide, 8+8 layers, 32k vocabulary)",
 }
-EOS_ID = 1
 GOAL_CONCURRENCY = 32
 
 
@@ -80,9 +80,7 @@ def _write_model(name: str, directory: Path, vocab: Path) -> Path:
 
     config = _config(name)
     params = jax.device_get(build_model(config).init_params(jax.random.PRNGKey(0)))
-    head = np.array(params["decoder"]["logits_dense"]["kernel"])
-    head[:, EOS_ID] = 0.0
-    params["decoder"]["logits_dense"]["kernel"] = head
+    params = same_weights.never_eos(params)
     return save_hf_dir(params, config, directory / name, vocab_path=vocab, extra_ids=100)
 
 
