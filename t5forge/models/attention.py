@@ -13,8 +13,8 @@ packing mask as an additive -1e10. Three implementations compute it (T5Config
 
 'auto' (the default) picks cuDNN where it can run the shapes and XLA everywhere else; a
 single-query call (choose_implementation with query_length 1) gets XLA, since a fused kernel
-has nothing to fuse there. Decoding steps do not come here at all: `cached_attention` reads
-the cache where it lies. Inputs are heads-major ([batch, heads, length, head_dim], the layout
+has nothing to fuse there. Decoding steps do not come here at all: `cached_attention` and
+`slot_attention` read the cache where it lies. Inputs are heads-major ([batch, heads, length, head_dim], the layout
 of the decoding cache); the output is [batch, length, heads, head_dim]. Logits are
 accumulated and softmaxed in float32 whatever the compute dtype.
 """
@@ -139,6 +139,41 @@ def cached_attention(query, key, value, bias):
         (((2,), (1,)), ((0,), (0,))),
     )
     return context.reshape(batch, heads, queries, head_dim).transpose(0, 2, 1, 3)
+
+
+def slot_attention(query, key, value, bias):
+    """One decoding step's self-attention when each position may lie in another row's cache.
+
+    query [G, H, R, D] holds the R decodes of each of G inputs; key/value [G * S, H, L, D] the
+    S = bias.shape[1] cache rows of each input; bias [G or 1, S, H or 1, R or 1, L] lets each
+    decode see, at each position, only the row that wrote it (under beam search, the beam it
+    descends from: decoding.DecodingCache.lineage), so beams need not copy their caches when
+    they reorder. Every decode is scored against all S rows of its input (S times the work
+    of cached_attention's dots, which are small next to the step's projections) and the
+    softmax runs over rows and positions together. S = 1 is plain per-row attention.
+    Returns [G, R, H, D]; float32 logits and softmax.
+    """
+    slots = bias.shape[1]
+    if slots == 1:
+        return explicit_attention(query, key, value, bias[:, 0])
+    groups, heads, queries, head_dim = query.shape
+    length = key.shape[2]
+    flat = (groups * slots * heads, -1, head_dim)
+    query = jnp.broadcast_to(query[:, None], (groups, slots, heads, queries, head_dim))
+    logits = jax.lax.dot_general(
+        query.reshape(flat),
+        key.reshape(flat),
+        (((2,), (2,)), ((0,), (0,))),
+        preferred_element_type=jnp.float32,
+    ).reshape(groups, slots, heads, queries, length)
+    weights = jax.nn.softmax(logits + bias.astype(jnp.float32), axis=(1, 4))
+    context = jax.lax.dot_general(
+        weights.astype(value.dtype).reshape(groups * slots * heads, queries, length),
+        value.reshape(flat),
+        (((2,), (1,)), ((0,), (0,))),
+        preferred_element_type=jnp.float32,
+    ).reshape(groups, slots, heads, queries, head_dim)
+    return jnp.sum(context, axis=1).astype(value.dtype).transpose(0, 2, 1, 3)
 
 
 def attend(

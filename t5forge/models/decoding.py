@@ -12,6 +12,8 @@ Leaves the step function returns untouched (encoder keys/values) are never reord
 every beam of a row holds the same copy. A `DecodingCache` goes further: its `per_input` part
 (an encoder's keys and values) keeps one entry per input, is never repeated nor reordered, and
 the step function reads input b's entry for rows b * num_decodes .. (b + 1) * num_decodes - 1.
+When it also carries a `lineage`, beam search does not move its `per_row` entries either (see
+DecodingCache): it keeps, per beam and position, which row of the input wrote that position.
 
 `inputs` follows T5X: int32[B, L] decoder inputs shifted right, so position 0 is the BOS slot
 (always fed as 0) and a non-zero token at position i >= 1 is a prompt token that is forced
@@ -60,16 +62,35 @@ class DecodingCache(NamedTuple):
 
     Beam search and multiple samples then read an encoder's memory once per input instead of
     holding (and streaming through) num_decodes copies of it.
+
+    A step function that sets `lineage` (int32[B, 1, L] zeros: one row per input, reading its
+    own entries) promises to read position j of its `per_row` entries (written at position
+    `step` of each step, e.g. self-attention keys) through it: with lineage int32[G, k, L],
+    row g * k + r reads position j from row g * k + lineage[g, r, j]. Beam search then follows
+    the surviving beams by reordering this small table instead of copying every row's keys and
+    values at every step; sampling, whose rows never move, gives each row a group of its own.
     """
 
-    per_row: Any  # expanded to N rows; reordered with the beams
+    per_row: Any  # expanded to N rows; reordered with the beams unless there is a lineage
     per_input: Any  # one entry per input (leading axis B), returned unchanged by every step
+    lineage: Any = None  # int32[G, k, L] with G * k = N, or None: see above
 
 
-def _expand_cache(cache: Cache, num_decodes: int) -> Cache:
-    if isinstance(cache, DecodingCache):
-        return cache._replace(per_row=expand_to_decodes(cache.per_row, num_decodes))
-    return expand_to_decodes(cache, num_decodes)
+def _expand_cache(cache: Cache, num_decodes: int, beams: bool = False) -> Cache:
+    """The cache for N = batch * num_decodes rows; `beams` groups each input's rows, which
+    start out reading their own entries, for a lineage that beam search will reorder."""
+    if not isinstance(cache, DecodingCache):
+        return expand_to_decodes(cache, num_decodes)
+    cache = cache._replace(per_row=expand_to_decodes(cache.per_row, num_decodes))
+    if cache.lineage is None:
+        return cache
+    inputs, _, length = cache.lineage.shape
+    if beams:
+        own = jnp.arange(num_decodes, dtype=jnp.int32)[None, :, None]
+        lineage = jnp.broadcast_to(own, (inputs, num_decodes, length))
+    else:
+        lineage = jnp.zeros((inputs * num_decodes, 1, length), jnp.int32)
+    return cache._replace(lineage=lineage)
 
 
 def expand_to_decodes(tree: Any, num_decodes: int) -> Any:
@@ -85,14 +106,20 @@ def expand_to_decodes(tree: Any, num_decodes: int) -> Any:
     )
 
 
-def _follow_beams(old_cache: Any, new_cache: Any, rows: jax.Array) -> Any:
-    """Reorders the rows (leading axis) of each cache leaf to follow the surviving beams.
+def _follow_beams(old_cache: Any, new_cache: Any, parents: jax.Array) -> Any:
+    """The cache of the surviving beams: beam r of input b continues beam parents[b, r].
 
-    Leaves the step function handed back untouched (the very same array, e.g. encoder keys and
-    values) are still identical across a row's beams, as expand_to_decodes made them, so they
-    are not gathered: that would copy the whole encoder memory on every step for nothing.
-    0-d leaves are shared by all rows and left alone.
+    With a lineage only that table is reordered. Otherwise every leaf's rows (leading axis)
+    are: leaves the step function handed back untouched (the very same array, e.g. encoder
+    keys and values) are still identical across a row's beams, as expand_to_decodes made them,
+    so they are not gathered (that would copy the whole encoder memory on every step for
+    nothing), and 0-d leaves are shared by all rows and left alone.
     """
+    if isinstance(new_cache, DecodingCache) and new_cache.lineage is not None:
+        lineage = jnp.take_along_axis(new_cache.lineage, parents[:, :, None], axis=1)
+        return new_cache._replace(lineage=lineage)
+    batch, beams = parents.shape
+    rows = (jnp.arange(batch, dtype=jnp.int32)[:, None] * beams + parents).reshape(-1)
 
     def follow(old, new):
         if new is old or jnp.ndim(new) == 0:
@@ -103,6 +130,15 @@ def _follow_beams(old_cache: Any, new_cache: Any, rows: jax.Array) -> Any:
         per_row = jax.tree_util.tree_map(follow, old_cache.per_row, new_cache.per_row)
         return new_cache._replace(per_row=per_row)
     return jax.tree_util.tree_map(follow, old_cache, new_cache)
+
+
+def _written_by_own_row(cache: Cache, step) -> Cache:
+    """The lineage once every row has written position `step` of its own entries."""
+    if not isinstance(cache, DecodingCache) or cache.lineage is None:
+        return cache
+    inputs, beams, _ = cache.lineage.shape
+    own = jnp.broadcast_to(jnp.arange(beams, dtype=jnp.int32)[None, :, None], (inputs, beams, 1))
+    return cache._replace(lineage=lax.dynamic_update_slice(cache.lineage, own, (0, 0, step)))
 
 
 # ----------------------------------------------------------------------------- validation
@@ -396,8 +432,8 @@ def beam_search(
 
     Each step extends the live beams, keeps the 2k best candidates (so k can stay live even if
     k of them just emitted EOS), moves EOS-terminated ones into the finished set scored by
-    log-prob / length_penalty(length, alpha), and reorders every cache leaf to follow the
-    surviving beams. A row stops once no live beam can beat its worst finished one.
+    log-prob / length_penalty(length, alpha), and reorders the cache (or its lineage) to
+    follow the surviving beams. A row stops once no live beam can beat its worst finished one.
     Returns (sequences int32[B, num_decodes, L], scores f32[B, num_decodes]), best last; a row
     with nothing finished returns its live beams and their raw log-probs, as T5X does.
     """
@@ -426,7 +462,9 @@ def beam_search(
         step = state["step"]
         live_sequences = state["live_sequences"]
         tokens = lax.dynamic_index_in_dim(live_sequences, step, axis=2, keepdims=False)
-        logits, step_cache = tokens_to_logits(tokens.reshape(-1, 1), state["cache"], step)
+        logits, step_cache = tokens_to_logits(
+            tokens.reshape(-1, 1), _written_by_own_row(state["cache"], step), step
+        )
         vocab = logits.shape[-1]
         log_probs = jax.nn.log_softmax(logits.astype(jnp.float32)).reshape(batch, beams, vocab)
         log_probs = log_probs + state["live_log_probs"][:, :, None]
@@ -472,7 +510,6 @@ def beam_search(
         # Rows past their own length budget keep their state while longer rows go on.
         active = (step < row_end)[:, None]
         parents = jnp.where(active, parents, beam_ids)
-        rows = (jnp.arange(batch, dtype=jnp.int32)[:, None] * beams + parents).reshape(-1)
         return {
             "step": step + 1,
             "live_sequences": jnp.where(
@@ -484,7 +521,7 @@ def beam_search(
             ),
             "finished_scores": jnp.where(active, finished_scores, state["finished_scores"]),
             "finished_flags": jnp.where(active, finished_flags, state["finished_flags"]),
-            "cache": _follow_beams(state["cache"], step_cache, rows),
+            "cache": _follow_beams(state["cache"], step_cache, parents),
         }
 
     empty_sequences = jnp.zeros((batch, beams, length + 1), jnp.int32)
@@ -496,7 +533,7 @@ def beam_search(
         "finished_sequences": empty_sequences,
         "finished_scores": jnp.full((batch, beams), NEG_INF, jnp.float32),
         "finished_flags": jnp.zeros((batch, beams), bool),
-        "cache": _expand_cache(cache, beams),
+        "cache": _expand_cache(cache, beams, beams=True),
     }
     final = lax.while_loop(not_done, extend, start)
 

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from t5forge.models import axes
-from t5forge.models.attention import attend, cached_attention
+from t5forge.models.attention import attend, cached_attention, slot_attention
 
 # Large enough to zero a softmax weight, small enough to stay finite in bfloat16.
 MASK_BIAS = -1e10
@@ -255,8 +255,9 @@ class MultiHeadAttention(nn.Module):
                 return self.dropout(weights, deterministic=False)
 
         context = attend(query, key, value, bias, self.implementation, dropout)
-        context = context.reshape(context.shape[:2] + (self.num_heads * self.head_dim,))
-        return constrain(self.out(context), axes.BATCH, axes.LENGTH, axes.EMBED)
+        return self._project_context(
+            context.reshape(context.shape[:2] + (self.num_heads * self.head_dim,))
+        )
 
     def __call__(self, inputs_q, inputs_kv, bias, deterministic=True):
         """Full attention of inputs_q [B, q, E] over inputs_kv [B, k, E] plus bias [., ., q, k]."""
@@ -286,10 +287,12 @@ class MultiHeadAttention(nn.Module):
     def decode_step(self, inputs_q, bias, index=None, write=None):
         """Attention of one new position [N, 1, E] over the cache.
 
-        With `index` (self-attention) the new key/value is written at that position first, but
-        only for rows where `write` [N] is true (rows still inside a prefilled prompt keep the
-        prefill's keys); without it (cross-attention) the cache is read only, and it may hold
-        one memory per input [B, ...] for N = B * k rows (k decodes of each input).
+        With `index` (self-attention) the new key/value is written at that position of each
+        row's own cache first, but only for rows where `write` [N] is true (rows still inside a
+        prefilled prompt keep the prefill's keys), and the bias is slot_attention's, [G or 1,
+        S, H or 1, S or 1, L] for groups of S rows. Without it (cross-attention) the cache is
+        read only, and it may hold one memory per input [B, ...] for N = B * k rows (k decodes
+        of each input).
         """
         key = self.get_variable("cache", "key")
         value = self.get_variable("cache", "value")
@@ -309,7 +312,16 @@ class MultiHeadAttention(nn.Module):
             )
             self.put_variable("cache", "key", key)
             self.put_variable("cache", "value", value)
+            return self._attend_slots(inputs_q, key, value, bias)
         return self._attend_cache(inputs_q, key, value, bias)
+
+    def _attend_slots(self, inputs_q, key, value, bias):
+        """Each row's query over its group's self-attention caches (attention.slot_attention)."""
+        rows, slots = inputs_q.shape[0], bias.shape[1]
+        query = self._heads(self.query, inputs_q)  # [rows, heads, 1, head_dim]
+        query = query.reshape(rows // slots, slots, self.num_heads, self.head_dim)
+        context = slot_attention(query.transpose(0, 2, 1, 3), key, value, bias)
+        return self._project_context(context.reshape(rows, 1, self.num_heads * self.head_dim))
 
     def _attend_cache(self, inputs_q, key, value, bias):
         """One query per row over a heads-major cache (attention.cached_attention).
@@ -321,7 +333,9 @@ class MultiHeadAttention(nn.Module):
         query = self._heads(self.query, inputs_q)  # [rows, heads, 1, head_dim]
         query = query.reshape(memories, rows // memories, self.num_heads, self.head_dim)
         context = cached_attention(query.transpose(0, 2, 1, 3), key, value, bias)
-        context = context.reshape(rows, 1, self.num_heads * self.head_dim)
+        return self._project_context(context.reshape(rows, 1, self.num_heads * self.head_dim))
+
+    def _project_context(self, context):
         return constrain(self.out(context), axes.BATCH, axes.LENGTH, axes.EMBED)
 
 

@@ -364,7 +364,10 @@ class EncoderDecoderModel(BaseModel):
         )
         per_row, cross = _split_cross_attention(variables["cache"])
         cache = decoding.DecodingCache(
-            per_row=per_row, per_input={"network": cross, "encoder_valid": encoder_tokens > 0}
+            per_row=per_row,
+            per_input={"network": cross, "encoder_valid": encoder_tokens > 0},
+            # The self-attention caches are read through a lineage: beams need not copy them.
+            lineage=jnp.zeros((encoder_tokens.shape[0], 1, max_decode_length), jnp.int32),
         )
         step_network = build_network(
             self.config, decode_mode=DECODE_STEP, cache_length=max_decode_length
@@ -377,6 +380,7 @@ class EncoderDecoderModel(BaseModel):
                 token_ids,
                 step,
                 cache.per_input["encoder_valid"],
+                cache.lineage,
                 method="decode_step",
                 mutable=["cache"],
             )

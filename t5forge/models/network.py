@@ -305,14 +305,24 @@ class Decoder(nn.Module):
         carry = jnp.zeros((encoded.shape[0], 1, self.config.emb_dim), encoded.dtype)
         _run_stack(self.config, self.layers, carry, encoded, None, None, None, None)
 
-    def step(self, tokens, index, encoder_valid=None, write=None):
-        """Logits [B, 1, vocab] for the tokens [B, 1] at position `index` (mode 'step')."""
+    def step(self, tokens, index, encoder_valid=None, write=None, lineage=None):
+        """Logits [B, 1, vocab] for the tokens [B, 1] at position `index` (mode 'step').
+
+        `lineage` (int32[G, S, L], decoding.DecodingCache) says which row of its group of S
+        wrote each position a row attends to; without it every row reads its own cache.
+        """
         y = self.embed(tokens)
         key_positions = jnp.arange(self.cache_length)
         visible = (key_positions <= index)[None, None, None, :]
         self_bias = _with_stack_relpos(
             self, mask_to_bias(visible), jnp.reshape(index, (1,)), key_positions
         )
+        # slot_attention's bias: [groups or 1, slots, heads, queries or 1, length].
+        self_bias = self_bias[:, None]
+        if lineage is not None and lineage.shape[1] > 1:
+            slots = jnp.arange(lineage.shape[1], dtype=lineage.dtype)[None, :, None, None]
+            written_by = mask_to_bias(lineage[:, None] == slots)  # [G, S, queries, L]
+            self_bias = self_bias + written_by[:, :, None]
         cross_bias = None
         if encoder_valid is not None:
             cross_bias = mask_to_bias(encoder_valid.astype(bool)[:, None, None, :])
@@ -393,9 +403,9 @@ class EncoderDecoder(_Network):
         """Encodes once and fills the decoding cache ('init' mode, mutable 'cache')."""
         self.decoder.init_cache(self.encode(encoder_input_tokens))
 
-    def decode_step(self, tokens, index, encoder_valid):
+    def decode_step(self, tokens, index, encoder_valid, lineage=None):
         """One cached decoding step ('step' mode): logits [B, 1, vocab]."""
-        return self.decoder.step(tokens, index, encoder_valid=encoder_valid)
+        return self.decoder.step(tokens, index, encoder_valid=encoder_valid, lineage=lineage)
 
 
 class DecoderOnly(_Network):

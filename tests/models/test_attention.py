@@ -19,6 +19,7 @@ from t5forge.models.attention import (
     cached_attention,
     choose_implementation,
     explicit_attention,
+    slot_attention,
 )
 from t5forge.models.configs import get_config
 from t5forge.models.layers import (
@@ -316,3 +317,31 @@ def test_cached_attention_equals_explicit_for_each_decode(decodes):
     for j in range(decodes):  # each decode alone, as if it had its own copy of the cache
         alone = explicit_attention(query[:, :, j : j + 1], key, value, bias)
         np.testing.assert_allclose(got[:, j], alone[:, 0], atol=1e-6, rtol=0)
+
+
+def test_slot_attention_reads_each_position_from_the_row_that_wrote_it():
+    # Beam search's step: 3 decodes per input, each reading position j from the row of its
+    # group named by a lineage, over caches that were never reordered. It must equal plain
+    # attention over a cache assembled position by position from those rows.
+    slots, length = 3, 5
+    keys = jax.random.split(jax.random.PRNGKey(4), 4)
+    query = jax.random.normal(keys[0], (BATCH, HEADS, slots, HEAD_DIM))
+    key = jax.random.normal(keys[1], (BATCH * slots, HEADS, length, HEAD_DIM))
+    value = jax.random.normal(keys[2], (BATCH * slots, HEADS, length, HEAD_DIM))
+    lineage = jax.random.randint(keys[3], (BATCH, slots, length), 0, slots)
+    relpos = _relpos(False, jnp.array([length - 1]), jnp.arange(length))  # [1, H, 1, L]
+    written_by = lineage[:, None] == jnp.arange(slots)[None, :, None, None]  # [G, S, R, L]
+    bias = relpos[:, None] + mask_to_bias(written_by)[:, :, None]
+    got = slot_attention(query, key, value, bias)
+    assert got.shape == (BATCH, slots, HEADS, HEAD_DIM)
+    positions = jnp.arange(length)
+    for g in range(BATCH):
+        for r in range(slots):
+            rows = g * slots + lineage[g, r]
+            assembled = (key[rows, :, positions], value[rows, :, positions])  # [L, H, D]
+            alone = explicit_attention(
+                query[g : g + 1, :, r : r + 1],
+                *(x.transpose(1, 0, 2)[None] for x in assembled),
+                relpos,
+            )
+            np.testing.assert_allclose(got[g, r], alone[0, 0], atol=1e-5, rtol=0)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from t5forge.errors import CheckpointError, ConfigError, DataError
+from t5forge.models import decoding
 from t5forge.models.configs import get_config
 from t5forge.models.model import DecoderOnlyModel, EncoderDecoderModel, build_model
 from t5forge.models.network import build_network
@@ -127,6 +128,30 @@ def test_beam_and_sampling_decodes(encdec, batch):
     np.testing.assert_array_equal(sample(3), sample(3))
     with pytest.raises(ConfigError, match="unknown decoding method 'nucleus'"):
         model.predict_batch(params, batch, method="nucleus")
+
+
+@pytest.mark.parametrize("scan_layers", [False, True])
+def test_beams_reading_their_cache_through_a_lineage_equal_beams_that_copy_it(scan_layers):
+    # The encoder-decoder's step reads its self-attention cache through DecodingCache.lineage,
+    # so beam search reorders that table instead of every beam's keys and values. Dropping the
+    # lineage makes the loop copy the cache rows as before: both must pick the same beams.
+    config = get_config("t5_1_1/tiny", dtype="float32", vocab_size=VOCAB, scan_layers=scan_layers)
+    model = build_model(config)
+    params = model.init_params(jax.random.PRNGKey(3))
+    inputs = {"encoder_input_tokens": np.random.RandomState(1).randint(2, VOCAB, (3, 7))}
+    prompt, cache, tokens_to_logits = model.decoding_state(params, inputs, 10)
+    assert cache.lineage.shape == (3, 1, 10)
+
+    @jax.jit
+    def beams(cache):
+        return decoding.beam_search(prompt, cache, tokens_to_logits, model.eos_id, 4, alpha=0.6)
+
+    sequences, scores = beams(cache)
+    copied_sequences, copied_scores = beams(cache._replace(lineage=None))
+    np.testing.assert_array_equal(sequences, copied_sequences)
+    np.testing.assert_allclose(scores, copied_scores, rtol=1e-5)
+    # Each input's four beams differ: their caches hold different histories.
+    assert all(len({tuple(beam) for beam in row}) == 4 for row in np.asarray(sequences).tolist())
 
 
 def test_decodes_sharing_an_encoder_memory_equal_decodes_of_repeated_inputs(encdec, batch):
