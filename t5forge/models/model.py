@@ -452,26 +452,33 @@ class DecoderOnlyModel(BaseModel):
         _, variables = prefill_network.apply(
             {"params": params}, prompt, causal, method="prefill", mutable=["cache"]
         )
-        cache = {
-            "network": variables["cache"],
-            "prefix_length": jnp.sum(causal, axis=1, dtype=jnp.int32),
-        }
+        cache = decoding.DecodingCache(
+            per_row={
+                "network": variables["cache"],
+                "prefix_length": jnp.sum(causal, axis=1, dtype=jnp.int32),
+            },
+            per_input={},
+            # Every beam holds the same prompt; later positions are read through the lineage.
+            lineage=jnp.zeros((tokens.shape[0], 1, max_decode_length), jnp.int32),
+        )
         step_network = build_network(
             self.config, decode_mode=DECODE_STEP, cache_length=max_decode_length
         )
 
         def tokens_to_logits(token_ids, cache, step):
             # Prompt positions keep the prefill's (bidirectional) keys and values.
-            write = step >= cache["prefix_length"]
+            write = step >= cache.per_row["prefix_length"]
             logits, variables = step_network.apply(
-                {"params": params, "cache": cache["network"]},
+                {"params": params, "cache": cache.per_row["network"]},
                 token_ids,
                 step,
                 write,
+                cache.lineage,
                 method="decode_step",
                 mutable=["cache"],
             )
-            return logits[:, 0], {**cache, "network": variables["cache"]}
+            per_row = {**cache.per_row, "network": variables["cache"]}
+            return logits[:, 0], cache._replace(per_row=per_row)
 
         return prompt, cache, tokens_to_logits
 

@@ -434,9 +434,9 @@ class DecoderOnly(_Network):
         )
         self.decoder(decoder_input_tokens, None, self_mask)
 
-    def decode_step(self, tokens, index, write):
+    def decode_step(self, tokens, index, write, lineage=None):
         """One cached decoding step ('step' mode); rows with write=False keep prefill keys."""
-        return self.decoder.step(tokens, index, write=write)
+        return self.decoder.step(tokens, index, write=write, lineage=lineage)
 
 
 def build_network(config: T5Config, **mode) -> nn.Module:

@@ -130,15 +130,33 @@ def test_beam_and_sampling_decodes(encdec, batch):
         model.predict_batch(params, batch, method="nucleus")
 
 
-@pytest.mark.parametrize("scan_layers", [False, True])
-def test_beams_reading_their_cache_through_a_lineage_equal_beams_that_copy_it(scan_layers):
-    # The encoder-decoder's step reads its self-attention cache through DecodingCache.lineage,
-    # so beam search reorders that table instead of every beam's keys and values. Dropping the
-    # lineage makes the loop copy the cache rows as before: both must pick the same beams.
-    config = get_config("t5_1_1/tiny", dtype="float32", vocab_size=VOCAB, scan_layers=scan_layers)
+def _prompted_rows(length):
+    """A prefix-LM batch of 3 rows whose prompts (1-3 tokens) end at different positions."""
+    tokens = np.zeros((3, length), np.int32)
+    causal = np.zeros((3, length), np.int32)
+    for row, prompt in enumerate(([7, 8, 9], [10, 11], [12])):
+        tokens[row, 1 : 1 + len(prompt)] = prompt
+        causal[row, : 1 + len(prompt)] = 1
+    return {"decoder_input_tokens": tokens, "decoder_causal_attention": causal}
+
+
+@pytest.mark.parametrize(
+    "config_name, scan_layers",
+    [("t5_1_1/tiny", False), ("t5_1_1/tiny", True), ("decoder_only/tiny", False)],
+)
+def test_beams_reading_their_cache_through_a_lineage_equal_beams_that_copy_it(
+    config_name, scan_layers
+):
+    # Both models' steps read their self-attention cache through DecodingCache.lineage, so beam
+    # search reorders that table instead of every beam's keys and values. Dropping the lineage
+    # makes the loop copy the cache rows as before: both must pick the same beams.
+    config = get_config(config_name, dtype="float32", vocab_size=VOCAB, scan_layers=scan_layers)
     model = build_model(config)
     params = model.init_params(jax.random.PRNGKey(3))
-    inputs = {"encoder_input_tokens": np.random.RandomState(1).randint(2, VOCAB, (3, 7))}
+    if config.is_decoder_only:
+        inputs = _prompted_rows(10)
+    else:
+        inputs = {"encoder_input_tokens": np.random.RandomState(1).randint(2, VOCAB, (3, 7))}
     prompt, cache, tokens_to_logits = model.decoding_state(params, inputs, 10)
     assert cache.lineage.shape == (3, 1, 10)
 
