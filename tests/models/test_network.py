@@ -8,7 +8,7 @@ import pytest
 
 from t5forge.models import param_names
 from t5forge.models.configs import get_config
-from t5forge.models.layers import relative_position_bucket
+from t5forge.models.layers import MlpBlock, relative_position_bucket
 from t5forge.models.model import build_model
 from t5forge.models.param_layout import stack_layers, unstack_layers
 
@@ -227,4 +227,17 @@ def test_scanned_layout_and_remat_compute_the_same_function(tiny):
         unstack_layers(grads)["decoder"]["layers_1"]["mlp"]["wo"]["kernel"],
         reference["decoder"]["layers_1"]["mlp"]["wo"]["kernel"],
         atol=1e-4,
+    )
+
+
+@pytest.mark.parametrize("activations", [("gelu", "linear"), ("relu",)])
+def test_decoding_mlp_runs_its_projections_as_one_matmul_with_the_same_result(activations):
+    # Decoding steps concatenate wi_0/wi_1 into one kernel (layers.fused_projections); the
+    # parameter tree and the outputs stay those of the separate projections.
+    x = jax.random.normal(jax.random.PRNGKey(0), (3, 1, 8))
+    separate = MlpBlock(8, 16, activations)
+    params = separate.init(jax.random.PRNGKey(1), x)
+    fused = MlpBlock(8, 16, activations, decoding=True)
+    np.testing.assert_allclose(
+        fused.apply(params, x), separate.apply(params, x), rtol=1e-6, atol=1e-6
     )
