@@ -88,18 +88,22 @@ class Dense(nn.Module):
         return jnp.dot(x.astype(self.dtype), kernel.astype(self.dtype))
 
 
-def fused_projections(module: nn.Module, x, names: tuple[str, ...], dtype):
-    """[x @ kernel for each Dense child in `names`] of `module`, run as one matmul.
+def fused_projections(module: nn.Module, x, denses: dict[str, nn.Module], dtype) -> list:
+    """[dense(x) for each of `module`'s Dense children `denses` (by name)], as one matmul.
 
-    A decoding step's projections are narrow (8-32 rows); XLA:CPU runs one wide matmul over
-    the concatenated kernels faster than several narrow ones, and hoists the concatenation out
-    of the decoding loop, so it is paid once per generate call. Outputs equal the separate
-    projections up to float rounding (the same products, summed in the same kernel order).
+    Several projections of one input (q/k/v, a gated MLP's wi_0/wi_1) run faster on XLA:CPU
+    as one wide matmul than as several narrow ones, in training and in decoding steps alike,
+    and their backward pass is one matmul too. The kernels are stacked on a new middle axis,
+    [in, n, out]: in memory that is their concatenation, while a model-parallel sharding of
+    `out` stays where it was. Inside a decoding loop XLA hoists the stacking out of the loop.
+    The parameters stay separate; while they are being created, each child runs alone.
     """
-    kernels = [nn.unbox(module.variables["params"][name]["kernel"]) for name in names]
-    fused = jnp.dot(x.astype(dtype), jnp.concatenate(kernels, axis=1).astype(dtype))
-    ends = [sum(k.shape[1] for k in kernels[: i + 1]) for i in range(len(kernels) - 1)]
-    return jnp.split(fused, ends, axis=-1)
+    if len(denses) == 1 or module.is_initializing():
+        return [dense(x) for dense in denses.values()]
+    kernels = [nn.unbox(module.variables["params"][name]["kernel"]) for name in denses]
+    stacked = jnp.stack(kernels, axis=1).astype(dtype)
+    fused = jax.lax.dot_general(x.astype(dtype), stacked, (((x.ndim - 1,), (0,)), ((), ())))
+    return [fused[..., i, :] for i in range(len(denses))]
 
 
 class RMSNorm(nn.Module):
@@ -253,17 +257,20 @@ class MultiHeadAttention(nn.Module):
         self.out = Dense(self.emb_dim, (axes.JOINED_KV, axes.EMBED), self.dtype)
         self.dropout = Dropout(self.dropout_rate)
 
-    def _heads(self, dense, x):
-        """[B, T, E] -> [B, heads, T, head_dim]."""
-        return self._split_heads(checkpoint_name(dense(x), f"{dense.name}_proj"))
+    def _heads(self, x, names: tuple[str, ...]) -> list:
+        """Projections of x [B, T, E] by the `names` kernels, each [B, heads, T, head_dim]."""
+        projections = fused_projections(self, x, {n: getattr(self, n) for n in names}, self.dtype)
+        return [
+            self._split_heads(checkpoint_name(y, f"{name}_proj"))
+            for name, y in zip(names, projections, strict=True)
+        ]
 
     def _split_heads(self, y):
         """A projection [B, T, heads * head_dim] -> [B, heads, T, head_dim]."""
         y = y.reshape(y.shape[:-1] + (self.num_heads, self.head_dim)).transpose(0, 2, 1, 3)
         return constrain(y, axes.BATCH, axes.HEADS, axes.LENGTH, axes.KV)
 
-    def _attend(self, inputs_q, key, value, bias, deterministic):
-        query = self._heads(self.query, inputs_q)
+    def _attend(self, query, key, value, bias, deterministic):
         dropout = None
         if not deterministic and self.dropout_rate > 0.0:
 
@@ -277,22 +284,25 @@ class MultiHeadAttention(nn.Module):
 
     def __call__(self, inputs_q, inputs_kv, bias, deterministic=True):
         """Full attention of inputs_q [B, q, E] over inputs_kv [B, k, E] plus bias [., ., q, k]."""
-        key = self._heads(self.key, inputs_kv)
-        value = self._heads(self.value, inputs_kv)
-        return self._attend(inputs_q, key, value, bias, deterministic)
+        if inputs_q is inputs_kv:
+            query, key, value = self._heads(inputs_q, ("query", "key", "value"))
+        else:
+            (query,) = self._heads(inputs_q, ("query",))
+            key, value = self._heads(inputs_kv, ("key", "value"))
+        return self._attend(query, key, value, bias, deterministic)
 
     def prefill(self, inputs, bias, deterministic=True):
         """Self-attention over the whole prompt that also stores its keys/values as the cache."""
-        key = self._heads(self.key, inputs)
-        value = self._heads(self.value, inputs)
+        query, key, value = self._heads(inputs, ("query", "key", "value"))
         self.put_variable("cache", "key", key)
         self.put_variable("cache", "value", value)
-        return self._attend(inputs, key, value, bias, deterministic)
+        return self._attend(query, key, value, bias, deterministic)
 
     def fill_cache(self, inputs_kv):
         """Stores keys/values of a fixed memory (the encoder output) once, for every step."""
-        self.put_variable("cache", "key", self._heads(self.key, inputs_kv))
-        self.put_variable("cache", "value", self._heads(self.value, inputs_kv))
+        key, value = self._heads(inputs_kv, ("key", "value"))
+        self.put_variable("cache", "key", key)
+        self.put_variable("cache", "value", value)
 
     def zero_cache(self, batch_size: int, length: int):
         """An empty self-attention cache for `length` decoding positions."""
@@ -313,10 +323,7 @@ class MultiHeadAttention(nn.Module):
         key = self.get_variable("cache", "key")
         value = self.get_variable("cache", "value")
         if index is not None:
-            query, new_key, new_value = (
-                self._split_heads(y)
-                for y in fused_projections(self, inputs_q, ("query", "key", "value"), self.dtype)
-            )
+            query, new_key, new_value = self._heads(inputs_q, ("query", "key", "value"))
             if write is not None:
                 keep = write[:, None, None, None]
                 start = (0, 0, index, 0)
@@ -348,7 +355,7 @@ class MultiHeadAttention(nn.Module):
         query axis, so the memory is read once per input, not k times.
         """
         rows, memories = inputs_q.shape[0], key.shape[0]
-        query = self._heads(self.query, inputs_q)  # [rows, heads, 1, head_dim]
+        (query,) = self._heads(inputs_q, ("query",))  # [rows, heads, 1, head_dim]
         query = query.reshape(memories, rows // memories, self.num_heads, self.head_dim)
         context = cached_attention(query.transpose(0, 2, 1, 3), key, value, bias)
         return self._project_context(context.reshape(rows, 1, self.num_heads * self.head_dim))
@@ -365,8 +372,6 @@ class MlpBlock(nn.Module):
     activations: tuple[str, ...]
     dropout_rate: float = 0.0
     dtype: jnp.dtype = jnp.float32
-    # A decoding step runs the input projections as one matmul (fused_projections).
-    decoding: bool = False
 
     @nn.compact
     def __call__(self, x, deterministic=True):
@@ -375,13 +380,11 @@ class MlpBlock(nn.Module):
             if len(self.activations) == 1
             else tuple(f"wi_{i}" for i in range(len(self.activations)))
         )
-        if self.decoding and len(names) > 1:
-            projections = fused_projections(self, x, names, self.dtype)
-        else:
-            projections = [
-                Dense(self.mlp_dim, (axes.EMBED, axes.MLP), self.dtype, name=name)(x)
-                for name in names
-            ]
+        denses = {
+            name: Dense(self.mlp_dim, (axes.EMBED, axes.MLP), self.dtype, name=name)
+            for name in names
+        }
+        projections = fused_projections(self, x, denses, self.dtype)
         hidden = None
         for name, h in zip(self.activations, projections, strict=True):
             h = activation_fn(name)(h)

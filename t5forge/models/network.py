@@ -69,14 +69,13 @@ def _attention(config: T5Config, name: str) -> MultiHeadAttention:
     )
 
 
-def _mlp(config: T5Config, decoding: bool = False) -> MlpBlock:
+def _mlp(config: T5Config) -> MlpBlock:
     return MlpBlock(
         config.emb_dim,
         config.mlp_dim,
         config.mlp_activations,
         config.dropout_rate,
         _dtype(config),
-        decoding,
         name="mlp",
     )
 
@@ -174,7 +173,7 @@ class DecoderLayer(nn.Module):
                 h = cross_attention(h, encoded, cross_bias, det)
             x = x + _dropout(cfg, h, det)
         h = RMSNorm(_dtype(cfg), name="pre_mlp_layer_norm")(x)
-        h = _mlp(cfg, decoding=mode == DECODE_STEP)(h, det)
+        h = _mlp(cfg)(h, det)
         x = constrain(x + _dropout(cfg, h, det), axes.BATCH, axes.LENGTH, axes.EMBED)
         return _layer_output(cfg, x)
 

@@ -1,5 +1,6 @@
 """The T5 network: T5X's parameter tree, relative buckets, cached decoding, packing, dropout."""
 
+import flax.linen
 import flax.serialization
 import jax
 import jax.numpy as jnp
@@ -8,7 +9,7 @@ import pytest
 
 from t5forge.models import param_names
 from t5forge.models.configs import get_config
-from t5forge.models.layers import MlpBlock, relative_position_bucket
+from t5forge.models.layers import MlpBlock, MultiHeadAttention, relative_position_bucket
 from t5forge.models.model import build_model
 from t5forge.models.param_layout import stack_layers, unstack_layers
 
@@ -230,14 +231,24 @@ def test_scanned_layout_and_remat_compute_the_same_function(tiny):
     )
 
 
-@pytest.mark.parametrize("activations", [("gelu", "linear"), ("relu",)])
-def test_decoding_mlp_runs_its_projections_as_one_matmul_with_the_same_result(activations):
-    # Decoding steps concatenate wi_0/wi_1 into one kernel (layers.fused_projections); the
-    # parameter tree and the outputs stay those of the separate projections.
-    x = jax.random.normal(jax.random.PRNGKey(0), (3, 1, 8))
-    separate = MlpBlock(8, 16, activations)
-    params = separate.init(jax.random.PRNGKey(1), x)
-    fused = MlpBlock(8, 16, activations, decoding=True)
+def test_fused_projections_compute_the_separate_projections():
+    # q/k/v and wi_0/wi_1 run as one matmul over stacked kernels (layers.fused_projections);
+    # written out with each kernel on its own, the layers must give the same outputs.
+    x = jax.random.normal(jax.random.PRNGKey(0), (2, 5, 8))
+    mlp = MlpBlock(8, 16, ("gelu", "linear"))
+    p = flax.linen.unbox(mlp.init(jax.random.PRNGKey(1), x)["params"])
+    gelu = jax.nn.gelu(x @ p["wi_0"]["kernel"], approximate=True)
+    expected = (gelu * (x @ p["wi_1"]["kernel"])) @ p["wo"]["kernel"]
+    np.testing.assert_allclose(mlp.apply({"params": p}, x), expected, rtol=1e-5, atol=1e-6)
+
+    attention = MultiHeadAttention(8, num_heads=2, head_dim=4)
+    p = flax.linen.unbox(attention.init(jax.random.PRNGKey(2), x, x, None)["params"])
+    q, k, v = ((x @ p[name]["kernel"]).reshape(2, 5, 2, 4) for name in ("query", "key", "value"))
+    weights = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k), axis=-1)
+    context = jnp.einsum("bhqk,bkhd->bqhd", weights, v).reshape(2, 5, 8)
     np.testing.assert_allclose(
-        fused.apply(params, x), separate.apply(params, x), rtol=1e-6, atol=1e-6
+        attention.apply({"params": p}, x, x, None),
+        context @ p["out"]["kernel"],
+        rtol=1e-5,
+        atol=1e-6,
     )
