@@ -79,7 +79,9 @@ def wait_for_idle(settle_seconds: float, poll_seconds: float = 5.0) -> float:
 
 def git_commit() -> tuple[str, bool]:
     """(short commit, whether tracked files differ from it). Outside git (a copy of the tree on
-    a lent GPU machine) the commit is $T5FORGE_BENCH_COMMIT, else 'unknown'."""
+    a lent GPU machine) the commit is $T5FORGE_BENCH_COMMIT, else 'unknown'. Result files of
+    earlier benchmarks (benchmarks/results/) do not count: they change nothing measured, and
+    `make bench` rewrites them one after another."""
 
     def git(*args):
         return subprocess.run(
@@ -88,7 +90,7 @@ def git_commit() -> tuple[str, bool]:
 
     try:
         return git("rev-parse", "--short", "HEAD"), bool(
-            git("status", "--porcelain", "--untracked-files=no")
+            git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/results")
         )
     except (OSError, subprocess.CalledProcessError):
         return os.environ.get("T5FORGE_BENCH_COMMIT", "unknown"), False

@@ -4,6 +4,7 @@ the results file and the README block (benchmarks themselves never run in tests)
 import argparse
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -273,3 +274,20 @@ def test_git_commit_outside_git_comes_from_the_environment(monkeypatch, tmp_path
     monkeypatch.setattr(harness, "REPO", tmp_path)
     monkeypatch.setenv("T5FORGE_BENCH_COMMIT", "adcd489")
     assert harness.git_commit() == ("adcd489", False)
+
+
+def test_earlier_benchmark_results_do_not_make_the_tree_dirty(monkeypatch, tmp_path):
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "results" / "decode.json").write_text("{}")
+    (tmp_path / "model.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "first")
+    monkeypatch.setattr(harness, "REPO", tmp_path)
+    (tmp_path / "benchmarks" / "results" / "decode.json").write_text('{"new": 1}')
+    assert harness.git_commit()[1] is False
+    (tmp_path / "model.py").write_text("x = 2\n")
+    assert harness.git_commit()[1] is True
