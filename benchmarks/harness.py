@@ -4,9 +4,9 @@ A `Benchmark` names the machine (CPU model, cores), waits (up to --settle_second
 1-minute load average to fall to IDLE_LOAD and labels the run "shared CPU" when it did not:
 no published number may come from such a run. Each side is timed over at least MIN_REPEATS
 repetitions after a warm-up, sides of one measurement taking turns so that they see the same
-neighbours (training steps run in blocks instead: see time_in_blocks), and is summarised as median/min/max wall seconds, median CPU-seconds (of this
-process, or of whatever clock the side names: its child processes, a server's pid) and
-throughput. The run is written to benchmarks/results/<name>.json with the load before and
+neighbours (training steps run in blocks instead: see time_in_blocks), and is summarised as
+median/min/max wall seconds, median CPU-seconds (of this process, or of whatever clock the side
+names: its child processes, a server's pid) and throughput. The run is written to benchmarks/results/<name>.json with the load before and
 after, the git commit and the settings; benchmarks/report.py renders those files.
 
 Only the standard library is imported: the SeqIO peer's interpreter imports this module too.
@@ -152,6 +152,26 @@ def _time_once(fn: Callable[[], object], samples: Samples, cpu_clock: Callable[[
     samples.cpu_seconds.append(clock() - cpu)
 
 
+def _time_groups(
+    fns: dict[str, Callable[[], object]],
+    groups: list[list[str]],
+    repeats: int,
+    warmup: int,
+    cpu_clock: Callable[[], float],
+) -> dict[str, Samples]:
+    """For each group of sides in turn: their warm-ups, then `repeats` rounds of one timed
+    call each."""
+    samples = {name: Samples() for name in fns}
+    for group in groups:
+        for name in group:
+            for _ in range(warmup):
+                samples[name].output = fns[name]()
+        for _ in range(repeats):
+            for name in group:
+                _time_once(fns[name], samples[name], cpu_clock)
+    return samples
+
+
 def time_interleaved(
     fns: dict[str, Callable[[], object]],
     repeats: int,
@@ -159,14 +179,7 @@ def time_interleaved(
     cpu_clock: Callable[[], float] = time.process_time,
 ) -> dict[str, Samples]:
     """Runs every side `warmup` times, then `repeats` rounds in which each side runs once."""
-    samples = {name: Samples() for name in fns}
-    for name, fn in fns.items():
-        for _ in range(warmup):
-            samples[name].output = fn()
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            _time_once(fn, samples[name], cpu_clock)
-    return samples
+    return _time_groups(fns, [list(fns)], repeats, warmup, cpu_clock)
 
 
 def time_in_blocks(
@@ -182,13 +195,7 @@ def time_in_blocks(
     ~1.3 s slower (11 s instead of 9) even 3 s later, whoever that side was; back to back, as
     a training loop runs, it did not. Interleaving measured that artifact, not the step.
     """
-    samples = {name: Samples() for name in fns}
-    for name, fn in fns.items():
-        for _ in range(warmup):
-            samples[name].output = fn()
-        for _ in range(repeats):
-            _time_once(fn, samples[name], cpu_clock)
-    return samples
+    return _time_groups(fns, [[name] for name in fns], repeats, warmup, cpu_clock)
 
 
 def summarize(samples: Samples, work: float, unit: str) -> dict:

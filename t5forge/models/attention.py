@@ -150,12 +150,12 @@ def slot_attention(query, key, value, bias):
     descends from: decoding.DecodingCache.lineage), so beams need not copy their caches when
     they reorder. Every decode is scored against all S rows of its input (S times the work
     of cached_attention's dots, which are small next to the step's projections) and the
-    softmax runs over rows and positions together. S = 1 is plain per-row attention.
-    Returns [G, R, H, D]; float32 logits and softmax.
+    softmax runs over rows and positions together. With S = 1 every row reads its own cache:
+    that is cached_attention. Returns [G, R, H, D]; float32 logits and softmax.
     """
     slots = bias.shape[1]
     if slots == 1:
-        return explicit_attention(query, key, value, bias[:, 0])
+        return cached_attention(query, key, value, bias[:, 0])
     groups, heads, queries, head_dim = query.shape
     length = key.shape[2]
     flat = (groups * slots * heads, -1, head_dim)
