@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import shutil
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,19 @@ STEP_PREFIX = "checkpoint"
 STATE, DATASET, METADATA = "state", "dataset", "metadata"
 
 AssignmentMap = Sequence[tuple[str, str | None]]
+
+
+def _remove_unfinished_saves(model_dir: Path) -> None:
+    """Deletes the temporary directories of saves a killed run left behind, before returning.
+
+    Orbax's own cleanup runs in a background thread that a run stopping early (a bad input
+    file found before the first step) cut off at interpreter exit, printing a traceback.
+    """
+    if jax.process_index() != 0:
+        return  # only the primary process writes (and so removes) the temporary directories
+    for unfinished in model_dir.glob(f"{STEP_PREFIX}_*.orbax-checkpoint-tmp*"):
+        logger.info("removing %s, a save that never finished", unfinished)
+        shutil.rmtree(unfinished, ignore_errors=True)
 
 
 @dataclass
@@ -125,7 +139,7 @@ class Checkpointer:
             step_prefix=STEP_PREFIX,
             enable_async_checkpointing=async_save,
             preservation_policy=preservation_policy.AnyPreservationPolicy(policies),
-            cleanup_tmp_directories=True,
+            cleanup_tmp_directories=False,  # done synchronously below instead
             async_options=ocp.AsyncOptions(post_finalization_callback=self._seal_pending)
             if async_save
             else None,
@@ -133,6 +147,7 @@ class Checkpointer:
         self._async = async_save
         self._pending: set[int] = set()
         self._pending_lock = threading.Lock()
+        _remove_unfinished_saves(self.model_dir)
         self._manager = ocp.CheckpointManager(
             self.model_dir, options=options, item_names=(STATE, DATASET, METADATA)
         )

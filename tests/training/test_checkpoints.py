@@ -183,6 +183,33 @@ def test_killed_save_never_yields_a_bad_checkpoint(tmp_path):
     np.testing.assert_array_equal(restored.state["w"], 1.0)
 
 
+EXIT_RIGHT_AFTER_OPENING = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from t5forge.training.checkpoints import Checkpointer
+    model_dir = Path(sys.argv[1])
+    for step in range(300):
+        (model_dir / f"checkpoint_{step}.orbax-checkpoint-tmp-{step}").mkdir()
+    Checkpointer(model_dir, period=1)
+    sys.exit("error: a bad input file, found before the first step")
+""")
+
+
+def test_a_run_stopping_right_after_opening_its_checkpoints_exits_cleanly(tmp_path):
+    """Unfinished saves are removed before the constructor returns: a cleanup still running
+    in a thread when the interpreter exits printed a traceback under the one-line error."""
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), JAX_PLATFORMS="cpu")
+    result = subprocess.run(
+        [sys.executable, "-c", EXIT_RIGHT_AFTER_OPENING, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.stderr.strip() == "error: a bad input file, found before the first step"
+    assert not list(tmp_path.iterdir())
+
+
 def test_checkpoint_shape_mismatch_names_the_tensor(tmp_path):
     ckpt = Checkpointer(tmp_path, period=1, async_save=False)
     ckpt.save(3, make_state(3))
