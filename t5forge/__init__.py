@@ -2,7 +2,12 @@
 
 import importlib
 
+from t5forge.host_memory import keep_freed_memory
+
 __version__ = "0.1.0"
+
+# Before jax's worker threads allocate for the first time (see t5forge.host_memory).
+keep_freed_memory()
 
 # The library functions behind the commands, imported on first use so `import t5forge` stays
 # light.
