@@ -14,6 +14,9 @@ script checks that no row emitted EOS. Each side runs in a process of its own
 timing is benchmarks/harness.py's (median of --runs after a warm-up that includes t5forge's
 compilation), CPU-seconds are each side's own process. New tokens/s = batch * new tokens /
 seconds (beams are not counted). Without ctranslate2 its column says how to install it.
+t5forge also runs with its Dense kernels in bfloat16 (`weights_dtype='bfloat16'`), in rows of
+its own: its tokens differ from float32's, and benchmarks/weights_dtype_bleu.py measures what
+that costs in BLEU.
 """
 
 from __future__ import annotations
@@ -36,6 +39,10 @@ CONFIG = "t5_1_1/small"
 SPECIAL_TOKENS = ("<pad>", "</s>", "<unk>")  # ids 0, 1, 2 as in T5's vocabulary
 CT2_COMPUTE_TYPES = ("float32", "int8")
 CT2_MISSING = "not installed (pip install -e .[bench])"
+# t5forge with its Dense kernels in bfloat16 (t5forge.load(weights_dtype='bfloat16')): other
+# numbers than float32's, so compared with the peers in rows of its own, as CTranslate2 int8
+# is; its BLEU against float32 is benchmarks/weights_dtype_bleu.py's.
+BF16_WEIGHTS = "t5forge bfloat16 weights"
 
 
 def _token_names(vocab_size: int) -> list[str]:
@@ -83,8 +90,10 @@ def forge_generate(model):
     return run
 
 
-def forge_side(params_path: str):
-    return forge_generate(same_weights.load_forge(params_path, CONFIG))
+def forge_side(params_path: str, weights_dtype: str = "float32"):
+    model = same_weights.load_forge(params_path, CONFIG)
+    model.set_weights_dtype(weights_dtype)
+    return forge_generate(model)
 
 
 def hf_side(hf_dir: str):
@@ -134,6 +143,9 @@ def _start_sides(params, hf_model, vocab_size: int, work_dir: Path) -> dict[str,
     hf_dir, ct2_dir = _save_peers(hf_model, vocab_size, work_dir)
     sides = {
         "t5forge": IsolatedSide("decode:forge_side", params_path=str(params_path)),
+        BF16_WEIGHTS: IsolatedSide(
+            "decode:forge_side", params_path=str(params_path), weights_dtype="bfloat16"
+        ),
         "transformers": IsolatedSide("decode:hf_side", hf_dir=str(hf_dir)),
     }
     for compute_type in CT2_COMPUTE_TYPES if ct2_dir else ():
@@ -230,11 +242,12 @@ def _measure(bench, args, sides: dict[str, IsolatedSide], inputs: np.ndarray) ->
             {side.split(": ")[1]: out for side, out in outputs.items()}, len(rows), args.new_tokens
         ):
             return 1
-        for peer in ("transformers", *(f"ctranslate2 {kind}" for kind in CT2_COMPUTE_TYPES)):
-            if f"{prefix}: {peer}" in bench.sides:
-                bench.compare(row, f"{prefix}: t5forge", f"{prefix}: {peer}", metric, peer)
-            else:
-                bench.peer_missing(row, f"{prefix}: t5forge", peer, CT2_MISSING)
+        for ours, ours_row in (("t5forge", row), (BF16_WEIGHTS, f"{row}, {BF16_WEIGHTS}")):
+            for peer in ("transformers", *(f"ctranslate2 {kind}" for kind in CT2_COMPUTE_TYPES)):
+                if f"{prefix}: {peer}" in bench.sides:
+                    bench.compare(ours_row, f"{prefix}: {ours}", f"{prefix}: {peer}", metric, peer)
+                else:
+                    bench.peer_missing(ours_row, f"{prefix}: {ours}", peer, CT2_MISSING)
     return 0
 
 

@@ -297,3 +297,32 @@ def test_max_input_length_comes_from_what_the_checkpoint_recorded(tmp_path, hf_d
         "MODEL_DIR = '/x'\nTASK_FEATURE_LENGTHS = {'inputs': 96, 'targets': 32}\n"
     )
     assert t5forge.load(from_gin).max_input_length == 96
+
+
+def test_bfloat16_weights_are_the_kernels_only_and_compute_in_bfloat16(model, hf_dir):
+    narrow = t5forge.load(hf_dir, weights_dtype="bfloat16")
+    dtypes = {
+        jax.tree_util.keystr(path): leaf.dtype
+        for path, leaf in jax.tree_util.tree_leaves_with_path(narrow.params)
+    }
+    kernels = {path: dtype for path, dtype in dtypes.items() if path.endswith("['kernel']")}
+    assert kernels and set(kernels.values()) == {np.dtype(jax.numpy.bfloat16)}
+    assert {dtypes[path] for path in dtypes if path not in kernels} == {np.dtype("float32")}
+    # Against the same kernels rounded to bfloat16 but multiplied in float32, the narrow model
+    # differs only by its activations' rounding at each matmul.
+    rounded = Model(
+        model.config,
+        jax.tree.map(lambda leaf: leaf.astype("float32"), jax.device_get(narrow.params)),
+        model.vocabulary,
+    )
+    inputs, targets = np.array([[3, 4, 5, 1], [6, 7, 1, 0]]), np.array([[0, 3, 4], [0, 5, 6]])
+    logits = np.asarray(narrow.logits(inputs, targets))
+    assert logits.dtype == np.float32
+    np.testing.assert_allclose(logits, rounded.logits(inputs, targets), rtol=0, atol=0.05)
+    assert len(narrow.generate(TEXTS, max_length=6)) == len(TEXTS)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "int8", "bfloat17"])
+def test_unsupported_weights_dtype_is_one_line(hf_dir, dtype):
+    with pytest.raises(ConfigError, match=f"weights_dtype='{dtype}' is not supported; use one of"):
+        t5forge.load(hf_dir, weights_dtype=dtype)

@@ -69,8 +69,25 @@ class Dropout(nn.Module):
         return jnp.where(keep, x / (1.0 - self.rate), jnp.zeros_like(x)).astype(x.dtype)
 
 
+def weight_matmul(x, kernel, dtype):
+    """x [..., in] @ kernel [in, ...] in `dtype`, or in the kernel's dtype where it is stored
+    narrower (bfloat16 weights loaded for inference, `t5forge.load(weights_dtype=...)`):
+    multiplying in bfloat16 reads half the bytes, and the result still comes out in `dtype`.
+    """
+    compute = dtype
+    if jnp.finfo(kernel.dtype).bits < jnp.finfo(dtype).bits:
+        compute = kernel.dtype
+    return jax.lax.dot_general(
+        x.astype(compute),
+        kernel.astype(compute),
+        (((x.ndim - 1,), (0,)), ((), ())),
+        preferred_element_type=dtype,
+    )
+
+
 class Dense(nn.Module):
-    """x @ kernel with a 2-D float32 kernel [in, out], computed in `dtype`."""
+    """x @ kernel with a 2-D float32 kernel [in, out], computed in `dtype` (see
+    weight_matmul for a kernel stored narrower)."""
 
     features: int
     axes: tuple[str, str]
@@ -85,7 +102,7 @@ class Dense(nn.Module):
             (x.shape[-1], self.features),
             jnp.float32,
         )
-        return jnp.dot(x.astype(self.dtype), kernel.astype(self.dtype))
+        return weight_matmul(x, kernel, jnp.dtype(self.dtype))
 
 
 def fused_projections(module: nn.Module, x, denses: dict[str, nn.Module], dtype) -> list:
@@ -101,8 +118,7 @@ def fused_projections(module: nn.Module, x, denses: dict[str, nn.Module], dtype)
     if len(denses) == 1 or module.is_initializing():
         return [dense(x) for dense in denses.values()]
     kernels = [nn.unbox(module.variables["params"][name]["kernel"]) for name in denses]
-    stacked = jnp.stack(kernels, axis=1).astype(dtype)
-    fused = jax.lax.dot_general(x.astype(dtype), stacked, (((x.ndim - 1,), (0,)), ((), ())))
+    fused = weight_matmul(x, jnp.stack(kernels, axis=1), jnp.dtype(dtype))
     return [fused[..., i, :] for i in range(len(denses))]
 
 

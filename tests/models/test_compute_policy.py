@@ -94,6 +94,30 @@ def test_float32_policy_has_no_bfloat16_anywhere():
     assert "bfloat16" not in dtypes
 
 
+def test_bfloat16_kernels_multiply_in_bfloat16_into_float32_activations():
+    """What t5forge.load(weights_dtype='bfloat16') gives the float32 policy: every weight
+    matmul reads its kernel as stored and accumulates into float32."""
+    model = _model()
+    params = jax.tree_util.tree_map_with_path(
+        lambda path, leaf: (
+            jax.ShapeDtypeStruct(leaf.shape, jnp.bfloat16)
+            if getattr(path[-1], "key", None) == "kernel"
+            else leaf
+        ),
+        model.abstract_params(),
+    )
+    jaxpr = jax.make_jaxpr(lambda p: model.loss_fn(p, _batch())[0])(params).jaxpr
+    dots = _dtypes_of(jaxpr, "dot_general")
+    weight_dots = [d for d in dots if d[1] == "bfloat16"]
+    # Encoder layer: q/k/v (one fused matmul), o, wi_0/wi_1 (fused), wo; decoder layer: those
+    # and the cross-attention's q, k/v (fused) and o; then the logits.
+    assert len(weight_dots) == 4 + 7 + 1 and all(
+        d == ("bfloat16", "bfloat16", "float32") for d in weight_dots
+    )
+    # Attention between activations stays float32.
+    assert {d for d in dots if d[1] != "bfloat16"} == {("float32", "float32", "float32")}
+
+
 def _saved_residuals(model, params, batch) -> list[str]:
     """jax's own account of what the backward pass keeps, one line per residual."""
     printed = io.StringIO()

@@ -167,15 +167,19 @@ KILLED_SAVE = textwrap.dedent("""
 """)
 
 
-def test_killed_save_never_yields_a_bad_checkpoint(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), JAX_PLATFORMS="cpu")
-    result = subprocess.run(
-        [sys.executable, "-c", KILLED_SAVE, str(tmp_path)],
-        env=env,
+def _run_script(script: str, model_dir) -> subprocess.CompletedProcess:
+    """`script` in a fresh interpreter with `model_dir` as its argument."""
+    return subprocess.run(
+        [sys.executable, "-c", script, str(model_dir)],
+        env=dict(os.environ, PYTHONPATH=str(REPO_ROOT), JAX_PLATFORMS="cpu"),
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def test_killed_save_never_yields_a_bad_checkpoint(tmp_path):
+    result = _run_script(KILLED_SAVE, tmp_path)
     assert result.returncode == -signal.SIGKILL, result.stderr[-2000:]
     abstract = {"w": jax.ShapeDtypeStruct((1024, 1024), jnp.float32)}
     restored = Checkpointer(tmp_path).restore_latest(abstract)
@@ -198,14 +202,7 @@ EXIT_RIGHT_AFTER_OPENING = textwrap.dedent("""
 def test_a_run_stopping_right_after_opening_its_checkpoints_exits_cleanly(tmp_path):
     """Unfinished saves are removed before the constructor returns: a cleanup still running
     in a thread when the interpreter exits printed a traceback under the one-line error."""
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), JAX_PLATFORMS="cpu")
-    result = subprocess.run(
-        [sys.executable, "-c", EXIT_RIGHT_AFTER_OPENING, str(tmp_path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = _run_script(EXIT_RIGHT_AFTER_OPENING, tmp_path)
     assert result.stderr.strip() == "error: a bad input file, found before the first step"
     assert not list(tmp_path.iterdir())
 
