@@ -33,6 +33,7 @@ from t5forge.errors import CheckpointError, ConfigError, DataError
 from t5forge.interop import formats, huggingface
 from t5forge.models.configs import PRESETS, T5Config, get_config
 from t5forge.models.model import PREDICT_METHODS, build_model
+from t5forge.models.weights_dtype import with_weights_dtype
 from t5forge.training import remote_model_dir
 
 logger = logging.getLogger(__name__)
@@ -159,9 +160,7 @@ class Model:
     def set_weights_dtype(self, weights_dtype) -> None:
         """Stores every Dense kernel in `weights_dtype` ('float32' or 'bfloat16'), for
         inference; see `load(weights_dtype=...)`."""
-        self.params = jax.device_put(
-            _with_weights_dtype(jax.device_get(self.params), weights_dtype)
-        )
+        self.params = with_weights_dtype(self.params, weights_dtype)
 
     @property
     def t5x_model(self):
@@ -579,25 +578,3 @@ def load(path, config=None, weights_dtype=None) -> Model:
     if weights_dtype is not None:
         model.set_weights_dtype(weights_dtype)
     return model
-
-
-WEIGHTS_DTYPES = ("float32", "bfloat16")
-
-
-def _with_weights_dtype(params: dict, weights_dtype) -> dict:
-    """`params` with every Dense kernel cast to `weights_dtype` (the layers multiply in it)."""
-    try:
-        name = jax.numpy.dtype(weights_dtype).name
-    except TypeError:
-        name = None
-    if name not in WEIGHTS_DTYPES:
-        raise ConfigError(
-            f"weights_dtype={weights_dtype!r} is not supported; use one of "
-            f"{', '.join(WEIGHTS_DTYPES)}"
-        )
-
-    def cast(path, leaf):
-        is_kernel = getattr(path[-1], "key", None) == "kernel"
-        return leaf.astype(name) if is_kernel else leaf
-
-    return jax.tree_util.tree_map_with_path(cast, params)

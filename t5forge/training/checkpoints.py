@@ -32,6 +32,7 @@ from t5forge.training import checkpoint_integrity
 logger = logging.getLogger(__name__)
 
 STEP_PREFIX = "checkpoint"
+UNFINISHED_SUFFIX = ".orbax-checkpoint-tmp"  # what orbax appends to a save still being written
 STATE, DATASET, METADATA = "state", "dataset", "metadata"
 
 AssignmentMap = Sequence[tuple[str, str | None]]
@@ -45,7 +46,7 @@ def _remove_unfinished_saves(model_dir: Path) -> None:
     """
     if jax.process_index() != 0:
         return  # only the primary process writes (and so removes) the temporary directories
-    for unfinished in model_dir.glob(f"{STEP_PREFIX}_*.orbax-checkpoint-tmp*"):
+    for unfinished in model_dir.glob(f"{STEP_PREFIX}_*{UNFINISHED_SUFFIX}*"):
         logger.info("removing %s, a save that never finished", unfinished)
         shutil.rmtree(unfinished, ignore_errors=True)
 
@@ -220,7 +221,7 @@ class Checkpointer:
                 written = (
                     [final]
                     if final.is_dir()
-                    else sorted(self.model_dir.glob(f"{final.name}.orbax-checkpoint-tmp*"))
+                    else sorted(self.model_dir.glob(f"{final.name}{UNFINISHED_SUFFIX}*"))
                 )
                 if written:
                     checkpoint_integrity.seal(written[0])
