@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 
 import gin.config
 
 from t5forge.cli import binding_types, gin_internals
-from t5forge.cli.t5x_compat.locations import Locator, Written
+from t5forge.cli.t5x_compat.locations import Locator, Written, nested_leaves
 from t5forge.cli.t5x_compat.names import NAMES
 from t5forge.cli.t5x_compat.rules import macro_name, resolve_macros
 from t5forge.errors import ConfigError
@@ -48,14 +48,9 @@ def _called_from_python() -> dict[str, list[str]]:
 
 
 def _references(value) -> Iterator[gin.config.ConfigurableReference]:
-    if isinstance(value, gin.config.ConfigurableReference):
-        yield value
-    elif isinstance(value, list | tuple):
-        for item in value:
-            yield from _references(item)
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from _references(item)
+    for leaf in nested_leaves(value):
+        if isinstance(leaf, gin.config.ConfigurableReference):
+            yield leaf
 
 
 class _Walk:
@@ -100,14 +95,9 @@ class _Walk:
 
 def _written_references(value) -> Iterator[str]:
     """The `@name`/`%NAME` texts in a value as the Locator parsed it."""
-    if isinstance(value, list | tuple):
-        for item in value:
-            yield from _written_references(item)
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from _written_references(item)
-    elif not isinstance(value, str | int | float | bool | type(None)):
-        yield repr(value)
+    for leaf in nested_leaves(value):
+        if not isinstance(leaf, str | int | float | bool | type(None)):
+            yield repr(leaf)
 
 
 def _t5x_names(selector: str) -> list[str]:

@@ -53,15 +53,16 @@ class Written:
         return f"{name} = {self.value!r}"
 
 
-def _strings(value) -> Iterable[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, list | tuple):
+def nested_leaves(value) -> Iterable:
+    """The values inside a parsed binding value, through its lists, tuples and dicts."""
+    if isinstance(value, list | tuple):
         for item in value:
-            yield from _strings(item)
+            yield from nested_leaves(item)
     elif isinstance(value, Mapping):
         for item in value.values():
-            yield from _strings(item)
+            yield from nested_leaves(item)
+    else:
+        yield value
 
 
 class Locator:
@@ -139,6 +140,6 @@ class Locator:
     def literal(self, text: str) -> Written | None:
         """The last statement whose value contains the string `text`."""
         for written in reversed(self.statements):
-            if text in _strings(written.value):
+            if text in nested_leaves(written.value):
                 return written
         return None
