@@ -65,7 +65,7 @@ def _config(name: str):
     import gin
 
     from t5forge.api import _resolve_config
-    from t5forge.cli.gin_flags import PACKAGE_CONFIGS
+    from t5forge.config.gin_flags import PACKAGE_CONFIGS
 
     gin.add_config_file_search_path(str(PACKAGE_CONFIGS))
     return _resolve_config(DEMO_GIN)

@@ -9,7 +9,7 @@
 t5forge does the same thing. What differs (no tf.data: preprocessors and data-source
 functions work on Python dicts of numpy values, one example at a time) is listed in README
 'Coming from T5X'. This is t5forge's own module; it is unrelated to the stand-in `seqio`
-that T5X gin files see while gin parses them (t5forge.cli.t5x_compat).
+that T5X gin files see while gin parses them (t5forge.config.t5x_compat).
 """
 
 from __future__ import annotations

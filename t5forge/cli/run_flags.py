@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import tokenize
 
-from t5forge.cli import (  # gin_registry: the names gin files bind
+from t5forge.config import (  # gin_registry: the names gin files bind
     binding_checks,
     gin_flags,
     gin_internals,

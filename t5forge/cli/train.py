@@ -10,7 +10,8 @@ finished run.
 
 from __future__ import annotations
 
-from t5forge.cli import gin_registry, run_flags
+from t5forge.cli import run_flags
+from t5forge.config import gin_registry
 from t5forge.errors import ConfigError
 
 HELP = "train a model (T5X flags: --gin_file, --gin.NAME=VALUE)"

@@ -1,4 +1,4 @@
-"""The checks a run's gin bindings get once parsed (t5forge.cli.binding_checks), in process:
+"""The checks a run's gin bindings get once parsed (t5forge.config.binding_checks), in process:
 wrong types and impossible values, malformed literals, unused bindings; and no report at all
 for the configs t5forge ships, each under the command it is meant for."""
 
@@ -7,7 +7,8 @@ from pathlib import Path
 import gin
 import pytest
 
-from t5forge.cli import binding_types, gin_syntax, run_flags
+from t5forge.cli import run_flags
+from t5forge.config import binding_types, gin_syntax
 from t5forge.errors import ConfigError
 from t5forge.run.configs import DatasetConfig
 

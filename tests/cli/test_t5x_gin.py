@@ -14,8 +14,8 @@ from pathlib import Path
 import gin
 import pytest
 
-from t5forge.cli.gin_flags import parse_gin, split_gin_flags
-from t5forge.cli.t5x_compat.names import NAMES
+from t5forge.config.gin_flags import parse_gin, split_gin_flags
+from t5forge.config.t5x_compat.names import NAMES
 from t5forge.errors import ConfigError
 
 CHECKOUT = Path(__file__).resolve().parent / "t5x_checkout"

@@ -1,8 +1,7 @@
 """Every place t5forge reaches into gin's private state, kept in one file and explained.
 
 gin-config 0.5 has no public API for the four things below; each is a few lines over a
-private name, so a gin upgrade that moves them breaks here and in
-tests/cli/test_gin_internals.py, nowhere else.
+private name, so a gin upgrade that moves them breaks here, nowhere else.
 
 1. The file readers' existence check (`gin.config._FILE_READERS`; readers added later, such
    as the object-storage one, get the same wrappers through `add_file_reader`). gin also looks

@@ -15,11 +15,11 @@ import sys
 
 import gin
 
-from t5forge.cli import gin_internals
-from t5forge.cli.t5x_compat.locations import Locator, Written
-from t5forge.cli.t5x_compat.modules import is_t5x_module
-from t5forge.cli.t5x_compat.names import NAMES, TASK_MODULES, T5XName
-from t5forge.cli.t5x_compat.rules import Rule, macro_name, resolve_macros
+from t5forge.config import gin_internals
+from t5forge.config.t5x_compat.locations import Locator, Written
+from t5forge.config.t5x_compat.modules import is_t5x_module
+from t5forge.config.t5x_compat.names import NAMES, TASK_MODULES, T5XName
+from t5forge.config.t5x_compat.rules import Rule, macro_name, resolve_macros
 from t5forge.errors import ConfigError
 
 

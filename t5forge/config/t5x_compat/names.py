@@ -5,7 +5,7 @@ One entry per name T5X's gin files import and bind (`from t5x import utils` ...
 of the same job (its `twin`: bindings move there after parsing, so a command-line override such as
 `--gin.utils.DatasetConfig.batch_size=8`, which names the twin, wins; calling the T5X name
 calls the twin), or has Python of its own
-(`build`, with T5X's signature). The rules (t5forge.cli.t5x_compat.rules) say, per parameter,
+(`build`, with T5X's signature). The rules (t5forge.config.t5x_compat.rules) say, per parameter,
 whether t5forge honours it, moves it, or reports it; README 'Coming from T5X' lists the same.
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 
-from t5forge.cli.t5x_compat import objects
-from t5forge.cli.t5x_compat.rules import (
+from t5forge.config.t5x_compat import objects
+from t5forge.config.t5x_compat.rules import (
     Rule,
     equivalent,
     honoured,
@@ -71,7 +71,7 @@ class T5XName:
         `DatasetConfig.batch_size`) keep naming the twin alone; except the names T5X's size
         files bind without importing them (`network.T5Config:` after an include), which gin
         can only find under their own name."""
-        from t5forge.cli import gin_internals
+        from t5forge.config import gin_internals
 
         if self.same_object:
             return gin_internals.complete_selector(self.twin)
@@ -96,7 +96,7 @@ def _one_path(value):
 
 def _multi_partition(value) -> bool:
     """Whether any partitioner of the config asks for model parallelism."""
-    from t5forge.cli import gin_internals
+    from t5forge.config import gin_internals
 
     return any(
         selector.endswith("PjitPartitioner")

@@ -4,7 +4,7 @@ What we add over T5X: plain string values need no inner quotes (`--gin.MODEL_DIR
 the T5X form `--gin.MODEL_DIR="'/tmp/m'"` still works), gin files are also searched in the
 package's own `configs/`, and a typo in a binding or file name is one line with the
 closest valid name instead of a parser traceback. T5X's own gin files (dynamic registration,
-`from t5x import utils`, ...) parse too: see t5forge.cli.t5x_compat.
+`from t5x import utils`, ...) parse too: see t5forge.config.t5x_compat.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 import gin
 
 from t5forge import storage
-from t5forge.cli import gin_internals
+from t5forge.config import gin_internals
 from t5forge.errors import ConfigError
 
 PACKAGE_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -216,7 +216,7 @@ _GIN_ERRORS = (
 def parse_gin(flags: GinFlags, extra_bindings: list[str] | None = None, finalize: bool = True):
     """Parses the files then the bindings (command line wins), as T5X does; T5X's own files
     are translated onto t5forge's names before the config is finalized."""
-    from t5forge.cli import t5x_compat
+    from t5forge.config import t5x_compat
 
     for path in flags.search_paths:
         gin.add_config_file_search_path(path)
