@@ -1,4 +1,5 @@
-"""The library layer that runs training, evaluation and inference (T5X's train/eval/infer).
+"""The library layer that runs training, evaluation and inference (T5X's train/eval/infer) and
+caches tasks (SeqIO's cache_tasks).
 
 `cli/` parses flags and gin and calls these; Python callers use them directly:
 
@@ -8,6 +9,7 @@
                                           "train", batch_size=32))
 """
 
+from t5forge.run.cache_tasks import cache_tasks
 from t5forge.run.configs import (
     CheckpointConfig,
     DatasetConfig,
@@ -32,6 +34,7 @@ __all__ = [
     "RunContext",
     "SaveCheckpointConfig",
     "Trainer",
+    "cache_tasks",
     "evaluate",
     "infer",
     "train",
