@@ -9,12 +9,36 @@ objectives). Tasks reach them as `pp.span_corruption` etc. through t5forge.data.
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
-from t5forge.data.preprocessor_framework import Example, dataset_preprocessor
+from t5forge.data.preprocessor_framework import dataset_preprocessor
 from t5forge.data.regroup import RegroupIterDataset
+from t5forge.data.token_streams import concatenated_random_chunks
 from t5forge.errors import DataError
+
+
+def corrupted_lengths(
+    raw_length: int,
+    noise_density: float,
+    mean_noise_span_length: float,
+    extra_tokens_per_span_inputs: int = 1,
+    extra_tokens_per_span_targets: int = 1,
+    num_spans: int | None = None,
+) -> tuple[int, int]:
+    """(inputs, targets) lengths, EOS included, of `raw_length` tokens after span corruption.
+
+    The noise and span counts are T5's (rounded to nearest); `num_spans` overrides the
+    latter, e.g. with the most spans an unbiased count can draw.
+    """
+    noise = int(round(raw_length * noise_density))
+    if num_spans is None:
+        num_spans = int(round(noise / mean_noise_span_length))
+    return (
+        raw_length - noise + num_spans * extra_tokens_per_span_inputs + 1,
+        noise + num_spans * extra_tokens_per_span_targets + 1,
+    )
 
 
 def random_spans_helper(
@@ -28,19 +52,17 @@ def random_spans_helper(
 
     Counts one sentinel per noise span on each side and one EOS. 512 -> (568, 114).
     """
-
-    def corrupted_lengths(raw_length: int) -> tuple[int, int]:
-        noise = int(round(raw_length * noise_density))
-        spans = int(round(noise / mean_noise_span_length))
-        return (
-            raw_length - noise + spans * extra_tokens_per_span_inputs + 1,
-            noise + spans * extra_tokens_per_span_targets + 1,
-        )
-
+    lengths = functools.partial(
+        corrupted_lengths,
+        noise_density=noise_density,
+        mean_noise_span_length=mean_noise_span_length,
+        extra_tokens_per_span_inputs=extra_tokens_per_span_inputs,
+        extra_tokens_per_span_targets=extra_tokens_per_span_targets,
+    )
     raw_length = inputs_length - 1
-    while corrupted_lengths(raw_length + 1)[0] <= inputs_length:
+    while lengths(raw_length + 1)[0] <= inputs_length:
         raw_length += 1
-    _, targets_length = corrupted_lengths(raw_length)
+    _, targets_length = lengths(raw_length)
     # At density 0.5 prefer targets no longer than inputs (inputs length is the round number).
     if noise_density == 0.5 and targets_length > inputs_length:
         raw_length, targets_length = raw_length - 1, targets_length - 1
@@ -64,29 +86,66 @@ def _random_segment_lengths(
     return np.diff(bounds, axis=1)
 
 
+def span_count(
+    num_noise: int, mean_noise_span_length: float, rng=None, unbiased: bool = False
+) -> int:
+    """How many noise spans: T5 rounds num_noise / mean to nearest; `unbiased` rounds at random.
+
+    The unbiased count is floor or ceil with the fraction as the probability of ceil, so the
+    mean span length over many masks is `mean_noise_span_length` itself. T5's rounding is far
+    from it for long spans in short segments: mean 64 at 90 noise tokens always makes one
+    span of 90.
+    """
+    spans = num_noise / mean_noise_span_length
+    if unbiased:
+        whole = math.floor(spans)
+        return max(1, whole + int(rng.random() < spans - whole))
+    return max(1, int(np.round(spans)))
+
+
 def random_spans_noise_mask(
     length: int,
     noise_density: float,
     rng: np.random.Generator,
     mean_noise_span_length: float = 3.0,
     num_rows: int | None = None,
+    random_roll: bool = False,
+    unbiased_span_count: bool = False,
 ) -> np.ndarray:
     """Boolean mask with round(length*density) noise tokens in spans of the given mean length.
 
     Spans alternate non-noise, noise, ... starting with non-noise, so the first token is
     never noise and every noise span has text before it. With `num_rows` it draws that many
     independent masks at once ([num_rows, length]); a whole merge group costs one call.
+    T5's options: `random_roll` rotates each mask by a uniform offset (noise can then start
+    the segment, and one span may wrap into two); `unbiased_span_count` (t5forge's, see
+    span_count) draws each row's number of spans.
     """
+    if noise_density == 0.0:
+        return np.zeros(length if num_rows is None else (num_rows, length), bool)
+    if unbiased_span_count and num_rows is not None:
+        return np.stack(
+            [
+                random_spans_noise_mask(
+                    length, noise_density, rng, mean_noise_span_length, None, random_roll, True
+                )
+                for _ in range(num_rows)
+            ]
+        )
     rows = 1 if num_rows is None else num_rows
     padded = max(length, 2)
     num_noise = int(np.clip(np.round(padded * noise_density), 1, padded - 1))
-    num_spans = max(1, int(np.round(num_noise / mean_noise_span_length)))
+    num_spans = span_count(num_noise, mean_noise_span_length, rng, unbiased_span_count)
     num_spans = min(num_spans, num_noise, padded - num_noise)
     noise_lengths = _random_segment_lengths(num_noise, num_spans, rows, rng)
     keep_lengths = _random_segment_lengths(padded - num_noise, num_spans, rows, rng)
     run_lengths = np.stack([keep_lengths, noise_lengths], axis=2).reshape(-1)
     run_is_noise = np.tile([False, True], rows * num_spans)
     masks = np.repeat(run_is_noise, run_lengths).reshape(rows, padded)[:, :length]
+    if random_roll:
+        offsets = rng.integers(0, padded, size=rows)
+        columns = (np.arange(length)[None, :] - offsets[:, None]) % length
+        masks = np.take_along_axis(masks, columns, axis=1)
     return masks[0] if num_rows is None else masks
 
 
@@ -112,25 +171,6 @@ def nonnoise_span_to_unique_sentinel(tokens, noise_mask, vocab_size: int) -> np.
     return noise_span_to_unique_sentinel(tokens, ~np.asarray(noise_mask, bool), vocab_size)
 
 
-def _concatenated_chunks(
-    group: list[Example], rng: np.random.Generator, max_chunk_length: int
-) -> np.ndarray:
-    """The group's 'targets' documents end to end, each cut to one random aligned window.
-
-    A document longer than max_chunk_length keeps one of its max_chunk_length windows,
-    chosen uniformly (T5's select_random_chunk); empty documents add nothing.
-    """
-    chunks = []
-    for example in group:
-        tokens = example["targets"]
-        if len(tokens) > max_chunk_length:
-            num_windows = -(-len(tokens) // max_chunk_length)
-            start = max_chunk_length * int(rng.integers(num_windows))
-            tokens = tokens[start : start + max_chunk_length]
-        chunks.append(tokens)
-    return np.concatenate(chunks).astype(np.int32, copy=False) if chunks else np.zeros(0, np.int32)
-
-
 def _segment_blocks(tokens: np.ndarray, segment_length: int) -> list[np.ndarray]:
     """Consecutive segment_length pieces as 2-D blocks: the full rows, then the short tail."""
     full_rows = tokens.size // segment_length
@@ -151,7 +191,7 @@ def _corrupt_spans(
     max_chunk_length,
 ):
     out = []
-    tokens = _concatenated_chunks(group, rng, max_chunk_length)
+    tokens = concatenated_random_chunks(group, rng, max_chunk_length)
     for block in _segment_blocks(tokens, segment_length):
         masks = random_spans_noise_mask(
             block.shape[1], noise_density, rng, mean_noise_span_length, num_rows=len(block)
@@ -168,7 +208,9 @@ def _segments(tokens: np.ndarray, segment_length: int) -> list[np.ndarray]:
 
 def _split_prefix(group, rng, segment_length, input_key, max_chunk_length):
     out = []
-    for segment in _segments(_concatenated_chunks(group, rng, max_chunk_length), segment_length):
+    for segment in _segments(
+        concatenated_random_chunks(group, rng, max_chunk_length), segment_length
+    ):
         if segment.size < 2:
             continue
         split = int(rng.integers(1, segment.size))
@@ -180,7 +222,9 @@ def _corrupt_iid(
     group, rng, segment_length, vocab_size, noise_density, input_key, max_chunk_length
 ):
     out = []
-    for segment in _segments(_concatenated_chunks(group, rng, max_chunk_length), segment_length):
+    for segment in _segments(
+        concatenated_random_chunks(group, rng, max_chunk_length), segment_length
+    ):
         mask = rng.random(segment.size) < noise_density
         out.append(
             {
@@ -211,6 +255,7 @@ def span_corruption(
     merge_examples_to_reduce_padding=True,
     max_chunk_length: int = 65536,
     documents_per_merge: int = 128,
+    reserved_for_packing: int | None = None,
 ):
     """T5's pretraining objective on tokenized 'targets' documents.
 
@@ -218,10 +263,13 @@ def span_corruption(
     raw segments sized by random_spans_helper; each segment's noise spans become sentinels
     in the inputs and its kept spans sentinels in the targets. Follow with
     append_eos_after_trim: at 512 inputs this gives inputs <= 512 and targets <= 114.
+    `reserved_for_packing` makes the inputs that many tokens shorter, as in T5.
     """
     _needs_lengths("span_corruption", sequence_length, input_feature_key)
     raw_length, targets_length = random_spans_helper(
-        sequence_length[input_feature_key], noise_density, mean_noise_span_length
+        sequence_length[input_feature_key] - (reserved_for_packing or 0),
+        noise_density,
+        mean_noise_span_length,
     )
     if sequence_length.get("targets") is not None and sequence_length["targets"] < targets_length:
         raise DataError(
@@ -275,8 +323,12 @@ def iid_denoising(
     noise_density: float = 0.15,
     input_feature_key: str = "inputs",
     max_chunk_length: int = 65536,
+    documents_per_merge: int = 128,
 ):
-    """Like span corruption, but each token is noise independently (spans of mean ~1.2)."""
+    """Like span corruption, but each token is noise independently (spans of mean ~1.2).
+
+    As in T5, 128 documents are concatenated before the inputs-length segments are cut.
+    """
     _needs_lengths("iid_denoising", sequence_length, input_feature_key)
     corrupt = functools.partial(
         _corrupt_iid,
@@ -286,4 +338,4 @@ def iid_denoising(
         max_chunk_length=max_chunk_length,
         segment_length=_segment_length(sequence_length, output_features, input_feature_key),
     )
-    return RegroupIterDataset(ds, corrupt, 1, seed)
+    return RegroupIterDataset(ds, corrupt, documents_per_merge, seed)

@@ -16,7 +16,7 @@ import grain
 import numpy as np
 
 # pp.* is the user-facing namespace (as seqio.preprocessors is): re-export the framework
-# and the objectives so tasks, gin files and pickled steps that name them here resolve.
+# the objectives and T5's token-stream steps so tasks, gin files and pickled steps that name them here resolve.
 from t5forge.data.denoising import (
     iid_denoising,
     noise_span_to_unique_sentinel,
@@ -40,10 +40,20 @@ from t5forge.data.preprocessor_framework import (
     example_preprocessor,
 )
 from t5forge.data.regroup import RegroupIterDataset
+from t5forge.data.token_streams import (
+    reduce_concat_tokens,
+    select_random_chunk,
+    split_tokens,
+    split_tokens_to_inputs_length,
+    split_tokens_to_random_length,
+    split_tokens_to_targets_length,
+)
+from t5forge.data.ul2 import UL2_DENOISERS, ul2_objective
 from t5forge.errors import DataError
 
 __all__ = [
     "LANGUAGE_NAMES",
+    "UL2_DENOISERS",
     "BatchedExamplePreprocessor",
     "CacheDatasetPlaceholder",
     "DatasetPreprocessor",
@@ -65,12 +75,19 @@ __all__ = [
     "random_spans_helper",
     "random_spans_noise_mask",
     "rank_classification",
+    "reduce_concat_tokens",
     "rekey",
+    "select_random_chunk",
     "span_corruption",
+    "split_tokens",
+    "split_tokens_to_inputs_length",
+    "split_tokens_to_random_length",
+    "split_tokens_to_targets_length",
     "summarize",
     "tokenize",
     "translate",
     "truncate_head_and_tail",
+    "ul2_objective",
 ]
 
 

@@ -1,9 +1,18 @@
-"""Fixtures shared by the data tests: the usual test vocabulary and the sentiment task."""
+"""Fixtures shared by the data tests: test vocabularies, English documents, the sentiment task."""
+
+import gzip
+import io
+import itertools
+import json
 
 import pytest
+import sentencepiece
 
 from t5forge.data.vocabularies import SentencePieceVocabulary
 from t5forge.tasks.builtin import classification_task
+
+NUM_DOCUMENTS = 2000
+EXTRA_IDS = 100
 
 
 @pytest.fixture(scope="session")
@@ -22,3 +31,31 @@ def make_sentiment_task(shared_data):
         )
 
     return make
+
+
+@pytest.fixture(scope="session")
+def english_documents(shared_data):
+    """The first documents of the English pretraining corpus."""
+    with gzip.open(shared_data / "english_corpus" / "train.jsonl.gz", "rt") as f:
+        return [json.loads(line)["text"] for line in itertools.islice(f, NUM_DOCUMENTS)]
+
+
+@pytest.fixture(scope="session")
+def english_vocab(english_documents, tmp_path_factory):
+    """A 2000-piece SentencePiece model of those documents, with 100 sentinels."""
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(english_documents[:400]),
+        model_writer=model,
+        vocab_size=2000,
+        pad_id=0,
+        eos_id=1,
+        unk_id=2,
+        bos_id=-1,
+        num_threads=2,
+        minloglevel=2,
+        max_sentence_length=20000,
+    )
+    path = tmp_path_factory.mktemp("vocab") / "english.model"
+    path.write_bytes(model.getvalue())
+    return SentencePieceVocabulary(path, extra_ids=EXTRA_IDS)

@@ -1,21 +1,15 @@
 """Span corruption: T5's golden lengths and sentinels, and its statistics on real documents."""
 
 import functools
-import gzip
-import io
 import itertools
-import json
 
 import numpy as np
 import pytest
-import sentencepiece
 
 from t5forge.data import preprocessors as pp
 from t5forge.data.sources import FunctionSource
 from t5forge.data.tasks import Feature, Task
-from t5forge.data.vocabularies import SentencePieceVocabulary
 
-NUM_DOCUMENTS = 2000
 EXTRA_IDS = 100
 
 
@@ -76,32 +70,6 @@ def test_sentinels_of_many_rows_match_row_by_row():
     for fn in (pp.noise_span_to_unique_sentinel, pp.nonnoise_span_to_unique_sentinel):
         rows = fn(tokens, masks, 1000)
         assert rows.tolist() == [fn(t, m, 1000).tolist() for t, m in zip(tokens, masks)]
-
-
-@pytest.fixture(scope="module")
-def english_documents(shared_data):
-    with gzip.open(shared_data / "english_corpus" / "train.jsonl.gz", "rt") as f:
-        return [json.loads(line)["text"] for line in itertools.islice(f, NUM_DOCUMENTS)]
-
-
-@pytest.fixture(scope="module")
-def english_vocab(english_documents, tmp_path_factory):
-    model = io.BytesIO()
-    sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(english_documents[:400]),
-        model_writer=model,
-        vocab_size=2000,
-        pad_id=0,
-        eos_id=1,
-        unk_id=2,
-        bos_id=-1,
-        num_threads=2,
-        minloglevel=2,
-        max_sentence_length=20000,
-    )
-    path = tmp_path_factory.mktemp("vocab") / "english.model"
-    path.write_bytes(model.getvalue())
-    return SentencePieceVocabulary(path, extra_ids=EXTRA_IDS)
 
 
 _DOCUMENTS: list[str] = []
@@ -217,3 +185,43 @@ def test_resume_is_exact_anywhere(span_task, documents_per_merge):
             got = next(resumed)
             assert np.array_equal(want["inputs"], got["inputs"])
             assert np.array_equal(want["targets"], got["targets"])
+
+
+def test_random_roll_moves_noise_anywhere_and_keeps_its_count():
+    rng = np.random.default_rng(3)
+    masks = pp.random_spans_noise_mask(50, 0.2, rng, 3.0, num_rows=4000, random_roll=True)
+    assert (masks.sum(axis=1) == 10).all()
+    # Unrolled masks never start with noise; rolled ones do as often as any position is noise.
+    assert abs(masks[:, 0].mean() - 0.2) < 0.03
+    assert np.abs(masks.mean(axis=0) - 0.2).max() < 0.04
+
+
+def test_unbiased_span_count_averages_to_the_mean_span_length():
+    rng = np.random.default_rng(4)
+    # 90 noise tokens at mean 64: T5 always makes one span; the unbiased count 1 or 2.
+    t5 = pp.random_spans_noise_mask(600, 0.15, rng, 64.0, num_rows=50)
+    assert (_span_starts(t5) == 1).all()
+    masks = pp.random_spans_noise_mask(
+        600, 0.15, rng, 64.0, num_rows=4000, unbiased_span_count=True
+    )
+    spans = _span_starts(masks)
+    assert set(spans.tolist()) == {1, 2} and (masks.sum(axis=1) == 90).all()
+    assert abs(90 / spans.mean() / 64 - 1) < 0.02
+
+
+def _span_starts(masks):
+    previous = np.concatenate([np.zeros((len(masks), 1), bool), masks[:, :-1]], axis=1)
+    return (masks & ~previous).sum(axis=1)
+
+
+def test_no_noise_at_density_zero_as_in_t5():
+    assert not pp.random_spans_noise_mask(20, 0.0, np.random.default_rng(0)).any()
+
+
+def test_reserved_for_packing_shortens_the_inputs(span_task):
+    steps = list(span_task.preprocessors)
+    steps[3] = pp.span_corruption.bind(reserved_for_packing=12)
+    task = Task("reserved", span_task.source, steps, span_task.output_features)
+    lengths = {"inputs": 128, "targets": 64}
+    examples = list(itertools.islice(task.get_dataset("train", sequence_length=lengths), 50))
+    assert max(len(e["inputs"]) for e in examples) == 116
