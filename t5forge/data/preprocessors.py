@@ -48,7 +48,7 @@ from t5forge.data.token_streams import (
     split_tokens_to_random_length,
     split_tokens_to_targets_length,
 )
-from t5forge.data.ul2 import UL2_DENOISERS, ul2_objective
+from t5forge.data.ul2 import UL2_DENOISERS, prepend_prompt, ul2_objective
 from t5forge.errors import DataError
 
 __all__ = [
@@ -72,6 +72,7 @@ __all__ = [
     "noise_span_to_unique_sentinel",
     "nonnoise_span_to_unique_sentinel",
     "prefix_lm",
+    "prepend_prompt",
     "random_spans_helper",
     "random_spans_noise_mask",
     "rank_classification",

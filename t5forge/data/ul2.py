@@ -36,7 +36,7 @@ from t5forge.data.denoising import (
     nonnoise_span_to_unique_sentinel,
     random_spans_noise_mask,
 )
-from t5forge.data.preprocessor_framework import dataset_preprocessor
+from t5forge.data.preprocessor_framework import Example, dataset_preprocessor, example_preprocessor
 from t5forge.data.regroup import RegroupIterDataset
 from t5forge.data.token_streams import concatenated_random_chunks
 from t5forge.errors import DataError
@@ -289,3 +289,20 @@ def ul2_objective(
     )
     group_size = documents_per_merge if merge_examples_to_reduce_padding else 1
     return RegroupIterDataset(ds, mix, group_size, seed)
+
+
+@example_preprocessor
+def prepend_prompt(
+    example: Example, output_features, prompt_mode: str = "", key: str = "inputs"
+) -> Example:
+    """Puts the mode token's ids (plain text, encoded) before tokenized `key`, as UL2 does.
+
+    For fine-tuning and inference after UL2 pretraining (the paper's mode switching): the
+    same ids ul2_objective put before that denoiser's inputs, e.g. '[NLU]' for
+    classification. Place it after tokenize, before append_eos_after_trim.
+    """
+    if not prompt_mode:
+        return example
+    prompt = output_features[key].vocabulary.encode(prompt_mode)
+    tokens = np.asarray(example[key])
+    return {**example, key: np.concatenate([np.asarray(prompt, tokens.dtype), tokens])}

@@ -1,7 +1,7 @@
 """Built-in tasks over the real datasets in $T5FORGE_DATA_DIR (default: the bundled slice).
 
-Seven tasks cover the workflows t5forge promises: translation, classification,
-summarization and span-corruption pretraining. Each is made by one of four small recipes
+Eight tasks cover the workflows t5forge promises: translation, classification,
+summarization, and pretraining with span corruption or UL2. Each is made by a small recipe
 below, so adding a dataset is one line. Their vocabulary is $T5FORGE_VOCAB (a SentencePiece
 model, read when a task is first used) with 100 extra ids, unless a caller registers them
 again with `register_builtin_tasks(vocabulary=..., data_dir=...)`.
@@ -90,20 +90,31 @@ def summarization_task(name, data_dir, folder, article_key, summary_key, vocabul
     )
 
 
-def span_corruption_task(name, data_dir, folder, vocabulary, text_key="text"):
-    """T5 pretraining: documents -> span-corrupted (inputs, targets) at the sequence length."""
+def _pretraining_task(name, data_dir, folder, vocabulary, objective, text_key):
+    """Documents -> tokens -> [cache] -> the objective -> trim with EOS."""
     steps = [
         pp.rekey.bind(key_map={"inputs": None, "targets": text_key}),
         pp.tokenize,
         pp.CacheDatasetPlaceholder(),
-        pp.span_corruption,
+        objective,
         pp.append_eos_after_trim,
     ]
     return Task(name, jsonl_splits(data_dir, folder, CORPUS_SPLITS), steps, _features(vocabulary))
 
 
+def span_corruption_task(name, data_dir, folder, vocabulary, text_key="text"):
+    """T5 pretraining: documents -> span-corrupted (inputs, targets) at the sequence length."""
+    return _pretraining_task(name, data_dir, folder, vocabulary, pp.span_corruption, text_key)
+
+
+def ul2_task(name, data_dir, folder, vocabulary, text_key="text"):
+    """UL2 pretraining: the paper's seven denoisers, mode tokens [NLU] / [NLG] / [S2S]."""
+    objective = pp.ul2_objective.bind(**pp.UL2_DENOISERS)
+    return _pretraining_task(name, data_dir, folder, vocabulary, objective, text_key)
+
+
 def builtin_tasks(vocabulary=None, data_dir=None) -> list[Task]:
-    """The seven built-in tasks (not registered)."""
+    """The built-in tasks (not registered)."""
     vocab = vocabulary or EnvironmentSentencePieceVocabulary(extra_ids=EXTRA_IDS)
     root = storage.path(data_dir) if data_dir else default_data_dir()
     return [
@@ -132,6 +143,7 @@ def builtin_tasks(vocabulary=None, data_dir=None) -> list[Task]:
         ),
         span_corruption_task("english_span_corruption", root, "english_corpus", vocab),
         span_corruption_task("romanian_span_corruption", root, "romanian_corpus", vocab),
+        ul2_task("english_ul2", root, "english_corpus", vocab),
     ]
 
 

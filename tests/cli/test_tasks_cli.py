@@ -3,6 +3,8 @@
 import pytest
 
 from t5forge.cli import main as cli
+from t5forge.data.vocabularies import SentencePieceVocabulary
+from t5forge.tasks.builtin import register_builtin_tasks
 
 
 def test_list_names_every_builtin_task(capsys):
@@ -61,3 +63,25 @@ def test_mistakes_are_one_line(capsys, argv, message):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith(message) and err.count("\n") == 1
+
+
+@pytest.fixture
+def builtin_tasks_over(shared_data):
+    """Registers the built-in tasks with a given vocabulary; fresh ones again afterwards.
+
+    The built-in tasks read $T5FORGE_VOCAB once, so an earlier in-process command's
+    vocabulary would otherwise stay with them.
+    """
+    yield lambda path: register_builtin_tasks(SentencePieceVocabulary(path, extra_ids=100))
+    register_builtin_tasks()
+
+
+def test_preview_shows_each_ul2_mode(capsys, tiny_vocab, builtin_tasks_over):
+    builtin_tasks_over(tiny_vocab)
+    assert cli.main(["tasks", "preview", "english_ul2", "-n", "30"]) == 0
+    out = capsys.readouterr().out
+    inputs = [line for line in out.splitlines() if line.startswith("  inputs")]
+    assert len(inputs) == 30
+    modes = {mode for mode in ("[NLU]", "[NLG]", "[S2S]") for line in inputs if f": {mode}" in line}
+    assert modes == {"[NLU]", "[NLG]", "[S2S]"}, out
+    assert "<extra_id_0>" in out

@@ -30,6 +30,7 @@ BUILTIN = [
     "en_de_lohelp_translate",
     "en_ro_messages_translate",
     "english_span_corruption",
+    "english_ul2",
     "romanian_span_corruption",
     "rotten_tomatoes_sentiment",
 ]

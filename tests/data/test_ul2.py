@@ -238,3 +238,12 @@ def test_bad_settings_are_one_line(english_vocab, options, message):
     with pytest.raises(DataError, match="ul2_objective") as error:
         next(iter(task.get_dataset("train", sequence_length=lengths, shuffle=False)))
     assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_prepend_prompt_puts_the_same_ids_as_pretraining(english_vocab):
+    features = {"inputs": Feature(english_vocab), "targets": Feature(english_vocab)}
+    example = {"inputs": np.asarray(english_vocab.encode("a review"), np.int32), "targets": [5]}
+    out = pp.prepend_prompt(example, features, prompt_mode="[NLU]")
+    mode = english_vocab.encode("[NLU]")
+    assert out["inputs"].tolist() == mode + english_vocab.encode("a review")
+    assert pp.prepend_prompt(example, features)["inputs"] is example["inputs"]
