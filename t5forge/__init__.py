@@ -3,8 +3,7 @@
 import importlib
 
 from t5forge.host_memory import keep_freed_memory
-
-__version__ = "0.1.0"
+from t5forge.version import __version__
 
 # Before jax's worker threads allocate for the first time (see t5forge.host_memory).
 keep_freed_memory()
@@ -15,7 +14,7 @@ _LAZY_FUNCTIONS = {
     "train": "t5forge.run.train",
     "evaluate": "t5forge.run.evaluate",
     "infer": "t5forge.run.infer",
-    "convert": "t5forge.interop.conversion",
+    "convert": "t5forge.run.convert",
 }
 
 
@@ -35,7 +34,7 @@ def serve(checkpoint, **options):
 
 def __getattr__(name):
     """`t5forge.train`, `t5forge.evaluate`, `t5forge.infer` (see t5forge.run) and
-    `t5forge.convert` (see t5forge.interop.conversion)."""
+    `t5forge.convert` (see t5forge.run.convert)."""
     if name in _LAZY_FUNCTIONS:
         return getattr(importlib.import_module(_LAZY_FUNCTIONS[name]), name)
     raise AttributeError(f"module 't5forge' has no attribute {name!r}")

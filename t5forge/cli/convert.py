@@ -13,7 +13,7 @@ import argparse
 import numpy as np
 
 from t5forge.config.gin_flags import resolve_gin_file
-from t5forge.interop.conversion import SOURCES, TARGETS, convert
+from t5forge.run.convert import SOURCES, TARGETS, convert
 
 HELP = "convert checkpoints: --from {hf,t5x,mesh_tf,t5forge} --to {t5forge,hf}"
 

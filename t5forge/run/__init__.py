@@ -1,5 +1,5 @@
-"""The library layer that runs training, evaluation and inference (T5X's train/eval/infer) and
-caches tasks (SeqIO's cache_tasks).
+"""The library layer behind the commands: training, evaluation and inference (T5X's
+train/eval/infer), task caches (SeqIO's cache_tasks) and checkpoint conversion.
 
 `cli/` parses flags and gin and calls these; Python callers use them directly:
 
@@ -16,6 +16,7 @@ from t5forge.run.configs import (
     RestoreCheckpointConfig,
     SaveCheckpointConfig,
 )
+from t5forge.run.convert import convert
 from t5forge.run.evaluate import evaluate
 from t5forge.run.hooks import EarlyStopping, Every, Hook, RunContext
 from t5forge.run.infer import infer
@@ -35,6 +36,7 @@ __all__ = [
     "SaveCheckpointConfig",
     "Trainer",
     "cache_tasks",
+    "convert",
     "evaluate",
     "infer",
     "train",

@@ -18,7 +18,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-import t5forge
 from t5forge.serving.batcher import QueueFull
 from t5forge.serving.metrics import ServerMetrics
 from t5forge.serving.schemas import (
@@ -33,6 +32,7 @@ from t5forge.serving.schemas import (
 )
 from t5forge.serving.service import InferenceService
 from t5forge.serving.settings import ServerSettings
+from t5forge.version import __version__
 
 _ENDPOINTS = ("/v1/predict", "/v1/score", "/v1/classify")
 _CLIENT_CLOSED = 499  # nginx's code for "client closed request"; nobody receives it
@@ -166,7 +166,7 @@ def create_app(service: InferenceService) -> FastAPI:
 
     app = FastAPI(
         title="t5forge",
-        version=t5forge.__version__,
+        version=__version__,
         lifespan=lifespan,
         description="Generation, scoring and rank classification with a T5-family "
         "model, dynamically batched.",

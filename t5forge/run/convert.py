@@ -5,6 +5,7 @@
 Reading goes through `t5forge.load` (or infers a T5X / Mesh TF config from the parameters when
 none is given), so a conversion sees a checkpoint exactly as the Python API does; the
 parameters are checked against the model their config builds before anything is written.
+It lives in run/, above api.py, because it reads through `load`; interop/ holds the formats.
 """
 
 from __future__ import annotations
