@@ -83,7 +83,7 @@ def cache_command(beam_flags: list[str], work_dir: Path, timeout: int):
     """A call running `t5forge cache-tasks` once; it returns the number of examples cached."""
     output = work_dir / "cache"
     command = [
-        sys.executable, "-m", "t5forge.cache_tasks", "--tasks=bench_corpus",
+        sys.executable, "-m", "t5forge", "cache-tasks", "--tasks=bench_corpus",
         f"--output_cache_dir={output}", "--module_import=bench_task", "--no_progress",
         *beam_flags,
     ]  # fmt: skip

@@ -112,7 +112,8 @@ def _server(model_dir: Path, max_batch_size: int, args):
     command = [
         sys.executable,
         "-m",
-        "t5forge.serving",
+        "t5forge",
+        "serve",
         "--checkpoint",
         str(model_dir),
         "--port",

@@ -1,4 +1,5 @@
-"""`t5forge <command> ...`: dispatches to one module per command in t5forge.cli.
+"""`t5forge <command> ...` (and `python -m t5forge <command> ...`): dispatches to one module
+per command in t5forge.cli.
 
 Each command module exposes `main(argv: list[str]) -> int` and a one-line `HELP`.
 Exit statuses (README, "What survives what"): 0 finished; 2 a user or environment error (a
@@ -82,7 +83,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown command {name!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     return run_command(COMMANDS[name], rest)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

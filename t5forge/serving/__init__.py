@@ -5,10 +5,10 @@ batching on one device thread) -> engine (bucketed shapes, warm-up) -> stepwise 
 greedy/sampling, streamed) or the model's beam search and scorer.
 
 The package is `serving`, not `serve`, because `t5forge.serve` is the function: importing a
-module of the same name would replace it on the `t5forge` module (so `python -m
-t5forge.serving` is the module form of the command). Its names are imported on first use:
-fastapi, uvicorn and prometheus-client come with the `serve` extra only, and a plain install
-must still read the settings (`t5forge serve --help`) and get one line naming the fix.
+module of the same name would replace it on the `t5forge` module. Its names are imported on
+first use: fastapi, uvicorn and prometheus-client come with the `serve` extra only, and a
+plain install must still read the settings (`t5forge serve --help`) and get one line naming
+the fix.
 """
 
 import importlib

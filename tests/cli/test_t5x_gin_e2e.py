@@ -22,7 +22,7 @@ def _run(command, *args, vocab):
         [
             sys.executable,
             "-m",
-            "t5forge.cli.main",
+            "t5forge",
             command,
             f"--gin_search_paths={CHECKOUT}",
             "--module_import=seqio_style_tasks",

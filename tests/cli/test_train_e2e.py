@@ -41,7 +41,8 @@ def _train_command(workdir, model_dir, steps, extra=()):
     return [
         sys.executable,
         "-m",
-        "t5forge.train",
+        "t5forge",
+        "train",
         f"--gin_file={workdir / 'tiny.gin'}",
         "--gin_file=runs/finetune.gin",
         f"--gin.MODEL_DIR={model_dir}",
@@ -79,7 +80,7 @@ def _losses(model_dir, split="train", key="loss") -> dict[int, float]:
 
 @pytest.fixture(scope="module")
 def trained(workdir):
-    """A 200-step run through `python -m t5forge.train` (the model dir the other tests read)."""
+    """A 200-step run through `python -m t5forge train` (the model dir the other tests read)."""
     model_dir = workdir / "run"
     result = subprocess.run(
         _train_command(
@@ -180,7 +181,7 @@ def test_sigkill_between_checkpoints_then_restart_is_bitwise_identical(workdir):
 
 def _run_cli(workdir, *args):
     result = subprocess.run(
-        [sys.executable, "-m", "t5forge.cli.main", *args],
+        [sys.executable, "-m", "t5forge", *args],
         cwd=REPO,
         env=_env(workdir),
         capture_output=True,

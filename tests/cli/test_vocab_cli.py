@@ -1,4 +1,4 @@
-"""`t5forge vocab train`: in process and through `python -m t5forge.cli.main`."""
+"""`t5forge vocab train`: in process and through `python -m t5forge`."""
 
 import json
 import subprocess
@@ -77,7 +77,7 @@ def test_python_module_entry_point(shared_data, tmp_path):
         [
             sys.executable,
             "-m",
-            "t5forge.cli.main",
+            "t5forge",
             "vocab",
             "train",
             "--input",

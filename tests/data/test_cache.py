@@ -109,7 +109,8 @@ def test_module_entry_point_reports_unknown_tasks_in_one_line(tmp_path):
         [
             sys.executable,
             "-m",
-            "t5forge.cache_tasks",
+            "t5forge",
+            "cache-tasks",
             "--tasks=no_such_task_anywhere",
             f"--output_cache_dir={tmp_path}",
         ],

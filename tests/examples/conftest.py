@@ -32,7 +32,7 @@ def run_t5forge(example_env):
 
     def run(*args, env=None, timeout=600) -> subprocess.CompletedProcess:
         result = subprocess.run(
-            [sys.executable, "-m", "t5forge.cli.main", *map(str, args)],
+            [sys.executable, "-m", "t5forge", *map(str, args)],
             cwd=REPO,
             env={**example_env, **(env or {})},
             capture_output=True,

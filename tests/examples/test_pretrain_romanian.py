@@ -23,7 +23,7 @@ def _train_command(tiny_model_gin, model_dir, steps):
     return [
         sys.executable,
         "-m",
-        "t5forge.cli.main",
+        "t5forge",
         "train",
         "--gin_file=examples/pretrain_romanian/pretrain.gin",
         f"--gin_file={tiny_model_gin}",

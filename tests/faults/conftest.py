@@ -56,7 +56,7 @@ class Faults:
         return env
 
     def command(self, *args) -> list[str]:
-        return [sys.executable, "-m", "t5forge.cli.main", *map(str, args)]
+        return [sys.executable, "-m", "t5forge", *map(str, args)]
 
     def run(self, *args, timeout=600, env=None, **kwargs) -> subprocess.CompletedProcess:
         return subprocess.run(

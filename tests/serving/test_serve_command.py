@@ -50,7 +50,8 @@ def test_serve_command_checks_the_key_and_drains_on_sigterm(t5forge_run):
         [
             sys.executable,
             "-m",
-            "t5forge.serving",
+            "t5forge",
+            "serve",
             "--checkpoint",
             str(t5forge_run),
             "--port",

@@ -19,7 +19,7 @@ TEXT = "Click the Save button."
 
 def test_t5forge_serve_stays_the_function_whatever_is_imported():
     importlib.import_module("t5forge.serving.server")
-    importlib.import_module("t5forge.serving.__main__")
+    importlib.import_module("t5forge.__main__")
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("t5forge.serve")
     assert callable(t5forge.serve) and t5forge.serve.__module__ == "t5forge"

@@ -72,7 +72,7 @@ def test_vocabulary_trained_into_and_loaded_from_a_bucket(bucket, tmp_path):
 
 def _cli(command: str, *args, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "t5forge.cli.main", command, *map(str, args)],
+        [sys.executable, "-m", "t5forge", command, *map(str, args)],
         capture_output=True,
         text=True,
         env={**env, "JAX_PLATFORMS": "cpu"},

@@ -26,7 +26,7 @@ def _command(model_dir, gin, *extra) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "t5forge.cli.main",
+        "t5forge",
         "train",
         f"--gin_file={gin}",
         "--gin_file=runs/finetune.gin",
@@ -81,7 +81,7 @@ def test_killed_run_resumes_from_the_bucket_on_a_fresh_machine(
         [
             sys.executable,
             "-m",
-            "t5forge.cli.main",
+            "t5forge",
             "cache-tasks",
             f"--tasks={TASK}",
             f"--output_cache_dir={cache}",
@@ -143,7 +143,7 @@ def test_killed_run_resumes_from_the_bucket_on_a_fresh_machine(
         [
             sys.executable,
             "-m",
-            "t5forge.cli.main",
+            "t5forge",
             "infer",
             f"--gin_file={tiny_model_gin}",
             "--gin_file=runs/infer.gin",
