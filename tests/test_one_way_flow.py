@@ -1,13 +1,125 @@
-"""Data flows one way (DESIGN.md): the library never reaches into the command line, so its
-modules, `t5forge.load(config=<gin file>)` and `t5forge.convert` work without `t5forge.cli`."""
+"""Data flows one way (README, "Architecture"): no module imports a layer above its own, the
+module graph has no cycle, and the library never reaches into the command line or the gin
+wing, so `t5forge.load(config=<gin file>)` and `t5forge.convert` work without them."""
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
 
 import t5forge
 
-TINY_GIN = Path(t5forge.__file__).parent / "configs" / "models" / "t5_1_1" / "tiny.gin"
+PACKAGE = Path(t5forge.__file__).parent
+TINY_GIN = PACKAGE / "configs" / "models" / "t5_1_1" / "tiny.gin"
+
+# Lowest first. A module may import its own unit (the top-level module or package under
+# t5forge/ it belongs to) and units of lower layers; units sharing a layer never import each
+# other. "t5forge" is the package itself (t5forge.load, t5forge.train, ..., __version__).
+LAYERS = [
+    ("errors", "version", "host_memory"),
+    ("storage",),
+    ("data", "models"),
+    ("training", "seqio", "tasks"),
+    ("interop",),
+    ("api",),
+    ("run", "serving"),
+    ("config",),
+    ("t5forge",),
+    ("cli",),
+    ("__main__",),
+]
+RANK = {unit: rank for rank, layer in enumerate(LAYERS) for unit in layer}
+
+
+def _modules() -> dict[str, Path]:
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = ["t5forge", *path.relative_to(PACKAGE).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def _unit(module: str) -> str:
+    return module.split(".")[1] if "." in module else module
+
+
+def _imported_names(module: str, path: Path) -> set[str]:
+    """Every name `module` imports, at the top or inside a function (lazily), plus the dotted
+    t5forge module names it holds as strings for importlib."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, base] if base else parent)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if node.value.startswith("t5forge."):
+                names.add(node.value)
+    return names
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """module -> the t5forge modules it imports (`from pkg import name` counts as pkg when
+    name is not a module)."""
+    modules = _modules()
+    graph = {}
+    for module, path in modules.items():
+        targets = set()
+        for name in _imported_names(module, path):
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            if name.startswith("t5forge") and name != module:
+                targets.add(name)
+        graph[module] = targets
+    return graph
+
+
+def test_every_module_belongs_to_a_layer():
+    assert sorted({_unit(m) for m in _modules()} - set(RANK)) == []
+
+
+def test_no_module_shadows_a_public_function():
+    """Importing a module `t5forge.train` would replace the function `t5forge.train`."""
+    top_level = {module.partition(".")[2] for module in _modules()}
+    assert sorted(top_level & set(t5forge.__all__)) == []
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    back = sorted(
+        f"{module} -> {target}"
+        for module, targets in _import_graph().items()
+        for target in targets
+        if _unit(target) != _unit(module) and RANK[_unit(target)] >= RANK[_unit(module)]
+    )
+    assert back == []
+
+
+def test_the_module_graph_has_no_cycle():
+    graph = _import_graph()
+    state: dict[str, str] = {}  # "open" while on the path, "done" once every import is seen
+    cycles = []
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = "open"
+        for target in sorted(graph[module]):
+            if state.get(target) == "open":
+                cycles.append(" -> ".join([*path[path.index(target) :], target]))
+            elif target not in state:
+                visit(target, [*path, target])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []
+
 
 _SCRIPT = """
 import importlib, pkgutil, sys
@@ -16,13 +128,12 @@ import t5forge
 for package in ("data", "models", "training", "run", "interop", "serving", "tasks"):
     path = importlib.import_module(f"t5forge.{package}").__path__
     for module in pkgutil.walk_packages(path, f"t5forge.{package}."):
-        if not module.name.endswith(".__main__"):  # `python -m` shims call the CLI on purpose
-            importlib.import_module(module.name)
+        importlib.import_module(module.name)
 importlib.import_module("t5forge.api")
 checkpoint, gin_file, output = sys.argv[1:]
 t5forge.load(checkpoint, config=gin_file)
 t5forge.convert(checkpoint, output, from_="t5x", to="t5forge", config=gin_file)
-print(sorted(name for name in sys.modules if name.startswith("t5forge.cli")))
+print(sorted(name for name in sys.modules if name.startswith(("t5forge.cli", "t5forge.config"))))
 """
 
 
