@@ -1,6 +1,6 @@
 """`t5forge serve --checkpoint PATH`: the HTTP inference server (see t5forge.serving).
 
-Also `python -m t5forge.serving`; it needs the `serve` extra (pip install 't5forge[serve]').
+Also `python -m t5forge serve`; it needs the `serve` extra (pip install 't5forge[serve]').
 
     t5forge serve --checkpoint runs/demo --port 8000
     curl -s localhost:8000/v1/predict -H 'Content-Type: application/json' \
