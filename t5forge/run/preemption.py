@@ -9,9 +9,12 @@ this signal", and rerunning the same command resumes.
 from __future__ import annotations
 
 import signal
+import sys
 
 import jax
 from jax.experimental import multihost_utils
+
+from t5forge.run.hooks import Hook, RunContext
 
 
 class Preempted(Exception):
@@ -66,3 +69,20 @@ class StopSignal:
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
         self._previous = {}
+
+
+class Preemption(Hook):
+    """Stops the run, saving, after the step at which `stop_signal` says to."""
+
+    def __init__(self, stop_signal: StopSignal):
+        self.signal = stop_signal
+
+    def due(self, run: RunContext, step: int) -> bool:
+        return run.preempted
+
+    def on_dispatch(self, run: RunContext, step: int) -> None:
+        run.preempted = self.signal.after_step(step)
+
+    def on_step(self, run: RunContext, step: int) -> None:
+        name = signal.Signals(self.signal.signum).name if self.signal.signum else "SIGTERM"
+        print(f"{name}: saving step {step} and exiting", file=sys.stderr)

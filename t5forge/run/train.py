@@ -16,37 +16,40 @@ time may write a MODEL_DIR (t5forge.run.model_dir_lock); SIGTERM or Ctrl-C saves
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import os
 import shutil
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import jax
 import numpy as np
-from jax.experimental import multihost_utils
 
 from t5forge import storage
 from t5forge.errors import ConfigError, T5ForgeError
 from t5forge.run import setup
+from t5forge.run.checkpointing import Checkpointing
 from t5forge.run.configs import (
     CheckpointConfig,
     DatasetConfig,
     RestoreCheckpointConfig,
     SaveCheckpointConfig,
 )
-from t5forge.run.evaluation import InferenceEvaluation, converter_for, training_eval
+from t5forge.run.evaluation import InferenceEvaluation, converter_for
 from t5forge.run.hooks import Hook, RunContext
+from t5forge.run.loop import run_steps
 from t5forge.run.model_dir_lock import ModelDirLock
-from t5forge.run.preemption import Preempted, StopSignal
+from t5forge.run.nonfinite import NonFiniteSteps
+from t5forge.run.periodic_eval import PeriodicEvaluation
+from t5forge.run.preemption import Preempted, Preemption, StopSignal
+from t5forge.run.progress import ProgressBar
 from t5forge.run.storage_errors import StorageFailureEcho, storage_errno
-from t5forge.training import checkpoints, flops, optimizers, schedules, summaries
+from t5forge.run.train_metrics import TrainMetrics
+from t5forge.training import checkpoints, optimizers, schedules, summaries
 from t5forge.training.partitioning import PjitPartitioner
 from t5forge.training.remote_model_dir import RemoteModelDir
-from t5forge.training.trainer import APPLIED, Trainer, metrics_to_host
+from t5forge.training.trainer import Trainer
 
 logger = logging.getLogger("t5forge")
 
@@ -67,23 +70,6 @@ def _schedule(learning_rate_fn):
     if isinstance(learning_rate_fn, int | float):
         return schedules.create_learning_rate_scheduler("constant", float(learning_rate_fn))
     return learning_rate_fn
-
-
-def _step_flops(config, batch, process_count: int) -> float:
-    """Model FLOPs of one training step over the global batch (its shapes are fixed)."""
-    targets = batch["decoder_target_tokens"].shape
-    inputs = batch["encoder_input_tokens"].shape[1] if "encoder_input_tokens" in batch else 0
-    return flops.model_flops_per_step(config, targets[0] * process_count, inputs, targets[1])
-
-
-def _batch_counts(batch) -> dict[str, float]:
-    weights = np.asarray(batch.get("decoder_loss_weights", batch["decoder_target_tokens"] > 0))
-    tokens = np.asarray(batch["decoder_target_tokens"])
-    return {
-        "target_tokens": float(weights.sum()),
-        "all_tokens": float(tokens.size),
-        "seqs": float(tokens.shape[0]),
-    }
 
 
 def train(
@@ -178,7 +164,6 @@ def train(
     )
     ckpt.check_matches(model.abstract_params())
 
-    process_count = jax.process_count()
     train_iter = _batch_iterator(model, train_dataset_cfg, random_seed, shuffle=True)
     abstract_state = trainer.abstract_state()
     trainer.state_shardings = trainer.shardings_for(abstract_state)
@@ -219,180 +204,38 @@ def train(
         else None
     )
 
-    def evaluate(step_now, params) -> dict:
-        results = {}
-        if train_eval_dataset_cfg is not None:
-            results.update(
-                training_eval(
-                    trainer,
-                    params,
-                    train_eval_dataset_cfg,
-                    eval_steps,
-                    writer,
-                    step_now,
-                    converter_for(model, False),
-                )
-            )
-        if inference is not None:
-            results.update(inference.run(step_now, params))
-        if is_chief:
-            summaries.plot_training_curves(model_dir)
-        flat = _flat(results)
-        for hook in hooks:
-            hook.on_eval(context, step_now, flat)
-        return flat
-
-    def save(at_step, metrics=None, force=False, position=None, of=None):
-        """Saves `of` (default: the loop's state) as `at_step`, at the checkpoint period or
-        when forced; `position` is the data position to record (default: the current one)."""
-        if not force and at_step % checkpoint_cfg.period:
-            return False  # skip gathering the data positions for a step that is not saved
-        saved = ckpt.save(
-            at_step,
-            state if of is None else of,
-            _data_positions(train_iter.get_state() if position is None else position),
-            metadata=metadata,
-            metrics=metrics,
-            force=force,
-        )
-        if saved and remote:
-            remote.saving(at_step)  # the earlier checkpoints are final now: copied up
-        return saved
-
-    step = int(jax.device_get(state.step))
-    context = RunContext(
+    stop = StopSignal()
+    evaluation = PeriodicEvaluation(
+        eval_period,
+        train_eval_dataset_cfg,
+        eval_steps,
+        inference,
+        run_eval_before_training,
+        is_chief,
+        interrupted=lambda: stop.received,
+    )
+    checkpointing = Checkpointing(
+        ckpt, checkpoint_cfg.period, train_iter, metadata, remote, evaluation.results_at
+    )
+    nonfinite = NonFiniteSteps(max_skipped_nonfinite_steps, checkpointing)
+    bar = ProgressBar(enabled=progress and is_chief)
+    metrics = TrainMetrics(stats_period, extra=nonfinite.scalars)
+    run = RunContext(
         model=model,
         trainer=trainer,
         model_dir=model_dir,
         writer=writer,
-        get_state=lambda: state,
-        save=lambda: save(step, force=True),
-        evaluate=lambda: evaluate(step, state.params),
+        state=state,
+        total_steps=total_steps,
+        # In call order: the user's hooks act on a step before it is evaluated and saved.
+        hooks=[*hooks, evaluation, checkpointing, Preemption(stop), nonfinite, bar, metrics],
+        save=lambda run: checkpointing.save(run, run.step, force=True),
+        evaluate=evaluation.evaluate,
     )
-    start_step = step
-    stop = StopSignal()
-    last_metrics: dict = {}
-    eval_results: dict = {}
-    evaluated_at = None
-    for hook in hooks:
-        hook.on_start(context)
-    if run_eval_before_training or (step == 0 and eval_period and inference is not None):
-        eval_results = evaluate(step, state.params)
-
-    bar = _progress(step, total_steps, progress and is_chief)
-    counts = {"target_tokens": 0.0, "all_tokens": 0.0, "seqs": 0.0}
-    window_start, window_steps = time.perf_counter(), 0
-    skipped: list[int] = []
-    peak_flops, step_flops = flops.local_peak_flops(model.config.dtype), None
-
-    def settle(state, done_step, applied, position):
-        """Acts on whether step `done_step` was applied: a refused (non-finite) step stops the
-        run with the last good state saved, or is skipped within the allowed budget."""
-        if bool(jax.device_get(applied)):
-            return state
-        skipped.append(done_step)
-        if len(skipped) > max_skipped_nonfinite_steps:
-            # The steps dispatched after the refused one were refused too: `state` is the last
-            # good one, and `position` the data position it had reached.
-            state = state.replace(step=jax.device_put(done_step - 1, trainer.state_shardings.step))
-            save(done_step - 1, force=True, position=position, of=state)  # no-op if on disk
-            ckpt.wait_until_finished()
-            raise T5ForgeError(_nonfinite_message(done_step, skipped, ckpt.step_dir(done_step - 1)))
-        print(
-            f"warning: step {done_step} gave non-finite values; its batch is skipped "
-            f"({len(skipped)} of at most {max_skipped_nonfinite_steps})",
-            file=sys.stderr,
-        )
-        return state.replace(step=jax.device_put(done_step, trainer.state_shardings.step))
-
-    def state_needed(at_step) -> bool:
-        """Whether anything after step `at_step` reads the state or metrics (so it must be
-        settled now); otherwise the check waits a step and the device stays busy."""
-        return bool(
-            max_skipped_nonfinite_steps
-            or at_step == total_steps
-            or at_step % stats_period == 0
-            or at_step % checkpoint_cfg.period == 0
-            or (eval_period and at_step % eval_period == 0)
-            or any(at_step % max(hook.every, 1) == 0 for hook in hooks)
-        )
-
-    pending = None  # (step, its `applied` flag on device, the data position before it)
     echo = StorageFailureEcho()
     echo.install()
     try:
-        while step < total_steps:
-            position = (
-                train_iter.get_state()
-            )  # the data position of `step`, in case it is last good
-            batch = next(train_iter)
-            if step_flops is None and peak_flops is not None:
-                step_flops = _step_flops(model.config, batch, process_count)
-            for key, value in _batch_counts(batch).items():
-                counts[key] += value * process_count
-            state, metrics = trainer.train_step(state, batch, expected_step=step)
-            step += 1
-            window_steps += 1
-            if pending is not None:
-                state = settle(state, *pending)
-            pending = (step, metrics.pop(APPLIED), position)
-            preempted = stop.after_step(step)
-            if preempted or state_needed(step):
-                state, pending = settle(state, *pending), None
-            if step % stats_period == 0 or step == total_steps or preempted:
-                host = metrics_to_host(metrics)
-                if max_skipped_nonfinite_steps:
-                    host["nonfinite_steps_skipped"] = float(len(skipped))
-                elapsed = time.perf_counter() - window_start
-                host.update(
-                    {
-                        "timing/steps_per_second": window_steps / elapsed,
-                        "timing/seqs_per_second": counts["seqs"] / elapsed,
-                        "timing/target_tokens_per_second": counts["target_tokens"] / elapsed,
-                        "non_padding_fraction/loss_weights": counts["target_tokens"]
-                        / max(counts["all_tokens"], 1),
-                    }
-                )
-                if peak_flops is not None:  # accelerators only: no CPU has a known peak
-                    host["timing/mfu"] = flops.mfu(
-                        step_flops * window_steps, elapsed, peak_flops, jax.device_count()
-                    )
-                writer.write_scalars(step, host, split="train")
-                last_metrics = host
-                for hook in hooks:
-                    hook.on_metrics(context, step, host)
-                if bar is not None:
-                    bar.set_postfix(
-                        loss=f"{host['loss']:.4g}",
-                        tok_s=f"{host['timing/target_tokens_per_second']:.0f}",
-                    )
-                counts = dict.fromkeys(counts, 0.0)
-                window_start, window_steps = time.perf_counter(), 0
-            if bar is not None:
-                bar.update(1)
-            for hook in hooks:
-                if step % max(hook.every, 1) == 0:
-                    hook.on_step(context, step)
-            if eval_period and step % eval_period == 0 and step != start_step:
-                eval_results, evaluated_at = evaluate(step, state.params), step
-                save(step, metrics=eval_results)
-            else:
-                save(step)
-            if preempted:
-                print(
-                    f"{_signal_name(stop.signum)}: saving step {step} and exiting", file=sys.stderr
-                )
-                break
-            if context.stop_reason:
-                print(f"{context.stop_reason}; saving step {step}", file=sys.stderr)
-                break
-        if not stop.received and eval_period and step % eval_period and step != start_step:
-            eval_results, evaluated_at = evaluate(step, state.params), step
-        if ckpt.latest_step() != step:
-            # Eval metrics belong to the checkpoint only if they were computed at this step.
-            save(step, metrics=(eval_results if evaluated_at == step else None) or None, force=True)
-        for hook in hooks:
-            hook.on_end(context, step)
+        run_steps(run, train_iter)
         ckpt.wait_until_finished()
         if remote:
             writer.close()  # the last TensorBoard events on disk before they are copied
@@ -407,13 +250,12 @@ def train(
         if remote:
             remote.abandon()
         writer.close()
-        if bar is not None:
-            bar.close()
+        bar.close()
         lock.release()
         echo.remove()
-    if stop.received and step < total_steps:
-        raise Preempted(stop.signum, step, ckpt.step_dir(step))
-    return {**last_metrics, **eval_results}
+    if stop.received and run.step < total_steps:
+        raise Preempted(stop.signum, run.step, ckpt.step_dir(run.step))
+    return {**metrics.last, **evaluation.results}
 
 
 def _remote_model_dir(model_dir) -> RemoteModelDir | None:
@@ -426,24 +268,6 @@ def _remote_model_dir(model_dir) -> RemoteModelDir | None:
             "yet (every host writes its shards); use a file system all hosts share"
         )
     return RemoteModelDir(os.fspath(model_dir))
-
-
-def _signal_name(signum: int | None) -> str:
-    import signal
-
-    return signal.Signals(signum).name if signum else "SIGTERM"
-
-
-def _nonfinite_message(step: int, skipped: list[int], last_good: Path) -> str:
-    allowed = len(skipped) - 1
-    return (
-        f"step {step} gave a non-finite loss, parameter or optimizer value"
-        + (f" (after {allowed} skipped: steps {skipped[:-1]})" if allowed else "")
-        + f"; it was not applied, and the last good state (step {step - 1}) is in "
-        f"{last_good}. Lower the learning rate or use float32 activations, then rerun the "
-        "same command to resume from it (or allow skipping a few bad batches with "
-        "--gin.train.max_skipped_nonfinite_steps=N)"
-    )
 
 
 def _storage_message(error: Exception, model_dir: Path, ckpt) -> str:
@@ -502,36 +326,6 @@ def _warn_if_low_on_space(model_dir: Path, abstract_state, ckpt) -> None:
         )
 
 
-def _flat(results: dict) -> dict:
-    """{'inference_eval/en_de/bleu': 12.3, ...} from nested per-task results."""
-    flat = {}
-    for key, value in results.items():
-        if isinstance(value, dict):
-            for inner, number in _flat(value).items():
-                flat[f"{key}/{inner}"] = number
-        else:
-            flat[key] = value
-    return flat
-
-
-def _data_positions(local_state: dict) -> dict:
-    """Every process's iterator state, for the checkpoint (each process reads its own shard).
-
-    Orbax writes JSON items from process 0 only, so the states are all-gathered first (as
-    padded UTF-8 bytes: collectives need equal shapes on every process).
-    """
-    local = json.dumps(local_state).encode()
-    if jax.process_count() == 1:
-        encoded = [local]
-    else:
-        lengths = multihost_utils.process_allgather(np.int32(len(local)))
-        padded = np.zeros(int(lengths.max()), np.uint8)
-        padded[: len(local)] = np.frombuffer(local, np.uint8)
-        rows = multihost_utils.process_allgather(padded)
-        encoded = [row[:length].tobytes() for row, length in zip(rows, lengths)]
-    return {"process_count": len(encoded), "process_states": [json.loads(e) for e in encoded]}
-
-
 def _restore_data_position(train_iter, restored) -> None:
     """Continues this process's shard where the checkpoint left it, if the shards still match.
 
@@ -567,11 +361,3 @@ def _batch_iterator(model, cfg: DatasetConfig, random_seed: int, shuffle: bool):
         num_epochs=None,
         use_cached=cfg.use_cached,
     )
-
-
-def _progress(step: int, total: int, enabled: bool):
-    if not enabled:
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, initial=step, unit="step", dynamic_ncols=True, desc="train")
