@@ -208,14 +208,11 @@ def _mix_group(group, rng, denoisers, rates, shard_ds, max_chunk_length, make):
     tokens = concatenated_random_chunks(group, rng, max_chunk_length)
     if not shard_ds:
         # Every denoiser reads the whole group; their examples are drawn with the rates.
-        streams = [
-            [
-                make(d, tokens[i : i + d.segment_length], rng)
-                for i in range(0, tokens.size - 1, d.segment_length)
-                if tokens[i : i + d.segment_length].size >= 2
-            ]
+        pieces = [
+            [(d, tokens[i : i + d.segment_length]) for i in range(0, tokens.size, d.segment_length)]
             for d in denoisers
         ]
+        streams = [[make(d, p, rng) for d, p in stream if p.size >= 2] for stream in pieces]
         return _interleave(streams, rates, rng)
     out, position = [], 0
     while position < tokens.size:
