@@ -1,6 +1,6 @@
 """What a checkpoint's checksums cost: sealing and verifying against the save itself.
 
-Every save records the CRC-32 of each file it wrote (t5forge.training.checkpoint_integrity) and
+Every save records the CRC-32 of each file it wrote (t5forge.checkpoints.integrity) and
 every restore checks them first. This times, for the train state of T5 1.1 small with AdamW
 (parameters plus two moments, float32), a synchronous Orbax save through the real Checkpointer
 (checksums included), then `seal` and `verify` alone over the same files, as MB/s of checkpoint
@@ -24,9 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import harness  # noqa: E402  (same directory)
 
+from t5forge.checkpoints import checkpointer, integrity  # noqa: E402
 from t5forge.models.configs import get_config  # noqa: E402
 from t5forge.models.model import build_model  # noqa: E402
-from t5forge.training import checkpoint_integrity, checkpoints, optimizers, partitioning  # noqa: E402
+from t5forge.training import optimizers, partitioning  # noqa: E402
 from t5forge.training.trainer import Trainer  # noqa: E402
 
 
@@ -54,7 +55,7 @@ def main() -> int:
     state = _state(args.model)
     steps = itertools.count(1)
     with tempfile.TemporaryDirectory() as scratch:
-        ckpt = checkpoints.Checkpointer(Path(scratch) / "run", period=1, async_save=False)
+        ckpt = checkpointer.Checkpointer(Path(scratch) / "run", period=1, async_save=False)
         first = next(steps)
         ckpt.save(first, state, force=True)
         sample = ckpt.step_dir(first)
@@ -67,8 +68,8 @@ def main() -> int:
         bench.run(
             {
                 "save (with checksums)": save,
-                "seal (checksums alone)": lambda: checkpoint_integrity.seal(sample),
-                "verify": lambda: checkpoint_integrity.verify(sample),
+                "seal (checksums alone)": lambda: integrity.seal(sample),
+                "verify": lambda: integrity.verify(sample),
             },
             args.runs,
             size / 1e6,

@@ -64,11 +64,11 @@ def _config(name: str):
         return get_config("t5_1_1/small", dtype="float32")
     import gin
 
-    from t5forge.api import _resolve_config
+    from t5forge.checkpoints.reader import resolve_config
     from t5forge.config.gin_flags import PACKAGE_CONFIGS
 
     gin.add_config_file_search_path(str(PACKAGE_CONFIGS))
-    return _resolve_config(DEMO_GIN)
+    return resolve_config(DEMO_GIN)
 
 
 def _write_model(name: str, directory: Path, vocab: Path) -> Path:

@@ -2,7 +2,7 @@
 
 Users arrive with a checkpoint in one of four formats and want answers without writing a
 batch dict or a jit: `load` recognises Hugging Face model directories, t5forge training
-checkpoints, T5X and Mesh TF checkpoints (t5forge.interop.formats), and `Model` takes strings
+checkpoints, T5X and Mesh TF checkpoints (t5forge.checkpoints.reader), and `Model` takes strings
 (through the checkpoint's SentencePiece vocabulary) or token arrays. Batches are padded to power-of-two buckets (batch
 size and lengths) so a stream of differently sized requests reuses a handful of compilations.
 
@@ -15,33 +15,26 @@ inputs (`model.input_length_policy`: 'refuse', the default, or 'truncate' to kee
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import functools
-import json
 import logging
 import os
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
 import jax
 import numpy as np
 
+from t5forge.checkpoints import reader
 from t5forge.data.vocabularies import EOS_ID, SentencePieceVocabulary
 from t5forge.errors import CheckpointError, ConfigError, DataError
-from t5forge.interop import formats, huggingface
-from t5forge.models.configs import PRESETS, T5Config, get_config
+from t5forge.interop import huggingface
+from t5forge.models.configs import T5Config
 from t5forge.models.model import PREDICT_METHODS, build_model
 from t5forge.models.weights_dtype import with_weights_dtype
-from t5forge.training import remote_model_dir
 
 logger = logging.getLogger(__name__)
 
 _MIN_LENGTH_BUCKET = 8
-_SPIECE = "spiece.model"
-# transformers' T5Tokenizer appends 100 sentinels to spiece.model unless told otherwise.
-_HF_DEFAULT_EXTRA_IDS = 100
 # T5's pre-training input length: the bound when a checkpoint records none.
 DEFAULT_MAX_INPUT_LENGTH = 512
 # Far beyond any T5 target length, small enough that one row's decoding cache stays modest.
@@ -224,7 +217,7 @@ class Model:
                 if self.vocabulary is None:
                     raise DataError(
                         f"{name} are strings but the model has no vocabulary (no "
-                        f"{_SPIECE} beside the checkpoint); set model.vocabulary or "
+                        f"{reader.SPIECE} beside the checkpoint); set model.vocabulary or "
                         f"pass token id arrays"
                     )
                 rows = [
@@ -439,111 +432,6 @@ class Model:
 # ---------------------------------------------------------------------- loading
 
 
-def _resolve_config(config) -> T5Config | None:
-    """None, a T5Config, a preset name ('t5_1_1/small') or a gin file binding T5Config.*."""
-    if config is None or isinstance(config, T5Config):
-        return config
-    if str(config) in PRESETS:
-        return get_config(str(config))
-    if Path(config).is_file():
-        from t5forge.interop.gin_model_config import config_from_gin_file
-
-        return config_from_gin_file(config)
-    return get_config(str(config))  # raises ConfigError naming the closest presets
-
-
-def _hf_vocabulary(path: Path, config: T5Config):
-    spiece = path / _SPIECE
-    if not spiece.is_file():
-        return None
-    tokenizer_config = path / "tokenizer_config.json"
-    extra_ids = None
-    if tokenizer_config.is_file():
-        extra_ids = json.loads(tokenizer_config.read_text()).get("extra_ids")
-    if extra_ids is None:
-        pieces = SentencePieceVocabulary(spiece).vocab_size
-        fits = pieces + _HF_DEFAULT_EXTRA_IDS <= config.vocab_size
-        extra_ids = _HF_DEFAULT_EXTRA_IDS if fits else 0
-    return SentencePieceVocabulary(spiece, extra_ids=extra_ids)
-
-
-def _load_hf(path: Path, config: T5Config | None) -> Model:
-    config, params = huggingface.load_hf_dir(path, config)
-    hf_config = (
-        json.loads((path / "config.json").read_text()) if (path / "config.json").is_file() else {}
-    )
-    return Model(
-        config, params, _hf_vocabulary(path, config), max_input_length=hf_config.get("n_positions")
-    )
-
-
-_FEATURE_LENGTHS_LINE = re.compile(r"^TASK_FEATURE_LENGTHS\s*=\s*(\{.*\})\s*$", re.MULTILINE)
-
-
-def recorded_feature_lengths(step_dir: Path, metadata: dict) -> dict[str, int]:
-    """The feature lengths a t5forge run trained with: the checkpoint metadata's
-    `task_feature_lengths`, else TASK_FEATURE_LENGTHS in the run's config.gin, else {}."""
-    lengths = metadata.get("task_feature_lengths")
-    gin_file = step_dir.parent / "config.gin"
-    if lengths is None and gin_file.is_file():
-        match = _FEATURE_LENGTHS_LINE.search(gin_file.read_text())
-        try:
-            lengths = ast.literal_eval(match.group(1)) if match else None
-        except (ValueError, SyntaxError):
-            lengths = None
-    if not isinstance(lengths, dict):
-        return {}
-    return {k: int(v) for k, v in lengths.items() if isinstance(v, int) and v > 0}
-
-
-def _load_t5forge(path: Path, config: T5Config | None) -> Model:
-    from t5forge.training.checkpoints import read_metadata, resolve_step_dir, restore_params
-
-    step_dir = resolve_step_dir(path)
-    metadata = read_metadata(step_dir)
-    if config is None:
-        if "model_config" in metadata:
-            config = T5Config(**metadata["model_config"])
-        elif (step_dir.parent / "config.gin").is_file():
-            config = _resolve_config(step_dir.parent / "config.gin")
-        else:
-            raise ConfigError(
-                f"{step_dir} records no model config; pass config= a preset "
-                f"name or a model gin file"
-            )
-    params, _ = restore_params(step_dir, build_model(config).abstract_params())
-    vocab_file = step_dir.parent / _SPIECE
-    extra_ids = metadata.get("vocabulary", {}).get("extra_ids", 0)
-    vocabulary = (
-        SentencePieceVocabulary(vocab_file, extra_ids=extra_ids) if (vocab_file.is_file()) else None
-    )
-    return Model(
-        config,
-        params,
-        vocabulary,
-        max_input_length=recorded_feature_lengths(step_dir, metadata).get("inputs"),
-    )
-
-
-def _load_params_only(fmt: str, path: Path, config: T5Config | None) -> Model:
-    """T5X and Mesh TF checkpoints store parameters but no config: `config` must say it."""
-    if config is None:
-        name = {formats.T5X: "T5X", formats.MESH_TF: "Mesh TF"}[fmt]
-        raise ConfigError(
-            f"{name} checkpoint {path} does not record its model config; pass "
-            f"config= a preset name (e.g. 't5_1_1/base') or a model gin file"
-        )
-    return Model(config, formats.read_params(path, fmt, config))
-
-
-_LOADERS = {
-    formats.HF: _load_hf,
-    formats.T5FORGE: _load_t5forge,
-    formats.T5X: functools.partial(_load_params_only, formats.T5X),
-    formats.MESH_TF: functools.partial(_load_params_only, formats.MESH_TF),
-}
-
-
 def load(path, config=None, weights_dtype=None) -> Model:
     """Loads a Hugging Face model dir, a t5forge, T5X or Mesh TF checkpoint as a Model.
 
@@ -564,17 +452,13 @@ def load(path, config=None, weights_dtype=None) -> Model:
             f"{type(path).__name__} {path!r:.40}; pass a Hugging Face model "
             f"directory, a t5forge checkpoint or a T5X checkpoint"
         )
-    path = Path(remote_model_dir.local_copy(path))
-    if not path.exists():
-        raise CheckpointError(
-            f"{path} does not exist; pass a Hugging Face model directory, a "
-            f"t5forge checkpoint or a T5X checkpoint"
-        )
-    config = _resolve_config(config)
-    fmt = formats.detect_format(path)
-    if fmt is None:
-        raise formats.unrecognised(path)
-    model = _LOADERS[fmt](path, config)
+    checkpoint = reader.read(path, config)
+    model = Model(
+        checkpoint.config,
+        checkpoint.params,
+        checkpoint.vocabulary,
+        max_input_length=checkpoint.feature_lengths.get("inputs"),
+    )
     if weights_dtype is not None:
         model.set_weights_dtype(weights_dtype)
     return model

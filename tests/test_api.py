@@ -126,7 +126,7 @@ def test_loads_t5x_checkpoint_with_preset_or_gin_file(shared_data, tmp_path):
 
 
 def test_loads_t5forge_checkpoint_with_its_recorded_config(tmp_path):
-    from t5forge.training.checkpoints import Checkpointer
+    from t5forge.checkpoints.checkpointer import Checkpointer
 
     params = _params(CONFIG, seed=1)
     checkpointer = Checkpointer(tmp_path, async_save=False)
@@ -269,7 +269,7 @@ def test_max_input_length_comes_from_what_the_checkpoint_recorded(tmp_path, hf_d
     import json
     import shutil
 
-    from t5forge.training.checkpoints import Checkpointer
+    from t5forge.checkpoints.checkpointer import Checkpointer
 
     hf_copy = tmp_path / "hf"
     shutil.copytree(hf_dir, hf_copy)

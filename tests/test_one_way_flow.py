@@ -21,6 +21,7 @@ LAYERS = [
     ("data", "models"),
     ("training", "seqio", "tasks"),
     ("interop",),
+    ("checkpoints",),
     ("api",),
     ("run", "serving"),
     ("config",),
@@ -125,7 +126,9 @@ _SCRIPT = """
 import importlib, pkgutil, sys
 import t5forge
 
-for package in ("data", "models", "training", "run", "interop", "serving", "tasks"):
+for package in (
+    "data", "models", "training", "checkpoints", "run", "interop", "serving", "tasks"
+):
     path = importlib.import_module(f"t5forge.{package}").__path__
     for module in pkgutil.walk_packages(path, f"t5forge.{package}."):
         importlib.import_module(module.name)

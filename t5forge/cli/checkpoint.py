@@ -26,7 +26,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    from t5forge.training.checkpoints import verify_checkpoint
+    from t5forge.checkpoints.checkpointer import verify_checkpoint
 
     print(verify_checkpoint(args.path))
     return 0

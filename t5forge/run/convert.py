@@ -2,10 +2,10 @@
 
     t5forge.convert("ckpt", "hf_dir", from_="t5x", to="hf", config="t5_1_1/base")
 
-Reading goes through `t5forge.load` (or infers a T5X / Mesh TF config from the parameters when
-none is given), so a conversion sees a checkpoint exactly as the Python API does; the
-parameters are checked against the model their config builds before anything is written.
-It lives in run/, above api.py, because it reads through `load`; interop/ holds the formats.
+Reading goes through `t5forge.checkpoints.reader`, as `t5forge.load` does (T5X / Mesh TF
+checkpoints given no config get the one their parameters imply), so a conversion sees a
+checkpoint exactly as the Python API does, its parameters checked against the model their
+config builds before anything is written.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from t5forge.checkpoints import formats, reader
 from t5forge.errors import ConfigError
-from t5forge.interop import formats
 
 SOURCES = (formats.HF, formats.T5X, formats.MESH_TF, formats.T5FORGE)
 TARGETS = (formats.T5FORGE, formats.HF)
@@ -36,18 +36,14 @@ def convert(
     """
     from tqdm import tqdm
 
-    from t5forge.models.model import build_model
     from t5forge.models.param_names import named_leaves
 
     _check_formats(from_, to)
-    with tqdm(total=3, desc="convert", unit="stage", disable=None) as bar:
+    with tqdm(total=2, desc="convert", unit="stage", disable=None) as bar:
         bar.set_postfix_str(f"reading {from_}")
         config, params, source_vocab = _read(Path(path), from_, config)
         if vocab is None and source_vocab is not None:
             vocab, extra_ids = source_vocab.path, source_vocab.extra_ids
-        bar.update()
-        bar.set_postfix_str("checking shapes")
-        build_model(config).check_params_match(params)
         bar.update()
         bar.set_postfix_str(f"writing {to}")
         output = Path(output)
@@ -72,9 +68,8 @@ def _check_formats(from_: str, to: str) -> None:
 
 
 def _read(path: Path, fmt: str, config):
-    """(config, params, SentencePiece vocabulary or None) of the `fmt` checkpoint at `path`."""
-    from t5forge.api import load
-
+    """(config, params, SentencePiece vocabulary or None) of the `fmt` checkpoint at `path`;
+    T5X and Mesh TF checkpoints without a config get the one their parameters imply."""
     if not path.exists():
         raise ConfigError(f"--input {path} does not exist")
     detected = formats.detect_format(path)
@@ -82,19 +77,13 @@ def _read(path: Path, fmt: str, config):
         raise ConfigError(
             f"--input {path} is a {detected} checkpoint, not {fmt}; pass --from {detected}"
         )
-    if config is None and fmt in (formats.T5X, formats.MESH_TF):
-        from t5forge.interop.t5x import infer_config
-
-        params = formats.read_params(path, fmt)
-        return infer_config(params), params, None
-    model = load(path, config=config)
-    vocab = model.vocabulary if getattr(model.vocabulary, "path", None) else None
-    return model.config, model.params, vocab
+    checkpoint = reader.read(path, config, infer_config=True)
+    return checkpoint.config, checkpoint.params, checkpoint.vocabulary
 
 
 def _write_t5forge(config, params, output: Path, vocab, extra_ids: int) -> None:
     """A t5forge checkpoint at step 0 recording its config (and vocabulary), as `load` reads."""
-    from t5forge.training.checkpoints import Checkpointer
+    from t5forge.checkpoints.checkpointer import Checkpointer
 
     metadata = {"model_config": dataclasses.asdict(config), "converted": True}
     if vocab:

@@ -13,11 +13,11 @@ import os
 import sys
 
 from t5forge import storage
+from t5forge.checkpoints.remote_model_dir import complete_steps
 from t5forge.errors import CheckpointError, ConfigError
 from t5forge.run import setup
 from t5forge.run.configs import DatasetConfig, RestoreCheckpointConfig
 from t5forge.run.evaluation import InferenceEvaluation
-from t5forge.training.remote_model_dir import complete_steps
 from t5forge.training.summaries import MetricsWriter
 
 

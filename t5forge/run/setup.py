@@ -10,14 +10,12 @@ import logging
 from pathlib import Path
 
 import jax
-import numpy as np
 
+from t5forge.checkpoints import reader
 from t5forge.errors import CheckpointError, ConfigError
-from t5forge.interop import formats
 from t5forge.models.configs import T5Config, get_config
 from t5forge.models.model import BaseModel, build_model
 from t5forge.run.configs import RestoreCheckpointConfig
-from t5forge.training import checkpoints, remote_model_dir
 
 logger = logging.getLogger("t5forge")
 
@@ -43,24 +41,17 @@ def register_tasks(*dataset_cfgs) -> None:
 
 
 def load_params(path: str, model, target_params=None, assignment_map=()):
-    """Parameters for `model` from a t5forge, T5X, Mesh TF or Hugging Face checkpoint.
+    """(params for `model`, what was restored) from any checkpoint `checkpoints.reader` reads.
 
     `target_params` (freshly initialised, maybe sharded) is needed for a partial restore with
     an assignment map; the report says what was restored and what stayed fresh.
     """
-    location = Path(remote_model_dir.local_copy(path))
-    if not location.exists():
-        raise CheckpointError(
-            f"checkpoint path {path} does not exist; check INITIAL_CHECKPOINT_PATH / CHECKPOINT_PATH"
-        )
-    fmt = formats.detect_format(location)
-    if fmt in formats.FOREIGN:
-        foreign = formats.read_params(location, fmt, model.config)
-        model.check_params_match(foreign)
-        return jax.tree.map(np.asarray, foreign), f"loaded every parameter from {path}"
-    target = model.abstract_params() if target_params is None else target_params
-    params, report = checkpoints.restore_params(location, target, assignment_map)
-    return params, report.summary()
+    if target_params is None:
+        target_params = model.abstract_params()
+    checkpoint = reader.read(
+        path, model.config, target_params=target_params, assignment_map=assignment_map
+    )
+    return checkpoint.params, checkpoint.report
 
 
 def restore_config_params(cfg: RestoreCheckpointConfig | None, model, fresh_params=None):

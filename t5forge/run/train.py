@@ -27,6 +27,8 @@ import jax
 import numpy as np
 
 from t5forge import storage
+from t5forge.checkpoints import checkpointer
+from t5forge.checkpoints.remote_model_dir import RemoteModelDir
 from t5forge.errors import ConfigError, T5ForgeError
 from t5forge.run import setup
 from t5forge.run.checkpointing import Checkpointing
@@ -46,9 +48,8 @@ from t5forge.run.preemption import Preempted, Preemption, StopSignal
 from t5forge.run.progress import ProgressBar
 from t5forge.run.storage_errors import StorageFailureEcho, storage_errno
 from t5forge.run.train_metrics import TrainMetrics
-from t5forge.training import checkpoints, optimizers, schedules, summaries
+from t5forge.training import optimizers, schedules, summaries
 from t5forge.training.partitioning import PjitPartitioner
-from t5forge.training.remote_model_dir import RemoteModelDir
 from t5forge.training.trainer import Trainer
 
 logger = logging.getLogger("t5forge")
@@ -154,7 +155,7 @@ def train(
     tx = _make_optimizer(optimizer, learning_rate_fn, param_axes)
     trainer = trainer_cls(model, tx, partitioner, learning_rate_fn, num_microbatches, random_seed)
 
-    ckpt = checkpoints.Checkpointer(
+    ckpt = checkpointer.Checkpointer(
         model_dir,
         keep=checkpoint_cfg.keep,
         period=checkpoint_cfg.period,

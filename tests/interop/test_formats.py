@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 import t5forge
+from t5forge.checkpoints import formats
+from t5forge.checkpoints.checkpointer import Checkpointer, read_metadata
 from t5forge.cli.main import main as cli
 from t5forge.errors import CheckpointError, ConfigError
-from t5forge.interop import formats
 from t5forge.models.configs import get_config
 from t5forge.models.model import build_model
 from t5forge.run import setup
-from t5forge.training.checkpoints import Checkpointer, read_metadata
 
 
 @pytest.fixture(scope="module")

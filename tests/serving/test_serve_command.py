@@ -14,8 +14,8 @@ import jax
 import pytest
 from server_helpers import TINY_CONFIG, free_port, wait_ready
 
+from t5forge.checkpoints.checkpointer import Checkpointer
 from t5forge.models.model import build_model
-from t5forge.training.checkpoints import Checkpointer
 
 API_KEY = "test-key-0123456789"
 TEXT = "Click the Save button."

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from t5forge import storage
-from t5forge.training.checkpoint_integrity import CHECKSUMS_FILE
-from t5forge.training.remote_model_dir import complete_steps, local_copy
+from t5forge.checkpoints.integrity import CHECKSUMS_FILE
+from t5forge.checkpoints.remote_model_dir import complete_steps, local_copy
 
 REPO = Path(__file__).resolve().parents[2]
 EN_DE = REPO / "t5forge" / "tasks" / "data" / "en_de_lohelp"

@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from t5forge.checkpoints.checkpointer import Checkpointer, check_params_match, restore_params
 from t5forge.errors import CheckpointError
-from t5forge.training.checkpoints import Checkpointer, check_params_match, restore_params
 from t5forge.training.optimizers import adafactor
 from t5forge.training.train_state import TrainState
 
@@ -127,7 +127,7 @@ def test_corrupt_latest_checkpoint_is_skipped_with_warning(tmp_path, caplog, dam
         for data_file in state_dir.rglob("*"):
             if data_file.is_file():
                 data_file.unlink()
-    with caplog.at_level(logging.WARNING, logger="t5forge.training.checkpoints"):
+    with caplog.at_level(logging.WARNING, logger="t5forge.checkpoints.checkpointer"):
         restored = Checkpointer(tmp_path).restore_latest(abstract_state())
     assert restored.step == 1
     assert_trees_equal(restored.state, make_state(1, seed=1))
@@ -149,7 +149,7 @@ KILLED_SAVE = textwrap.dedent("""
     import os, signal, sys, threading, time
     from pathlib import Path
     import jax.numpy as jnp
-    from t5forge.training.checkpoints import Checkpointer
+    from t5forge.checkpoints.checkpointer import Checkpointer
     model_dir = Path(sys.argv[1])
     ckpt = Checkpointer(model_dir, period=1)
     ckpt.save(1, {"w": jnp.full((1024, 1024), 1.0)})
@@ -190,7 +190,7 @@ def test_killed_save_never_yields_a_bad_checkpoint(tmp_path):
 EXIT_RIGHT_AFTER_OPENING = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from t5forge.training.checkpoints import Checkpointer
+    from t5forge.checkpoints.checkpointer import Checkpointer
     model_dir = Path(sys.argv[1])
     for step in range(300):
         (model_dir / f"checkpoint_{step}.orbax-checkpoint-tmp-{step}").mkdir()

@@ -31,9 +31,9 @@ import threading
 from pathlib import Path
 
 from t5forge import storage
+from t5forge.checkpoints import integrity
+from t5forge.checkpoints.integrity import CHECKSUMS_FILE
 from t5forge.errors import CheckpointError, StorageError
-from t5forge.training import checkpoint_integrity
-from t5forge.training.checkpoint_integrity import CHECKSUMS_FILE
 
 logger = logging.getLogger("t5forge")
 
@@ -183,7 +183,7 @@ class RemoteModelDir:
     def _push_step(self, step: int) -> None:
         folder = self.local / f"checkpoint_{step}"
         if not (folder / CHECKSUMS_FILE).is_file():
-            checkpoint_integrity.seal(folder)
+            integrity.seal(folder)
         target = self.remote / f"checkpoint_{step}"
         files = sorted(storage.files_under(folder), key=lambda p: p.name == CHECKSUMS_FILE)
         with storage.reported(target):
@@ -218,7 +218,7 @@ def _verified(local: Path) -> bool:
     if not (local / CHECKSUMS_FILE).is_file():
         return False
     try:
-        checkpoint_integrity.verify(local)
+        integrity.verify(local)
     except CheckpointError:
         return False
     return True

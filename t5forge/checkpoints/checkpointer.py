@@ -4,7 +4,7 @@ A checkpoint holds the train state, the data iterator's state (so a resumed run 
 the examples it would have seen) and a small metadata file (step, model config). Saves are
 asynchronous (the step loop only waits for the device-to-host copy) and atomic (orbax writes to
 a temporary directory and renames it when complete), every file a save wrote is checksummed
-(t5forge.training.checkpoint_integrity), and restore walks back from the newest checkpoint past
+(t5forge.checkpoints.integrity), and restore walks back from the newest checkpoint past
 any that cannot be read or fails its checksums, moving it aside, so a crash, a full disk or a
 flipped bit never costs the whole run.
 """
@@ -25,9 +25,9 @@ import jax
 import orbax.checkpoint as ocp
 from orbax.checkpoint.checkpoint_managers import preservation_policy
 
+from t5forge.checkpoints import integrity
 from t5forge.errors import CheckpointError
 from t5forge.models import param_names
-from t5forge.training import checkpoint_integrity
 
 logger = logging.getLogger(__name__)
 
@@ -224,7 +224,7 @@ class Checkpointer:
                     else sorted(self.model_dir.glob(f"{final.name}{UNFINISHED_SUFFIX}*"))
                 )
                 if written:
-                    checkpoint_integrity.seal(written[0])
+                    integrity.seal(written[0])
                     self._pending.discard(step)
 
     def wait_until_finished(self) -> None:
@@ -237,7 +237,7 @@ class Checkpointer:
     def restore(self, step: int, abstract_state, shardings=None) -> RestoredCheckpoint:
         """Restores one step straight into the given shardings (no host-side full copy), after
         checking its files against the checksums recorded when it was saved."""
-        checkpoint_integrity.verify(self.step_dir(step))
+        integrity.verify(self.step_dir(step))
         target = _with_shardings(abstract_state, shardings)
         restored = self._manager.restore(
             int(step),
@@ -275,7 +275,7 @@ class Checkpointer:
         abstract_params = _params_of(abstract_state)
         for step in reversed(steps):
             try:
-                verified = checkpoint_integrity.verify(self.step_dir(step))
+                verified = integrity.verify(self.step_dir(step))
                 stored = _stored_param_shapes(self.step_dir(step)) if abstract_params else None
             except CheckpointError as error:
                 self._skip_damaged(step, error)
@@ -307,7 +307,7 @@ class Checkpointer:
         lines = str(error).strip().splitlines()
         where = self.step_dir(step)
         if move_aside and jax.process_index() == 0 and where.is_dir():
-            where = checkpoint_integrity.quarantine(where)
+            where = integrity.quarantine(where)
             self._manager.reload()  # orbax caches the step list
         logger.warning(
             "skipping unreadable checkpoint %s%s (%s: %s)",
@@ -426,7 +426,7 @@ def restore_params(
     Unmatched names load the same name. Restored arrays take the target's dtype and sharding.
     """
     step_dir = resolve_step_dir(path)
-    checkpoint_integrity.verify(step_dir)
+    integrity.verify(step_dir)
     stored = _stored_param_shapes(step_dir)
     targets = param_names.named_leaves(target_params)
     report = RestoreReport()
@@ -513,7 +513,7 @@ def verify_checkpoint(path: str | Path) -> str:
     import numpy as np
 
     step_dir = resolve_step_dir(path)
-    checked = checkpoint_integrity.verify(step_dir)
+    checked = integrity.verify(step_dir)
     _stored_param_shapes(step_dir)
     state_dir = step_dir / STATE
     try:
