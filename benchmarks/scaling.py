@@ -2,7 +2,7 @@
 
 T5 1.1 small with random weights (float32) scores (input, target) pairs: teacher-forced logits
 and each row's sum of target-token log-likelihoods, what eval and `t5forge infer` score do.
-t5forge runs the model's jitted `score_batch` on a `t5forge.api.score_features` batch, as those
+t5forge runs the model's jitted `score_batch` on a `Model.score_features` batch, as those
 paths do (`Model.score` would pad the 114 targets to its 128 bucket); transformers runs
 T5ForConditionalGeneration under torch.no_grad on the very same weights
 (benchmarks/same_weights.py), then log_softmax and the same sum. Each side runs in a process of
@@ -60,13 +60,12 @@ def _points(args) -> list[tuple[int, int]]:
 
 
 def forge_side(params_path: str):
-    from t5forge.api import score_features
-
     forge = same_weights.load_forge(params_path, CONFIG)
 
     def run(inputs, targets):
         rows, length, target_length = len(inputs), inputs.shape[1], targets.shape[1]
-        features = score_features(forge.config, inputs, targets, rows, length, target_length)
+        lengths = {"inputs": length, "targets": target_length}
+        features = forge.score_features(inputs, targets, lengths, rows)
         return np.asarray(forge.t5x_model.score_batch(forge.params, features), np.float32)
 
     return run

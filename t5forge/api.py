@@ -25,6 +25,8 @@ import jax
 import numpy as np
 
 from t5forge.checkpoints import reader
+from t5forge.data.buckets import Buckets
+from t5forge.data.feature_converters import converter_for
 from t5forge.data.vocabularies import EOS_ID, SentencePieceVocabulary
 from t5forge.errors import CheckpointError, ConfigError, DataError
 from t5forge.interop import huggingface
@@ -34,17 +36,17 @@ from t5forge.models.weights_dtype import with_weights_dtype
 
 logger = logging.getLogger(__name__)
 
-_MIN_LENGTH_BUCKET = 8
+# The API's padding (t5forge.data.buckets): lengths from 8 and batch sizes, each doubling.
+_LENGTHS = Buckets(smallest=8)
+_BATCHES = Buckets()
+# Decoding reads the decoder's input shifted right: a one-token placeholder target (id 0, never
+# scored) carries a decoder-only prompt's last token into its decoder_input_tokens.
+_PREDICT_TARGET = (0,)
 # T5's pre-training input length: the bound when a checkpoint records none.
 DEFAULT_MAX_INPUT_LENGTH = 512
 # Far beyond any T5 target length, small enough that one row's decoding cache stays modest.
 DEFAULT_MAX_OUTPUT_LENGTH = 1024
 INPUT_LENGTH_POLICIES = ("refuse", "truncate")
-
-
-def _bucket(size: int, minimum: int = 1) -> int:
-    """The power of two >= size (and >= minimum) that a dimension is padded to."""
-    return max(minimum, 1 << max(0, size - 1).bit_length())
 
 
 def pad_rows(rows: Sequence[Sequence[int]], batch: int, length: int) -> np.ndarray:
@@ -53,56 +55,6 @@ def pad_rows(rows: Sequence[Sequence[int]], batch: int, length: int) -> np.ndarr
     for i, row in enumerate(rows):
         out[i, : len(row)] = row
     return out
-
-
-def _shift_right(targets: np.ndarray) -> np.ndarray:
-    return np.pad(targets, ((0, 0), (1, 0)))[:, :-1]
-
-
-def score_features(
-    config: T5Config, input_rows, target_rows, batch: int, input_length: int, target_length: int
-) -> dict:
-    """The batch `score_batch` reads for (input, target) pairs padded to the given sizes.
-
-    Encoder-decoder: inputs and targets are padded separately. Decoder-only: one sequence per
-    pair, prompt then target, `input_length + target_length` long; the loss covers only the
-    target and the prompt is attended bidirectionally (plus the slot after it), as the prefix-LM
-    feature converter marks it.
-    """
-    if not config.is_decoder_only:
-        targets = pad_rows(target_rows, batch, target_length)
-        return {
-            "encoder_input_tokens": pad_rows(input_rows, batch, input_length),
-            "decoder_input_tokens": _shift_right(targets),
-            "decoder_target_tokens": targets,
-            "decoder_loss_weights": (targets > 0).astype(np.int32),
-        }
-    length = input_length + target_length
-    sequences = pad_rows([p + t for p, t in zip(input_rows, target_rows)], batch, length)
-    weights = pad_rows(
-        [[0] * len(p) + [1] * len(t) for p, t in zip(input_rows, target_rows)], batch, length
-    )
-    causal = pad_rows([[1] * (len(p) + 1) if p else [] for p in input_rows], batch, length)
-    return {
-        "decoder_input_tokens": _shift_right(sequences),
-        "decoder_target_tokens": sequences,
-        "decoder_loss_weights": weights,
-        "decoder_causal_attention": causal,
-    }
-
-
-def predict_features(config: T5Config, rows, batch: int, width: int) -> tuple[dict, int]:
-    """(batch for decoding, prompt width the decoder must step through) for input rows.
-
-    Encoder-decoder models encode the rows (width 0 on the decoder side); decoder-only models
-    take them as a prompt after the BOS slot, so decoding runs `width + 1` prompt positions.
-    """
-    if not config.is_decoder_only:
-        return {"encoder_input_tokens": pad_rows(rows, batch, width)}, 0
-    return {
-        "decoder_input_tokens": pad_rows([[0] + r for r in rows], batch, width + 1),
-        "decoder_causal_attention": pad_rows([[1] * (len(r) + 1) for r in rows], batch, width + 1),
-    }, width
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,6 +97,7 @@ class Model:
         self.vocabulary = vocabulary
         self._model = build_model(config)
         self._model.check_params_match(params)
+        self._converter = converter_for(self._model, pack=False)
         self.params = jax.device_put(params)
         self.max_input_length = int(max_input_length or DEFAULT_MAX_INPUT_LENGTH)
         self.input_length_policy = input_length_policy
@@ -283,6 +236,23 @@ class Model:
         if not self.config.is_decoder_only and encoder_input_tokens is None:
             raise DataError("this encoder-decoder model needs encoder_input_tokens")
 
+    # ------------------------------------------------------------------ batches
+
+    def score_features(self, input_rows, target_rows, lengths: dict, batch: int) -> dict:
+        """The batch `score_batch` reads for (input, target) token rows, built by the model's
+        feature converter with task feature `lengths` and `batch` rows (the rest padding)."""
+        examples = [{"inputs": i, "targets": t} for i, t in zip(input_rows, target_rows)]
+        return self._converter.batch(examples, lengths, batch)
+
+    def predict_features(self, rows, width: int, batch: int) -> tuple[dict, int]:
+        """(the batch decoding reads for input rows of at most `width` tokens, padded to `batch`
+        rows, the prompt positions the decoder steps through first: `width` for a decoder-only
+        model, which reads the input as its prompt, else 0)."""
+        examples = [{"inputs": row, "targets": _PREDICT_TARGET} for row in rows]
+        features = self._converter.batch(examples, {"inputs": width, "targets": 1}, batch)
+        decoding = {name: features[name] for name in self._model.decoding_inputs}
+        return decoding, width if self.config.is_decoder_only else 0
+
     # ------------------------------------------------------------------ logits and scores
 
     def logits(self, encoder_input_tokens, decoder_input_tokens) -> np.ndarray:
@@ -295,7 +265,7 @@ class Model:
         self._check_encoder_decoder_argument(encoder_input_tokens)
         decoder_rows, _ = self._token_rows(decoder_input_tokens, "decoder_input_tokens", False)
         batch, length = len(decoder_rows), len(decoder_rows[0])
-        padded_batch, padded_length = _bucket(batch), _bucket(length, _MIN_LENGTH_BUCKET)
+        padded_batch, padded_length = _BATCHES.fit(batch), _LENGTHS.fit(length)
         features = {
             "decoder_input_tokens": pad_rows(decoder_rows, padded_batch, padded_length),
             # Only a validity marker: every real position is attended causally.
@@ -309,7 +279,7 @@ class Model:
                     f"decoder_input_tokens has {batch}; pass one row per example"
                 )
             features["encoder_input_tokens"] = pad_rows(
-                encoder_rows, padded_batch, _bucket(len(encoder_rows[0]), _MIN_LENGTH_BUCKET)
+                encoder_rows, padded_batch, _LENGTHS.fit(len(encoder_rows[0]))
             )
         logits = self._model.logits(self.params, features)
         return np.asarray(logits[:batch, :length], np.float32)
@@ -329,21 +299,15 @@ class Model:
                 f"pass one target per input"
             )
         self.check_output_length(max(map(len, target_rows)), "the longest target's length")
-        input_length = _bucket(max(map(len, input_rows)), _MIN_LENGTH_BUCKET)
-        target_length = _bucket(max(map(len, target_rows)), _MIN_LENGTH_BUCKET)
+        input_length = max(1, *map(len, input_rows))
+        target_length = max(1, *map(len, target_rows))
         if self.config.is_decoder_only:  # one sequence per pair: bucket the total length
-            total = _bucket(
-                max(len(p) + len(t) for p, t in zip(input_rows, target_rows)), _MIN_LENGTH_BUCKET
-            )
-            input_length, target_length = 0, total
-        features = score_features(
-            self.config,
-            input_rows,
-            target_rows,
-            _bucket(len(input_rows)),
-            input_length,
-            target_length,
-        )
+            total = _LENGTHS.fit(input_length + target_length)
+            lengths = {"inputs": input_length, "targets": total - input_length}
+        else:
+            lengths = {"inputs": _LENGTHS.fit(input_length), "targets": _LENGTHS.fit(target_length)}
+        batch = _BATCHES.fit(len(input_rows))
+        features = self.score_features(input_rows, target_rows, lengths, batch)
         return np.asarray(
             self._model.score_batch(self.params, features)[: len(input_rows)], np.float32
         )
@@ -377,8 +341,8 @@ class Model:
             raise ConfigError(f"use top_k or top_p, not both (got top_k={top_k}, top_p={top_p})")
         encoded = self.encode(inputs, "inputs", not self.config.is_decoder_only)
         rows = encoded.rows
-        features, prompt_width = predict_features(
-            self.config, rows, _bucket(len(rows)), _bucket(max(map(len, rows)), _MIN_LENGTH_BUCKET)
+        features, prompt_width = self.predict_features(
+            rows, _LENGTHS.fit(max(map(len, rows))), _BATCHES.fit(len(rows))
         )
         tokens = self._model.predict_batch(
             self.params,

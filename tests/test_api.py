@@ -81,6 +81,12 @@ def test_padding_to_buckets_changes_no_result(model):
     )
 
 
+def test_zero_padded_token_arrays_score_as_their_rows(model):
+    padded = model.score(np.array([[5, 9, 3, 1], [14, 1, 0, 0]]), np.array([[4, 1, 0], [6, 7, 1]]))
+    rows = model.score([[5, 9, 3, 1], [14, 1]], [[4, 1], [6, 7, 1]])
+    np.testing.assert_allclose(padded, rows, rtol=1e-6)
+
+
 def test_lengths_in_one_bucket_share_a_compilation(model):
     predict = type(model._model)._predict
     model.generate([[5, 9, 3, 1], [2, 1]], max_length=4)

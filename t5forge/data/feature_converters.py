@@ -40,7 +40,7 @@ def _as_tokens(example: Mapping[str, Any], feature: str, converter: str) -> np.n
             f"{sorted(example)}; fix the task's preprocessors or pick another converter"
         )
     tokens = np.asarray(example[feature])
-    if tokens.ndim != 1 or (tokens.size and not np.issubdtype(tokens.dtype, np.integer)):
+    if tokens.ndim != 1 or (tokens.size and tokens.dtype.kind not in "iu"):  # integer ids
         raise DataError(
             f"{converter}: feature {feature!r} must be a 1-D list of token ids, got "
             f"{tokens.dtype} with shape {tokens.shape}; tokenize it before converting"
@@ -49,19 +49,23 @@ def _as_tokens(example: Mapping[str, Any], feature: str, converter: str) -> np.n
 
 
 def _assemble_slot(
-    tracks_per_segment: list[dict[str, np.ndarray]], length: int, packed: bool
+    tracks_per_segment: list[dict[str, np.ndarray]],
+    length: int,
+    packed: bool,
+    row: dict[str, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
     """Concatenates one slot's segments into padded rows (+ segment ids and positions if packed).
 
     Also builds `shifted`: the tokens moved one step right within each segment, with 0
     (the decoder's start token) at every segment start. All rows are views of one buffer:
-    this runs once per example, so allocations count.
+    this runs once per example, so allocations count. `row` (zero-filled views, one per track)
+    is written into instead when the caller holds a whole batch in one buffer.
     """
-    names = [*tracks_per_segment[0], "shifted"]
-    if packed:
-        names += ["segment_ids", "positions"]
-    buffer = np.zeros((len(names), length), MODEL_DTYPE)
-    row = dict(zip(names, buffer))
+    if row is None:
+        names = [*tracks_per_segment[0], "shifted"]
+        if packed:
+            names += ["segment_ids", "positions"]
+        row = dict(zip(names, np.zeros((len(names), length), MODEL_DTYPE)))
     offset = 0
     for segment_id, tracks in enumerate(tracks_per_segment, start=1):
         size = len(tracks["tokens"])
@@ -75,6 +79,23 @@ def _assemble_slot(
             row["positions"][offset:end] = np.arange(size, dtype=MODEL_DTYPE)
         offset = end
     return row
+
+
+def _assemble_rows(
+    tracks_per_row: list[dict[str, np.ndarray]], length: int, batch_size: int
+) -> dict[str, np.ndarray]:
+    """One slot's unpacked rows as [batch_size, length] arrays, an example per row and zeros
+    (padding rows) after them, assembled in one buffer."""
+    names = [*tracks_per_row[0], "shifted"]
+    buffer = np.zeros((len(names), batch_size, length), MODEL_DTYPE)
+    for i, tracks in enumerate(tracks_per_row):
+        _assemble_slot([tracks], length, packed=False, row=dict(zip(names, buffer[:, i])))
+    return dict(zip(names, buffer))
+
+
+def _non_padding(tokens: np.ndarray) -> np.ndarray:
+    """Loss weights: 1 on every token but padding (id 0), as seqio's `non_padding_position`."""
+    return (tokens != 0).astype(MODEL_DTYPE)
 
 
 def _decoder_features(decoder: dict[str, np.ndarray], packed: bool) -> dict[str, np.ndarray]:
@@ -173,6 +194,25 @@ class FeatureConverter(abc.ABC):
             rows.append(self._render(pack, slot_lengths))
         return rows
 
+    def batch(
+        self,
+        examples: Iterable[Mapping[str, Any]],
+        task_feature_lengths: Mapping[str, int],
+        batch_size: int,
+    ) -> dict[str, np.ndarray]:
+        """One unpacked batch for a few examples (an API call, a server batch): a row each,
+        then all-padding rows up to `batch_size`, every feature [batch_size, length]. What
+        `convert` and stacking would give, built in one buffer per slot: this runs per call."""
+        if self.pack:
+            raise ConfigError(f"{self!r}.batch puts one example per row; use pack=False")
+        lengths = self._checked(task_feature_lengths)
+        segments = [self._segment(example, lengths) for example in examples]
+        rows = {
+            slot: _assemble_rows([segment[slot] for segment in segments], length, batch_size)
+            for slot, length in self.slot_lengths(lengths).items()
+        }
+        return self._model_features(rows)
+
     def apply(
         self, dataset: grain.IterDataset, task_feature_lengths: Mapping[str, int]
     ) -> grain.IterDataset:
@@ -203,7 +243,7 @@ class EncDecFeatureConverter(FeatureConverter):
         targets = _as_tokens(example, "targets", name)[: lengths["targets"]]
         return {
             "encoder": {"tokens": inputs},
-            "decoder": {"tokens": targets, "loss_weights": np.ones_like(targets)},
+            "decoder": {"tokens": targets, "loss_weights": _non_padding(targets)},
         }
 
     def _model_features(self, rows):
@@ -225,7 +265,7 @@ class DecoderFeatureConverter(FeatureConverter):
 
     def _segment(self, example, lengths):
         targets = _as_tokens(example, "targets", type(self).__name__)[: lengths["targets"]]
-        return {"decoder": {"tokens": targets, "loss_weights": np.ones_like(targets)}}
+        return {"decoder": {"tokens": targets, "loss_weights": _non_padding(targets)}}
 
     def _model_features(self, rows):
         return _decoder_features(rows["decoder"], self.pack)
@@ -254,7 +294,7 @@ class PrefixLMFeatureConverter(DecoderFeatureConverter):
         inputs = _as_tokens(example, "inputs", name)[: lengths["inputs"]]
         targets = _as_tokens(example, "targets", name)[: lengths["targets"]]
         tokens = np.concatenate([inputs, targets])
-        loss_weights = np.ones_like(tokens)
+        loss_weights = _non_padding(tokens)
         if self.loss_on_targets_only:
             loss_weights[: len(inputs)] = 0
         causal_attention = np.zeros_like(tokens)
@@ -271,6 +311,19 @@ class PrefixLMFeatureConverter(DecoderFeatureConverter):
         features = super()._model_features(rows)
         features["decoder_causal_attention"] = rows["decoder"]["causal_attention"]
         return features
+
+
+def converter_for(model, pack: bool = True) -> FeatureConverter:
+    """The converter a model declares, as T5X's FEATURE_CONVERTER_CLS: by its class name here,
+    since models never import data."""
+    name = model.FEATURE_CONVERTER_CLS
+    converters = (EncDecFeatureConverter, DecoderFeatureConverter, PrefixLMFeatureConverter)
+    by_name = {converter.__name__: converter for converter in converters}
+    if name not in by_name:
+        raise ConfigError(
+            f"{type(model).__name__}.FEATURE_CONVERTER_CLS is {name!r}; use one of {sorted(by_name)}"
+        )
+    return by_name[name](pack=pack)
 
 
 def _segment_to_state(segment: Segment) -> dict:

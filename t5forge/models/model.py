@@ -52,8 +52,11 @@ class BaseModel(abc.ABC):
     (`init_inputs`), which ones decoding and label prediction read (`decoding_inputs`,
     `label_inputs`), and provides `decoding_state` (prompt, cache and step function for
     models.decoding) and `_first_target_logits` (for single-token label prediction).
+    It also names the feature converter that builds its batches (T5X's FEATURE_CONVERTER_CLS,
+    the class name in t5forge.data.feature_converters: models never import data).
     """
 
+    FEATURE_CONVERTER_CLS: str
     network_inputs: tuple[str, ...] = ()
     init_inputs: tuple[str, ...] = ()
     decoding_inputs: tuple[str, ...] = ()
@@ -336,6 +339,7 @@ class BaseModel(abc.ABC):
 class EncoderDecoderModel(BaseModel):
     """T5 with an encoder: predicts targets from `encoder_input_tokens`."""
 
+    FEATURE_CONVERTER_CLS = "EncDecFeatureConverter"
     network_inputs = (
         "encoder_input_tokens",
         "decoder_input_tokens",
@@ -416,6 +420,7 @@ class DecoderOnlyModel(BaseModel):
     `decoder_causal_attention`, attended bidirectionally as in training; predictions return
     only the continuation."""
 
+    FEATURE_CONVERTER_CLS = "PrefixLMFeatureConverter"
     network_inputs = (
         "decoder_input_tokens",
         "decoder_target_tokens",

@@ -15,19 +15,10 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from t5forge import storage
+from t5forge.data.feature_converters import converter_for
 from t5forge.run import setup
 from t5forge.run.configs import DatasetConfig
 from t5forge.training.summaries import MetricsWriter
-
-
-def converter_for(model, pack: bool):
-    """The feature converter matching the model's architecture."""
-    from t5forge.data import feature_converters as fc
-    from t5forge.models.model import DecoderOnlyModel
-
-    if isinstance(model, DecoderOnlyModel):
-        return fc.PrefixLMFeatureConverter(pack=pack)
-    return fc.EncDecFeatureConverter(pack=pack)
 
 
 def _tasks(name: str) -> list:

@@ -17,10 +17,10 @@ import jax
 import numpy as np
 
 from t5forge import storage
+from t5forge.data.feature_converters import converter_for
 from t5forge.errors import ConfigError
 from t5forge.run import setup
 from t5forge.run.configs import DatasetConfig, RestoreCheckpointConfig
-from t5forge.run.evaluation import converter_for
 
 MODES = ("predict", "score")
 

@@ -1,8 +1,8 @@
 """The device side of the server: pads rows to a few compiled shapes and runs them.
 
 Every device batch is padded to a batch bucket (a power of two up to max_batch_size) and a
-length bucket (16, 64, 256, ... up to the model's maximum input length), so the set of XLA
-programs is small and known in advance; `warmup` compiles all of them before the server
+length bucket (16, 64, 256, ... up to the model's maximum input length; t5forge.data.buckets),
+built by the model's feature converter, so the set of XLA programs is small and known in advance; `warmup` compiles all of them before the server
 reports ready, so no request pays a compile. Only this module touches the device, and only
 from the batcher's single device thread.
 """
@@ -16,36 +16,19 @@ from collections.abc import Callable, Iterator
 import jax
 import numpy as np
 
-from t5forge.api import Model, predict_features, score_features
+from t5forge.api import Model
+from t5forge.data.buckets import Buckets
 from t5forge.serving.settings import ServerSettings
 from t5forge.serving.stepwise import Decoded, RowOptions, StepDecoder
 
 logger = logging.getLogger(__name__)
 
-_SMALLEST_LENGTH_BUCKET = 16
-_LENGTH_BUCKET_GROWTH = 4
 _BEAM_ALPHA = 0.6  # T5X's length penalty
 
 
-def length_buckets(limit: int) -> tuple[int, ...]:
+def length_buckets(limit: int) -> Buckets:
     """16, 64, 256, ... below `limit`, then `limit`: padding costs at most 4x, shapes stay few."""
-    buckets, size = [], _SMALLEST_LENGTH_BUCKET
-    while size < limit:
-        buckets.append(size)
-        size *= _LENGTH_BUCKET_GROWTH
-    return (*buckets, limit)
-
-
-def batch_buckets(max_batch_size: int) -> tuple[int, ...]:
-    """1, 2, 4, ... up to the power of two that holds max_batch_size rows."""
-    buckets = [1]
-    while buckets[-1] < max_batch_size:
-        buckets.append(buckets[-1] * 2)
-    return tuple(buckets)
-
-
-def _fit(size: int, buckets: tuple[int, ...]) -> int:
-    return next(b for b in buckets if b >= size)
+    return Buckets(smallest=16, growth=4, limit=limit)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +47,7 @@ class Engine:
         self.settings = settings
         self.params = model.params
         self.decoder = StepDecoder(model.t5x_model)
-        self.batch_buckets = batch_buckets(settings.max_batch_size)
+        self.batch_buckets = Buckets()
         self.input_buckets = length_buckets(model.max_input_length)
         # Beam outputs are rescored as targets, so targets reach max_new_tokens_limit too.
         self.target_buckets = length_buckets(
@@ -73,11 +56,9 @@ class Engine:
 
     # ------------------------------------------------------------------ generation
 
-    def _predict_features(self, rows: list[list[int]], batch_rows: int | None = None):
-        batch = _fit(batch_rows or len(rows), self.batch_buckets)
-        return predict_features(
-            self.model.config, rows, batch, _fit(max(map(len, rows)), self.input_buckets)
-        )
+    def _predict_features(self, rows: list[list[int]]):
+        width = self.input_buckets.fit(max(map(len, rows)))
+        return self.model.predict_features(rows, width, self.batch_buckets.fit(len(rows)))
 
     def generate(
         self,
@@ -121,19 +102,13 @@ class Engine:
     def score(self, pairs: list[ScorePair]) -> list[float]:
         """Log-likelihood of each target given its input (sum over target tokens)."""
         inputs = [p.input_tokens for p in pairs]
-        targets = [p.target_tokens or [0] for p in pairs]
-        input_length = _fit(max(map(len, inputs)), self.input_buckets)
-        target_length = _fit(max(map(len, targets)), self.target_buckets)
-        if self.model.config.is_decoder_only:  # one sequence per pair
-            input_length, target_length = 0, input_length + target_length
-        features = score_features(
-            self.model.config,
-            inputs,
-            targets,
-            _fit(len(pairs), self.batch_buckets),
-            input_length,
-            target_length,
-        )
+        targets = [p.target_tokens for p in pairs]
+        lengths = {
+            "inputs": self.input_buckets.fit(max(map(len, inputs))),
+            "targets": self.target_buckets.fit(max(map(len, targets))),
+        }
+        batch = self.batch_buckets.fit(len(pairs))
+        features = self.model.score_features(inputs, targets, lengths, batch)
         scores = self.model.t5x_model.score_batch(self.params, features)
         return [float(s) for s in np.asarray(scores)[: len(pairs)]]
 
@@ -143,8 +118,8 @@ class Engine:
         """One call per compiled shape: every batch and length bucket of generation, beam
         search with `warmup_num_beams` at the default max_new_tokens, and scoring."""
         settings = self.settings
-        for batch in self.batch_buckets:
-            for length in self.input_buckets:
+        for batch in self.batch_buckets.sizes(settings.max_batch_size):
+            for length in self.input_buckets.sizes():
                 rows = [[1] * length] * batch
                 options = [RowOptions(max_new_tokens=1)] * batch
                 yield lambda rows=rows, options=options: self.generate(rows, options)
@@ -152,7 +127,7 @@ class Engine:
                     yield lambda rows=rows: self.beam(
                         rows, settings.warmup_num_beams, settings.max_new_tokens
                     )
-                for target_length in self.target_buckets:
+                for target_length in self.target_buckets.sizes():
                     pairs = [ScorePair([1] * length, [1] * target_length)] * batch
                     yield lambda pairs=pairs: self.score(pairs)
 

@@ -131,4 +131,4 @@ def test_t5x_checkpoints_serve_with_a_config_and_a_vocabulary(shared_data, test_
     model = load_for_serving(checkpoint, vocab=test_spm_path, extra_ids=0, config="t5_1_1/tiny")
     service = InferenceService(model, ServerSettings(max_input_length=64))
     assert service.model.vocabulary.vocab_size == 26
-    assert service.engine.input_buckets == (16, 64)
+    assert service.engine.input_buckets.sizes() == (16, 64)

@@ -4,10 +4,12 @@ import jax
 import numpy as np
 import pytest
 
-from t5forge.api import Model, predict_features
+from t5forge.api import Model
+from t5forge.data.buckets import Buckets
+from t5forge.errors import DataError
 from t5forge.models.configs import get_config
 from t5forge.models.model import build_model
-from t5forge.serving.engine import batch_buckets, length_buckets
+from t5forge.serving.engine import length_buckets
 from t5forge.serving.stepwise import RowOptions, StepDecoder
 
 
@@ -22,7 +24,7 @@ def test_greedy_rows_equal_the_library_decoder_and_sampled_rows_ignore_their_bat
     config = get_config(preset, vocab_size=64, dtype="float32")
     model = Model(config, jax.device_get(build_model(config).init_params(jax.random.PRNGKey(0))))
     decoder = StepDecoder(model.t5x_model)
-    features, prompt_width = predict_features(config, rows, 4, 8)
+    features, prompt_width = model.predict_features(rows, 8, 4)
     cache_length = prompt_width + 12
     greedy = decoder.decode(model.params, features, cache_length, [RowOptions(10)] * 2)
     np.testing.assert_array_equal([r.tokens for r in greedy], model.generate(rows, max_length=10))
@@ -56,8 +58,12 @@ def test_greedy_rows_equal_the_library_decoder_and_sampled_rows_ignore_their_bat
 
 
 def test_buckets_are_few_and_cover_the_limits():
-    assert length_buckets(64) == (16, 64)
-    assert length_buckets(512) == (16, 64, 256, 512)
-    assert length_buckets(100) == (16, 64, 100)
-    assert batch_buckets(1) == (1,)
-    assert batch_buckets(24) == (1, 2, 4, 8, 16, 32)
+    assert length_buckets(64).sizes() == (16, 64)
+    assert length_buckets(512).sizes() == (16, 64, 256, 512)
+    assert length_buckets(100).sizes() == (16, 64, 100)
+    assert length_buckets(100).fit(65) == 100
+    assert Buckets().sizes(1) == (1,)
+    assert Buckets().sizes(24) == (1, 2, 4, 8, 16, 32)
+    assert Buckets(smallest=8).fit(9) == 16
+    with pytest.raises(DataError, match="over the largest bucket, 100"):
+        length_buckets(100).fit(101)
