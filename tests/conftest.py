@@ -1,10 +1,13 @@
 """Shared fixtures: where the real datasets live, the tiny model and vocabulary end-to-end tests
-train, and small helpers used across test folders."""
+train, one compilation cache for every command a test starts, and the tiny run they share."""
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
+from commands import LAYOUT_GIN, TinyRuns
+from tiny_model import TINY_MODEL_GIN, TINY_VOCAB_PIECES
 
 from t5forge.data.vocab_trainer import file_texts, train_vocabulary
 
@@ -15,17 +18,21 @@ SHARED_DATA = Path(os.environ.get("T5FORGE_SHARED_DATA", REPO_ROOT.parent / "sha
 os.environ.setdefault("T5FORGE_DATA_DIR", str(SHARED_DATA))
 BUNDLED_EN_DE = REPO_ROOT / "t5forge" / "tasks" / "data" / "en_de_lohelp" / "train.jsonl.gz"
 
-TINY_VOCAB_PIECES = 1000
-TINY_MODEL_GIN = """
-T5Config.vocab_size = 1152  # 1000 pieces + 100 sentinels, rounded up to a multiple of 128
-T5Config.emb_dim = 32
-T5Config.num_heads = 4
-T5Config.num_encoder_layers = 2
-T5Config.num_decoder_layers = 2
-T5Config.head_dim = 8
-T5Config.mlp_dim = 64
-T5Config.dtype = 'float32'
-"""
+
+@pytest.fixture(scope="session", autouse=True)
+def compilation_cache(tmp_path_factory):
+    """One JAX persistent compilation cache for every process the session starts.
+
+    A command compiles the same tiny programs as the commands before it; read from the cache,
+    XLA:CPU's executables are the ones it would build (the bitwise-resume tests hold), and a
+    tiny `t5forge train` takes about half as long. The test process itself reads no cache: its
+    programs are compiled once anyway.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path_factory.mktemp("jax_cache")))
+        patch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+        patch.setenv("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -44,11 +51,7 @@ def test_spm_path(shared_data) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model_gin(tmp_path_factory) -> Path:
-    """A gin file shrinking any T5Config to 2+2 layers of width 32 (1152 ids), for `tiny_vocab`.
-
-    Appended after a full-size gin file (later gin files win), it lets real commands run in
-    seconds on a CPU.
-    """
+    """tests/tiny_model.py's TINY_MODEL_GIN as a file, for `tiny_vocab`."""
     path = tmp_path_factory.mktemp("tiny_model") / "tiny_model.gin"
     path.write_text(TINY_MODEL_GIN)
     return path
@@ -62,3 +65,23 @@ def tiny_vocab(tmp_path_factory) -> Path:
     texts += [t for i, t in enumerate(file_texts([str(BUNDLED_EN_DE)], "de")) if i < 3000]
     train_vocabulary(texts, path, vocab_size=TINY_VOCAB_PIECES, extra_ids=100, progress=False)
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_runs(tmp_path_factory, tiny_vocab) -> TinyRuns:
+    """Commands on the tiny model in the T5 1.1 layout, the tiny vocabulary and bundled data."""
+    root = tmp_path_factory.mktemp("tiny_runs")
+    (root / "tiny.gin").write_text(TINY_MODEL_GIN + LAYOUT_GIN)
+    shutil.copy(tiny_vocab, root / "spm.model")
+    return TinyRuns(root, root / "spm.model")
+
+
+@pytest.fixture(scope="session")
+def tiny_trained(tiny_runs) -> Path:
+    """A finished 12-step `tiny_runs.train` with checkpoints 5, 10 and 12 (never modify it: copy).
+
+    Shared by the end-to-end tests that read a trained model: the faults, eval/infer/convert.
+    """
+    model_dir = tiny_runs.root / "trained"
+    tiny_runs.train(model_dir, 12, check=True)
+    return model_dir

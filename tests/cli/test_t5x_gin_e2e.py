@@ -2,40 +2,24 @@
 checkout on --gin_search_paths; the task name they bind comes from a SeqIO-style module."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from commands import REPO, command_env, t5forge
 
-REPO = Path(__file__).resolve().parents[2]
 CHECKOUT = REPO / "tests" / "cli" / "t5x_checkout"
 EXAMPLES = "t5x/examples/t5/t5_1_1/examples"
 
 
 def _run(command, *args, vocab):
-    env = dict(
-        os.environ, T5FORGE_VOCAB=str(vocab), JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO / "tests")
-    )
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "t5forge",
-            command,
-            f"--gin_search_paths={CHECKOUT}",
-            "--module_import=seqio_style_tasks",
-            *args,
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
+    return t5forge(
+        command,
+        f"--gin_search_paths={CHECKOUT}",
+        "--module_import=seqio_style_tasks",
+        *args,
+        env=command_env(T5FORGE_VOCAB=vocab, PYTHONPATH=REPO / "tests"),
         timeout=900,
+        check=True,
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result
 
 
 @pytest.mark.slow

@@ -1,21 +1,21 @@
 """`t5forge tasks list|show|preview` on the built-in tasks and real data."""
 
 import pytest
+from commands import t5forge_in_process
 
-from t5forge.cli import main as cli
 from t5forge.data.vocabularies import SentencePieceVocabulary
 from t5forge.tasks.builtin import register_builtin_tasks
 
 
 def test_list_names_every_builtin_task(capsys):
-    assert cli.main(["tasks", "list"]) == 0
+    assert t5forge_in_process("tasks", "list") == 0
     out = capsys.readouterr().out
     for name in ("en_de_lohelp_translate", "rotten_tomatoes_sentiment", "english_span_corruption"):
         assert f"task     {name}" in out
 
 
 def test_show_prints_splits_steps_and_features(capsys, shared_data):
-    assert cli.main(["tasks", "show", "rotten_tomatoes_sentiment"]) == 0
+    assert t5forge_in_process("tasks", "show", "rotten_tomatoes_sentiment") == 0
     out = capsys.readouterr().out
     assert "split validation: 1000 examples" in out
     assert "classify(text_key='text', label_key='label', prefix='sentiment')" in out
@@ -37,7 +37,7 @@ def test_preview_decodes_processed_examples(capsys, shared_data, test_spm_path, 
         "--sequence_length",
         "inputs=256,targets=256",
     ]
-    assert cli.main(argv) == 0
+    assert t5forge_in_process(*argv) == 0
     out = capsys.readouterr().out
     assert out.count("--- example") == 2
     # the 26-piece test vocabulary lacks most letters: they decode as ⁇ (UNK)
@@ -60,7 +60,7 @@ def test_preview_decodes_processed_examples(capsys, shared_data, test_spm_path, 
     ],
 )
 def test_mistakes_are_one_line(capsys, argv, message):
-    assert cli.main(argv) == 2
+    assert t5forge_in_process(*argv) == 2
     err = capsys.readouterr().err
     assert err.startswith(message) and err.count("\n") == 1
 
@@ -78,7 +78,7 @@ def builtin_tasks_over(shared_data):
 
 def test_preview_shows_each_ul2_mode(capsys, tiny_vocab, builtin_tasks_over):
     builtin_tasks_over(tiny_vocab)
-    assert cli.main(["tasks", "preview", "english_ul2", "-n", "30"]) == 0
+    assert t5forge_in_process("tasks", "preview", "english_ul2", "-n", "30") == 0
     out = capsys.readouterr().out
     inputs = [line for line in out.splitlines() if line.startswith("  inputs")]
     assert len(inputs) == 30

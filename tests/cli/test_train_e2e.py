@@ -2,70 +2,19 @@
 
 One tiny T5 is trained through the CLI in a subprocess; a second run is killed with SIGKILL
 between checkpoints and restarted, and its per-step losses must equal the uninterrupted run's
-bit for bit.
+bit for bit. `eval`, `infer` and `convert` read the session's trained tiny run (`tiny_trained`).
 """
 
 import json
-import os
 import re
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
-
-# Added to the shared tiny model: the T5 1.1 layout (gated GELU, untied logits) and dropout
-# from the DROPOUT_RATE macro the commands set.
-E2E_GIN = """
-T5Config.mlp_activations = ('gelu', 'linear')
-T5Config.dropout_rate = %DROPOUT_RATE
-T5Config.logits_via_embedding = False
-"""
-
-
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory, tiny_model_gin, tiny_vocab):
-    root = tmp_path_factory.mktemp("train_e2e")
-    shutil.copy(tiny_vocab, root / "spm.model")
-    (root / "tiny.gin").write_text(tiny_model_gin.read_text() + E2E_GIN)
-    return root
-
-
-def _train_command(workdir, model_dir, steps, extra=()):
-    return [
-        sys.executable,
-        "-m",
-        "t5forge",
-        "train",
-        f"--gin_file={workdir / 'tiny.gin'}",
-        "--gin_file=runs/finetune.gin",
-        f"--gin.MODEL_DIR={model_dir}",
-        "--gin.MIXTURE_OR_TASK_NAME=en_de_lohelp_translate",
-        "--gin.TASK_FEATURE_LENGTHS={'inputs': 32, 'targets': 32}",
-        f"--gin.TRAIN_STEPS={steps}",
-        "--gin.BATCH_SIZE=8",
-        "--gin.INITIAL_CHECKPOINT_PATH=None",
-        "--gin.DROPOUT_RATE=0.1",
-        "--gin.utils.create_learning_rate_scheduler.base_learning_rate=0.01",
-        *extra,
-    ]
-
-
-def _env(workdir):
-    env = dict(os.environ)
-    env.update(
-        T5FORGE_VOCAB=str(workdir / "spm.model"),
-        T5FORGE_DATA_DIR=str(REPO / "t5forge" / "tasks" / "data"),
-        JAX_PLATFORMS="cpu",
-        PYTHONUNBUFFERED="1",
-    )
-    return env
+from commands import TASK
 
 
 def _losses(model_dir, split="train", key="loss") -> dict[int, float]:
@@ -78,35 +27,20 @@ def _losses(model_dir, split="train", key="loss") -> dict[int, float]:
     return losses
 
 
-@pytest.fixture(scope="module")
-def trained(workdir):
-    """A 200-step run through `python -m t5forge train` (the model dir the other tests read)."""
-    model_dir = workdir / "run"
-    result = subprocess.run(
-        _train_command(
-            workdir,
-            model_dir,
-            200,
-            [
-                "--gin.EVAL_PERIOD=100",
-                "--gin.CHECKPOINT_PERIOD=100",
-                "--gin.train.stats_period=20",
-                "--gin.train.infer_eval_dataset_cfg=None",
-            ],
-        ),
-        cwd=REPO,
-        env=_env(workdir),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return model_dir
-
-
 @pytest.mark.slow
-def test_train_leaves_t5x_model_dir_and_loss_falls(trained):
-    model_dir = trained
+def test_train_leaves_t5x_model_dir_and_loss_falls(tiny_runs, tmp_path):
+    model_dir = tmp_path / "run"
+    tiny_runs.train(
+        model_dir,
+        200,
+        "--gin.EVAL_PERIOD=100",
+        "--gin.train.stats_period=20",
+        "--gin.train.infer_eval_dataset_cfg=None",
+        period=100,
+        quiet=False,
+        timeout=900,
+        check=True,
+    )
     for name in (
         "config.gin",
         "model-info.txt",
@@ -129,32 +63,13 @@ def test_train_leaves_t5x_model_dir_and_loss_falls(trained):
 
 
 @pytest.mark.slow
-def test_sigkill_between_checkpoints_then_restart_is_bitwise_identical(workdir):
-    flags = [
-        "--gin.EVAL_PERIOD=0",
-        "--gin.CHECKPOINT_PERIOD=10",
-        "--gin.train.stats_period=1",
-        "--gin.train.infer_eval_dataset_cfg=None",
-        "--gin.train.train_eval_dataset_cfg=None",
-        "--gin.utils.SaveCheckpointConfig.async_save=False",
-    ]
-    straight = workdir / "straight"
-    subprocess.run(
-        _train_command(workdir, straight, 30, flags),
-        cwd=REPO,
-        env=_env(workdir),
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
+def test_sigkill_between_checkpoints_then_restart_is_bitwise_identical(tiny_runs, tmp_path):
+    straight = tmp_path / "straight"
+    tiny_runs.train(straight, 30, period=10, check=True)
 
-    killed = workdir / "killed"
-    process = subprocess.Popen(
-        _train_command(workdir, killed, 30, flags),
-        cwd=REPO,
-        env=_env(workdir),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    killed = tmp_path / "killed"
+    process = tiny_runs.popen(
+        *tiny_runs.train_args(killed, 30, period=10), stderr=subprocess.DEVNULL
     )
     deadline = time.time() + 600
     while not (killed / "checkpoint_10").exists() and time.time() < deadline:
@@ -163,15 +78,7 @@ def test_sigkill_between_checkpoints_then_restart_is_bitwise_identical(workdir):
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert not (killed / "checkpoint_30").exists()
-    restart = subprocess.run(
-        _train_command(workdir, killed, 30, flags),
-        cwd=REPO,
-        env=_env(workdir),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert restart.returncode == 0, restart.stderr[-3000:]
+    restart = tiny_runs.train(killed, 30, period=10, check=True)
     assert "resumed from" in restart.stderr
 
     expected, got = _losses(straight), _losses(killed)
@@ -179,47 +86,34 @@ def test_sigkill_between_checkpoints_then_restart_is_bitwise_identical(workdir):
     assert got == expected
 
 
-def _run_cli(workdir, *args):
-    result = subprocess.run(
-        [sys.executable, "-m", "t5forge", *args],
-        cwd=REPO,
-        env=_env(workdir),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result
-
-
 @pytest.mark.slow
-def test_eval_and_infer_on_the_checkpoint(workdir, trained):
+def test_eval_and_infer_on_the_checkpoint(tiny_runs, tiny_trained, tmp_path):
     common = [
-        f"--gin_file={workdir / 'tiny.gin'}",
+        f"--gin_file={tiny_runs.gin}",
         "--gin.DROPOUT_RATE=0.0",
-        f"--gin.CHECKPOINT_PATH={trained / 'checkpoint_200'}",
-        "--gin.MIXTURE_OR_TASK_NAME=en_de_lohelp_translate",
+        f"--gin.CHECKPOINT_PATH={tiny_trained / 'checkpoint_12'}",
+        f"--gin.MIXTURE_OR_TASK_NAME={TASK}",
         "--gin.TASK_FEATURE_LENGTHS={'inputs': 32, 'targets': 32}",
         "--gin.BATCH_SIZE=100",
     ]
-    eval_dir, infer_dir = workdir / "eval", workdir / "infer"
-    _run_cli(
-        workdir, "eval", "--gin_file=runs/eval.gin", f"--gin.EVAL_OUTPUT_DIR={eval_dir}", *common
+    eval_dir, infer_dir = tmp_path / "eval", tmp_path / "infer"
+    tiny_runs.run(
+        "eval", "--gin_file=runs/eval.gin", f"--gin.EVAL_OUTPUT_DIR={eval_dir}", *common, check=True
     )
     metrics = json.loads(
         (eval_dir / "en_de_lohelp_translate-metrics.jsonl").read_text().splitlines()[-1]
     )
-    assert metrics["step"] == 200 and 0.0 <= metrics["metrics"]["bleu"] <= 100.0
+    assert metrics["step"] == 12 and 0.0 <= metrics["metrics"]["bleu"] <= 100.0
     rows = (eval_dir / "en_de_lohelp_translate-predictions.jsonl").read_text().splitlines()
     assert len(rows) == 400 and {"inputs", "targets", "prediction"} <= set(json.loads(rows[0]))
 
-    _run_cli(
-        workdir,
+    tiny_runs.run(
         "infer",
         "--gin_file=runs/infer.gin",
         f"--gin.INFER_OUTPUT_DIR={infer_dir}",
         "--gin.infer.checkpoint_period=1",
         *common,
+        check=True,
     )
     rows = [
         json.loads(r)
@@ -231,27 +125,27 @@ def test_eval_and_infer_on_the_checkpoint(workdir, trained):
 
 
 @pytest.mark.slow
-def test_convert_to_hf_gives_the_same_logits_in_transformers(workdir, trained):
+def test_convert_to_hf_gives_the_same_logits_in_transformers(tiny_runs, tiny_trained, tmp_path):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     import numpy as np
 
     import t5forge
 
-    hf_dir = workdir / "hf"
-    _run_cli(
-        workdir,
+    hf_dir = tmp_path / "hf"
+    tiny_runs.run(
         "convert",
         "--from",
         "t5forge",
         "--to",
         "hf",
         "--input",
-        str(trained / "checkpoint_200"),
+        tiny_trained / "checkpoint_12",
         "--output",
-        str(hf_dir),
+        hf_dir,
+        check=True,
     )
-    ours = t5forge.load(trained / "checkpoint_200")
+    ours = t5forge.load(tiny_trained / "checkpoint_12")
     hf = transformers.T5ForConditionalGeneration.from_pretrained(hf_dir).eval()
     inputs = np.array([[5, 6, 7, 1, 0], [8, 9, 1, 0, 0]])
     decoder = np.array([[0, 11, 12], [0, 13, 0]])
@@ -265,24 +159,19 @@ def test_convert_to_hf_gives_the_same_logits_in_transformers(workdir, trained):
 
 
 @pytest.mark.slow
-def test_non_finite_loss_stops_with_the_last_good_state_saved(workdir):
-    model_dir = workdir / "diverged"
-    flags = [
+def test_non_finite_loss_stops_with_the_last_good_state_saved(tiny_runs, tmp_path):
+    model_dir = tmp_path / "diverged"
+    result = tiny_runs.train(
+        model_dir,
+        30,
         "--gin.EVAL_PERIOD=0",
-        "--gin.CHECKPOINT_PERIOD=1000",
         "--gin.train.stats_period=5",
         "--gin.train.infer_eval_dataset_cfg=None",
         "--gin.train.train_eval_dataset_cfg=None",
         "--gin.train.optimizer=@optimizers.adamw",
         "--gin.utils.create_learning_rate_scheduler.base_learning_rate=1e30",
-    ]
-    result = subprocess.run(
-        _train_command(workdir, model_dir, 30, flags),
-        cwd=REPO,
-        env=_env(workdir),
-        capture_output=True,
-        text=True,
-        timeout=600,
+        period=1000,
+        quiet=False,
     )
     assert result.returncode == 2, result.stderr[-2000:]
     message = result.stderr.strip().splitlines()[-1]
@@ -301,22 +190,16 @@ def test_non_finite_loss_stops_with_the_last_good_state_saved(workdir):
 
 
 @pytest.mark.slow
-def test_sigterm_saves_a_checkpoint_and_exits_143(workdir):
-    model_dir = workdir / "preempted"
+def test_sigterm_saves_a_checkpoint_and_exits_143(tiny_runs, tmp_path):
+    model_dir = tmp_path / "preempted"
     flags = [
         "--gin.EVAL_PERIOD=0",
-        "--gin.CHECKPOINT_PERIOD=100000",
         "--gin.train.stats_period=1",
         "--gin.train.infer_eval_dataset_cfg=None",
         "--gin.train.train_eval_dataset_cfg=None",
     ]
-    process = subprocess.Popen(
-        _train_command(workdir, model_dir, 100000, flags),
-        cwd=REPO,
-        env=_env(workdir),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+    process = tiny_runs.popen(
+        *tiny_runs.train_args(model_dir, 100000, *flags, period=100000, quiet=False)
     )
     deadline = time.time() + 600
     metrics = model_dir / "metrics.jsonl"

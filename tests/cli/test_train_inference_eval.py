@@ -1,37 +1,27 @@
 """`t5forge train` with runs/finetune.gin decodes the validation split and logs BLEU as it trains."""
 
 import json
-import subprocess
 
 import pytest
-import test_train_e2e
-from test_train_e2e import REPO, _env, _losses, _train_command
-
-# the e2e test's module fixture: tiny.gin and a vocabulary trained on the bundled data
-workdir = test_train_e2e.workdir
-TASK = "en_de_lohelp_translate"
+from commands import TASK
+from test_train_e2e import _losses
 
 
 @pytest.mark.slow
-def test_finetune_run_writes_inference_eval_predictions_and_bleu(workdir):
-    model_dir = workdir / "infer_eval"
+def test_finetune_run_writes_inference_eval_predictions_and_bleu(tiny_runs, tmp_path):
+    model_dir = tmp_path / "infer_eval"
     # BATCH_SIZE 200: the 400-row validation split decodes in two batches.
-    flags = [
+    tiny_runs.train(
+        model_dir,
+        2,
         "--gin.EVAL_PERIOD=2",
         "--gin.BATCH_SIZE=200",
         "--gin.train.progress=False",
         "--gin.train.train_eval_dataset_cfg=None",
         "--gin.infer_eval/utils.DatasetConfig.split=validation",
-    ]
-    result = subprocess.run(
-        _train_command(workdir, model_dir, 2, flags),
-        cwd=REPO,
-        env=_env(workdir),
-        capture_output=True,
-        text=True,
-        timeout=600,
+        quiet=False,
+        check=True,
     )
-    assert result.returncode == 0, result.stderr[-3000:]
 
     rows = [
         json.loads(line)

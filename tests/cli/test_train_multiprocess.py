@@ -16,21 +16,16 @@ import time
 import jax
 import numpy as np
 import pytest
-import test_train_e2e
-from test_train_e2e import REPO, _env, _losses, _train_command
+from test_train_e2e import _losses
 
 import t5forge
 from t5forge.models.model import build_model
-
-# the e2e test's module fixture: tiny.gin and a vocabulary trained on the bundled data
-workdir = test_train_e2e.workdir
 
 # -O0 halves XLA's CPU compile time, which dominates these few-step runs.
 XLA_FLAGS = "--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0"
 FLAGS = [
     "--gin.DROPOUT_RATE=0.0",
     "--gin.EVAL_PERIOD=0",
-    "--gin.CHECKPOINT_PERIOD=2",
     "--gin.train.stats_period=1",
     "--gin.train.infer_eval_dataset_cfg=None",
     "--gin.train.train_eval_dataset_cfg=None",
@@ -44,36 +39,33 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _run_env(workdir):
-    return dict(_env(workdir), XLA_FLAGS=XLA_FLAGS)
-
-
-@pytest.fixture(scope="module")
-def two_process_run(workdir):
-    """Four steps on 2 processes x 4 devices (global batch 8), checkpoints at steps 2 and 4."""
-    model_dir = workdir / "two_processes"
-    port = _free_port()
-    processes = [
-        subprocess.Popen(
-            _train_command(
-                workdir,
+def _processes(tiny_runs, model_dir, steps, period, port, stdout):
+    """Two processes of one run (`stdout(index)` takes each one's stdout and stderr)."""
+    return [
+        tiny_runs.popen(
+            *tiny_runs.train_args(
                 model_dir,
-                4,
-                [
-                    *FLAGS,
-                    f"--coordinator_address=127.0.0.1:{port}",
-                    "--process_count=2",
-                    f"--process_index={index}",
-                ],
+                steps,
+                *FLAGS,
+                f"--coordinator_address=127.0.0.1:{port}",
+                "--process_count=2",
+                f"--process_index={index}",
+                period=period,
+                quiet=False,
             ),
-            cwd=REPO,
-            env=_run_env(workdir),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+            env=tiny_runs.env(XLA_FLAGS=XLA_FLAGS),
+            **stdout(index),
         )
         for index in range(2)
     ]
+
+
+@pytest.fixture(scope="module")
+def two_process_run(tiny_runs, tmp_path_factory):
+    """Four steps on 2 processes x 4 devices (global batch 8), checkpoints at steps 2 and 4."""
+    model_dir = tmp_path_factory.mktemp("two_processes") / "run"
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    processes = _processes(tiny_runs, model_dir, 4, 2, _free_port(), lambda _: pipes)
     outputs = [process.communicate(timeout=600) for process in processes]
     for process, (_, stderr) in zip(processes, outputs):
         assert process.returncode == 0, stderr[-3000:]
@@ -101,15 +93,10 @@ def test_two_processes_train_and_checkpoint_together(two_process_run):
 
 
 @pytest.mark.slow
-def test_one_process_restart_continues_from_the_two_process_checkpoint(workdir, two_process_run):
+def test_one_process_restart_continues_from_the_two_process_checkpoint(tiny_runs, two_process_run):
     model_dir = two_process_run
-    restart = subprocess.run(
-        _train_command(workdir, model_dir, 6, FLAGS),
-        cwd=REPO,
-        env=_run_env(workdir),
-        capture_output=True,
-        text=True,
-        timeout=600,
+    restart = tiny_runs.train(
+        model_dir, 6, *FLAGS, period=2, quiet=False, env=tiny_runs.env(XLA_FLAGS=XLA_FLAGS)
     )
     assert restart.returncode == 0, restart.stderr[-3000:]
     assert f"resumed from {model_dir / 'checkpoint_4'} (step 4)" in restart.stderr
@@ -129,33 +116,18 @@ def test_one_process_restart_continues_from_the_two_process_checkpoint(workdir, 
 
 
 @pytest.mark.slow
-def test_sigterm_to_one_process_stops_both_at_the_same_step(workdir, tmp_path):
+def test_sigterm_to_one_process_stops_both_at_the_same_step(tiny_runs, tmp_path):
     """A preemption notice reaches one host; both save the same step and exit cleanly."""
-    model_dir = workdir / "two_processes_sigterm"
-    port = _free_port()
+    model_dir = tmp_path / "two_processes_sigterm"
     logs = [open(tmp_path / f"process_{index}.log", "w+") for index in range(2)]
-    processes = [
-        subprocess.Popen(
-            _train_command(
-                workdir,
-                model_dir,
-                1000,
-                [
-                    *FLAGS,
-                    "--gin.CHECKPOINT_PERIOD=1000",
-                    f"--coordinator_address=127.0.0.1:{port}",
-                    "--process_count=2",
-                    f"--process_index={index}",
-                ],
-            ),
-            cwd=REPO,
-            env=_run_env(workdir),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for index, log in enumerate(logs)
-    ]
+    processes = _processes(
+        tiny_runs,
+        model_dir,
+        1000,
+        1000,
+        _free_port(),
+        lambda index: {"stdout": logs[index], "stderr": subprocess.STDOUT},
+    )
     metrics = model_dir / "metrics.jsonl"
     deadline = time.monotonic() + 480
     while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):

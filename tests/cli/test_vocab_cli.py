@@ -1,41 +1,36 @@
 """`t5forge vocab train`: in process and through `python -m t5forge`."""
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
+from commands import t5forge, t5forge_in_process
 from sentencepiece import SentencePieceProcessor
 
-from t5forge.cli import main as cli_main
-from t5forge.cli import vocab
 from t5forge.data.tasks import TaskRegistry
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_train_prints_the_summary_and_writes_the_model(shared_data, tmp_path, capsys):
     output = tmp_path / "out" / "spiece.model"
-    status = vocab.main(
-        [
-            "train",
-            "--input",
-            str(shared_data / "rotten_tomatoes" / "*.jsonl.gz"),
-            "--field",
-            "text",
-            "--vocab_size",
-            "1500",
-            "--extra_ids",
-            "100",
-            "--model_type",
-            "unigram",
-            "--byte_fallback",
-            "--input_sentence_size",
-            "5000",
-            "--output",
-            str(output),
-            "--no_progress",
-        ]
+    status = t5forge_in_process(
+        "vocab",
+        "train",
+        "--input",
+        str(shared_data / "rotten_tomatoes" / "*.jsonl.gz"),
+        "--field",
+        "text",
+        "--vocab_size",
+        "1500",
+        "--extra_ids",
+        "100",
+        "--model_type",
+        "unigram",
+        "--byte_fallback",
+        "--input_sentence_size",
+        "5000",
+        "--output",
+        str(output),
+        "--no_progress",
     )
     assert status == 0
     printed = capsys.readouterr().out
@@ -47,17 +42,15 @@ def test_train_prints_the_summary_and_writes_the_model(shared_data, tmp_path, ca
 
 
 def test_dispatcher_reports_user_errors_in_one_line(tmp_path, capsys):
-    status = cli_main.main(
-        [
-            "vocab",
-            "train",
-            "--input",
-            str(tmp_path / "missing*.txt"),
-            "--vocab_size",
-            "100",
-            "--output",
-            str(tmp_path / "x.model"),
-        ]
+    status = t5forge_in_process(
+        "vocab",
+        "train",
+        "--input",
+        str(tmp_path / "missing*.txt"),
+        "--vocab_size",
+        "100",
+        "--output",
+        str(tmp_path / "x.model"),
     )
     assert status == 2
     error = capsys.readouterr().err.strip()
@@ -73,25 +66,17 @@ def test_python_module_entry_point(shared_data, tmp_path):
         )
     )
     output = tmp_path / "spiece.model"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "t5forge",
-            "vocab",
-            "train",
-            "--input",
-            str(text),
-            "--vocab_size",
-            "200",
-            "--model_type",
-            "bpe",
-            "--output",
-            str(output),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
+    result = t5forge(
+        "vocab",
+        "train",
+        "--input",
+        str(text),
+        "--vocab_size",
+        "200",
+        "--model_type",
+        "bpe",
+        "--output",
+        str(output),
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
@@ -110,19 +95,18 @@ def test_each_input_names_its_own_field(tmp_path, capsys):
     for half in (0, 1):
         _write_jsonl(tmp_path / f"pairs_{half}.jsonl", "de", german[half::2])
     output = tmp_path / "spiece.model"
-    status = vocab.main(
-        [
-            "train",
-            "--input",
-            str(tmp_path / "english.jsonl"),
-            "--input",
-            f"{tmp_path / 'pairs_*.jsonl'}:de",
-            "--vocab_size",
-            "40",
-            "--output",
-            str(output),
-            "--no_progress",
-        ]
+    status = t5forge_in_process(
+        "vocab",
+        "train",
+        "--input",
+        str(tmp_path / "english.jsonl"),
+        "--input",
+        f"{tmp_path / 'pairs_*.jsonl'}:de",
+        "--vocab_size",
+        "40",
+        "--output",
+        str(output),
+        "--no_progress",
     )
     assert status == 0
     # Every sentence of both inputs was read: 600 less the 6 held out for the summary.
@@ -141,21 +125,20 @@ def test_task_from_a_module_import(tmp_path, monkeypatch, capsys):
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
-        status = vocab.main(
-            [
-                "train",
-                "--task",
-                "user_vocab_reviews",
-                "--module_import",
-                "user_vocab_tasks",
-                "--field",
-                "body",
-                "--vocab_size",
-                "40",
-                "--output",
-                str(tmp_path / "spiece.model"),
-                "--no_progress",
-            ]
+        status = t5forge_in_process(
+            "vocab",
+            "train",
+            "--task",
+            "user_vocab_reviews",
+            "--module_import",
+            "user_vocab_tasks",
+            "--field",
+            "body",
+            "--vocab_size",
+            "40",
+            "--output",
+            str(tmp_path / "spiece.model"),
+            "--no_progress",
         )
     finally:
         TaskRegistry.remove("user_vocab_reviews")

@@ -4,22 +4,14 @@ Each example's gin file holds its full-size configuration; a test appends `tiny_
 (tests/conftest.py; later gin files win) so the same commands run in seconds on a CPU.
 """
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
+from commands import command_env, t5forge
 
 
 @pytest.fixture(scope="session")
 def example_env(shared_data) -> dict[str, str]:
     """The environment a user's shell would have: CPU JAX, the shared datasets, no buffering."""
-    env = dict(os.environ)
-    env.update(JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1", T5FORGE_DATA_DIR=str(shared_data))
-    return env
+    return command_env(T5FORGE_DATA_DIR=shared_data)
 
 
 @pytest.fixture(scope="session")
@@ -30,16 +22,7 @@ def run_t5forge(example_env):
     `example_env`.
     """
 
-    def run(*args, env=None, timeout=600) -> subprocess.CompletedProcess:
-        result = subprocess.run(
-            [sys.executable, "-m", "t5forge", *map(str, args)],
-            cwd=REPO,
-            env={**example_env, **(env or {})},
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        assert result.returncode == 0, f"t5forge {args[0]} failed:\n{result.stderr[-3000:]}"
-        return result
+    def run(*args, env=None, timeout=600):
+        return t5forge(*args, env={**example_env, **(env or {})}, timeout=timeout, check=True)
 
     return run

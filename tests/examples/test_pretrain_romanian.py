@@ -7,23 +7,17 @@ raise TRAIN_STEPS (it extends) -> convert to Hugging Face and check transformers
 
 import json
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
+from commands import t5forge, t5forge_popen
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-def _train_command(tiny_model_gin, model_dir, steps):
+def _train_args(tiny_model_gin, model_dir, steps):
     return [
-        sys.executable,
-        "-m",
-        "t5forge",
         "train",
         "--gin_file=examples/pretrain_romanian/pretrain.gin",
         f"--gin_file={tiny_model_gin}",
@@ -66,14 +60,7 @@ def test_vocab_pretrain_kill_resume_extend_convert(
     env = {**example_env, "ROMANIAN_VOCAB": str(vocab)}
     model_dir = tmp_path / "run"
 
-    process = subprocess.Popen(
-        _train_command(tiny_model_gin, model_dir, 20),
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = t5forge_popen(*_train_args(tiny_model_gin, model_dir, 20), env=env)
     deadline = time.time() + 300
     while not (model_dir / "checkpoint_5").exists() and process.poll() is None:
         assert time.time() < deadline, "no checkpoint_5 after 300 s"
@@ -83,27 +70,11 @@ def test_vocab_pretrain_kill_resume_extend_convert(
     assert process.returncode == -signal.SIGKILL, stderr[-3000:]
     assert not (model_dir / "checkpoint_20").exists()
 
-    rerun = subprocess.run(
-        _train_command(tiny_model_gin, model_dir, 20),
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    rerun = t5forge(*_train_args(tiny_model_gin, model_dir, 20), env=env, timeout=300, check=True)
     assert "resumed from" in rerun.stderr
     assert (model_dir / "checkpoint_20").is_dir()
 
-    extend = subprocess.run(
-        _train_command(tiny_model_gin, model_dir, 25),
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert extend.returncode == 0, extend.stderr[-3000:]
+    extend = t5forge(*_train_args(tiny_model_gin, model_dir, 25), env=env, timeout=300, check=True)
     assert "(step 20)" in extend.stderr
     assert _logged_steps(model_dir, "train") == list(range(1, 26))
     assert _logged_steps(model_dir, "training_eval/pretrain_romanian") == [10, 20, 25]

@@ -8,8 +8,9 @@ import json
 import shutil
 
 import pytest
+from commands import REPO, TASK
 
-from .conftest import REPO, TASK, error_line
+from .conftest import error_line
 
 ROWS = [{"en": f"Click button {i}.", "de": f"Klicken Sie auf Knopf {i}."} for i in range(6)]
 

@@ -8,8 +8,9 @@ import json
 import shutil
 
 import pytest
+from commands import TASK
 
-from .conftest import TASK, checkpoint_steps, error_line, largest_file
+from .conftest import checkpoint_steps, error_line, largest_file
 
 
 def _flip(path, count=64):

@@ -7,8 +7,7 @@ import signal
 import time
 
 import pytest
-
-from .conftest import TASK
+from commands import TASK
 
 pytestmark = pytest.mark.slow
 OUTPUT = f"{TASK}-predict.jsonl"

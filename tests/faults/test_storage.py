@@ -17,8 +17,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from commands import REPO, TASK
 
-from .conftest import REPO, TASK, checkpoint_steps, error_line, losses, metric_rows
+from .conftest import checkpoint_steps, error_line, losses, metric_rows
 
 MB = 1 << 20
 

@@ -7,10 +7,10 @@ fine-tuned from that checkpoint, evaluated and run for inference, all through `t
 import json
 
 import pytest
+from tiny_model import TINY_CONFIG
 
 import t5forge
 from t5forge.errors import ConfigError
-from t5forge.models.configs import T5Config
 from t5forge.run import (
     DatasetConfig,
     EarlyStopping,
@@ -22,16 +22,6 @@ from t5forge.run import (
 
 TASK = "en_de_lohelp_translate"
 LENGTHS = {"inputs": 24, "targets": 24}
-TINY = T5Config(
-    vocab_size=1152,
-    emb_dim=32,
-    num_heads=4,
-    num_encoder_layers=2,
-    num_decoder_layers=2,
-    head_dim=8,
-    mlp_dim=64,
-    dtype="float32",
-)
 
 
 @pytest.fixture(autouse=True)
@@ -76,7 +66,7 @@ def first_run(tmp_path_factory, tiny_vocab):
     # min_delta is huge, so the second evaluation counts as no improvement and stops the run.
     stopper = EarlyStopping(f"training_eval/{TASK}/loss", mode="min", patience=1, min_delta=1e9)
     result = t5forge.train(
-        model=TINY,
+        model=TINY_CONFIG,
         model_dir=model_dir,
         total_steps=12,
         train_dataset_cfg=_data(),
@@ -114,7 +104,7 @@ def test_python_fine_tune_evaluate_and_infer_from_a_checkpoint(first_run, tmp_pa
     model_dir, *_ = first_run
     tuned = tmp_path / "tuned"
     t5forge.train(
-        model=TINY,
+        model=TINY_CONFIG,
         model_dir=tuned,
         total_steps=2,
         train_dataset_cfg=_data(),
@@ -129,7 +119,7 @@ def test_python_fine_tune_evaluate_and_infer_from_a_checkpoint(first_run, tmp_pa
 
     scores = tmp_path / "scores"
     written = t5forge.infer(
-        model=TINY,
+        model=TINY_CONFIG,
         dataset_cfg=_data("validation", 64),
         restore_checkpoint_cfg=RestoreCheckpointConfig(path=str(tuned)),
         output_dir=scores,
@@ -143,7 +133,7 @@ def test_python_fine_tune_evaluate_and_infer_from_a_checkpoint(first_run, tmp_pa
     assert first["score"] < 0 and first["inputs"].startswith("translate ")
 
     results = t5forge.evaluate(
-        model=TINY,
+        model=TINY_CONFIG,
         dataset_cfg=_data("validation", 64),
         output_dir=tmp_path / "eval",
         restore_checkpoint_cfg=RestoreCheckpointConfig(path=str(tuned), mode="latest"),
@@ -174,7 +164,7 @@ def test_mfu_is_logged_where_the_device_peak_is_known(monkeypatch, tmp_path):
     peak = 1e12
     monkeypatch.setattr(flops, "local_peak_flops", lambda dtype: peak)
     metrics = t5forge.train(
-        model=TINY,
+        model=TINY_CONFIG,
         model_dir=tmp_path / "run",
         total_steps=2,
         train_dataset_cfg=_data(),
@@ -183,6 +173,6 @@ def test_mfu_is_logged_where_the_device_peak_is_known(monkeypatch, tmp_path):
         checkpoint_cfg=SaveCheckpointConfig(period=2, async_save=False),
         progress=False,
     )
-    step_flops = flops.model_flops_per_step(TINY, 8, LENGTHS["inputs"], LENGTHS["targets"])
+    step_flops = flops.model_flops_per_step(TINY_CONFIG, 8, LENGTHS["inputs"], LENGTHS["targets"])
     seconds_per_step = 1 / metrics["timing/steps_per_second"]
     assert metrics["timing/mfu"] == pytest.approx(step_flops / (seconds_per_step * peak))

@@ -8,20 +8,10 @@ import threading
 import time
 
 import httpx
+from tiny_model import TINY_CONFIG as TINY_CONFIG  # the serving tests import it from here
 
-from t5forge.models.configs import T5Config
 from t5forge.serving import InferenceService, ServerSettings, create_app
 
-TINY_CONFIG = T5Config(
-    vocab_size=1152,
-    emb_dim=32,
-    num_heads=4,
-    num_encoder_layers=2,
-    num_decoder_layers=2,
-    head_dim=8,
-    mlp_dim=64,
-    dtype="float32",
-)
 # Small limits so every limit is reachable; max_wait_ms long enough that concurrent test
 # requests always meet in one batch.
 TEST_SETTINGS = ServerSettings(

@@ -9,11 +9,10 @@ import gzip
 import importlib.util
 import json
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from commands import command_env, t5forge
 
 from t5forge import storage
 from t5forge.data.sources import JsonLinesSource
@@ -70,16 +69,6 @@ def test_vocabulary_trained_into_and_loaded_from_a_bucket(bucket, tmp_path):
         SentencePieceVocabulary(f"{bucket}/vocab/missing.model")
 
 
-def _cli(command: str, *args, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "t5forge", command, *map(str, args)],
-        capture_output=True,
-        text=True,
-        env={**env, "JAX_PLATFORMS": "cpu"},
-        timeout=300,
-    )
-
-
 @pytest.mark.slow
 def test_train_eval_infer_read_and_write_a_bucket(
     bucket, s3_env, tiny_vocab, tiny_model_gin, tmp_path
@@ -93,7 +82,7 @@ def test_train_eval_infer_read_and_write_a_bucket(
     storage.path(f"{bucket}/configs/model.gin").write_text(
         "include 'shapes/tiny.gin'\nT5Config.dropout_rate = 0.0\n"
     )
-    env = {**s3_env, "T5FORGE_VOCAB": vocab, "T5FORGE_DATA_DIR": f"{bucket}/data"}
+    env = command_env(T5FORGE_VOCAB=vocab, T5FORGE_DATA_DIR=f"{bucket}/data")  # and s3_env's
     common = [
         f"--gin_search_paths={bucket}/configs",
         f"--gin_file={bucket}/configs/model.gin",
@@ -101,7 +90,7 @@ def test_train_eval_infer_read_and_write_a_bucket(
         "--gin.TASK_FEATURE_LENGTHS={'inputs': 24, 'targets': 24}",
     ]
     model_dir = tmp_path / "run"
-    trained = _cli(
+    t5forge(
         "train",
         *common,
         "--gin_file=runs/finetune.gin",
@@ -111,11 +100,12 @@ def test_train_eval_infer_read_and_write_a_bucket(
         "--gin.INITIAL_CHECKPOINT_PATH=None",
         "--gin.EVAL_PERIOD=0",
         env=env,
+        timeout=300,
+        check=True,
     )
-    assert trained.returncode == 0, trained.stderr[-3000:]
     assert "T5Config.emb_dim = 32" in (model_dir / "config.gin").read_text()  # the include
 
-    inferred = _cli(
+    t5forge(
         "infer",
         *common,
         "--gin_file=runs/infer.gin",
@@ -123,22 +113,24 @@ def test_train_eval_infer_read_and_write_a_bucket(
         f"--gin.INFER_OUTPUT_DIR={bucket}/infer",
         "--gin.infer.mode='score'",
         env=env,
+        timeout=300,
+        check=True,
     )
-    assert inferred.returncode == 0, inferred.stderr[-3000:]
     rows = storage.path(f"{bucket}/infer/{TASK}-score.jsonl").read_text().splitlines()
     with gzip.open(EN_DE / "validation.jsonl.gz", "rt") as validation:
         assert len(rows) == sum(1 for _ in validation)
     assert all(json.loads(row)["score"] < 0 for row in rows)
 
-    evaluated = _cli(
+    t5forge(
         "eval",
         *common,
         "--gin_file=runs/eval.gin",
         f"--gin.CHECKPOINT_PATH={model_dir / 'checkpoint_2'}",
         f"--gin.EVAL_OUTPUT_DIR={bucket}/eval",
         env=env,
+        timeout=300,
+        check=True,
     )
-    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     (metrics,) = storage.path(f"{bucket}/eval/{TASK}-metrics.jsonl").read_text().splitlines()
     assert json.loads(metrics)["step"] == 2 and "bleu" in json.loads(metrics)["metrics"]
 
@@ -158,7 +150,7 @@ def _closed_port() -> int:
     ],
 )
 def test_storage_failures_are_one_line(case, expected, bucket, s3_env, tiny_vocab):
-    env, vocab_path = dict(s3_env), str(tiny_vocab)
+    env, vocab_path = command_env(), str(tiny_vocab)  # with s3_env's settings
     data = f"{bucket}/data"
     if case == "no bucket":
         data = "s3://t5forge-no-such-bucket/data"
@@ -167,7 +159,9 @@ def test_storage_failures_are_one_line(case, expected, bucket, s3_env, tiny_voca
     else:
         env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{_closed_port()}"
     env["T5FORGE_DATA_DIR"] = data
-    result = _cli("tasks", "preview", TASK, "--vocab", vocab_path, "-n", "1", env=env)
+    result = t5forge(
+        "tasks", "preview", TASK, "--vocab", vocab_path, "-n", "1", env=env, timeout=300
+    )
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
     assert lines[0].startswith("error: ") and expected in lines[0], lines[0]

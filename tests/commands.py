@@ -1,0 +1,134 @@
+"""The one way tests run a t5forge command: `t5forge(...)` in a subprocess, as a user's shell runs
+it, `t5forge_popen(...)` for one a test signals or races, and `t5forge_in_process(...)` through
+the same entry point inside the test process. `TinyRuns` runs them against the session's tiny
+model, vocabulary and the bundled en_de_lohelp slice (the `tiny_runs` fixture of conftest.py).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TASK = "en_de_lohelp_translate"
+# The shared tiny model plus the T5 1.1 layout (gated GELU, untied logits) and dropout from the
+# DROPOUT_RATE macro the run commands set.
+LAYOUT_GIN = """
+T5Config.mlp_activations = ('gelu', 'linear')
+T5Config.dropout_rate = %DROPOUT_RATE
+T5Config.logits_via_embedding = False
+"""
+# No evaluation, a metrics row every step, saves that finish before the step goes on.
+QUIET_TRAIN = [
+    "--gin.EVAL_PERIOD=0",
+    "--gin.train.stats_period=1",
+    "--gin.train.infer_eval_dataset_cfg=None",
+    "--gin.train.train_eval_dataset_cfg=None",
+    "--gin.utils.SaveCheckpointConfig.async_save=False",
+]
+
+
+def command(*args) -> list[str]:
+    """`python -m t5forge ARGS` with this interpreter."""
+    return [sys.executable, "-m", "t5forge", *map(str, args)]
+
+
+def command_env(**extra) -> dict[str, str]:
+    """The environment of a user's shell (this process's): CPU JAX, unbuffered output, `extra`."""
+    return {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "PYTHONUNBUFFERED": "1",
+        **{name: str(value) for name, value in extra.items()},
+    }
+
+
+def t5forge(*args, env=None, timeout=600, check=False, **kwargs) -> subprocess.CompletedProcess:
+    """Runs `t5forge ARGS` from the repository root; text stdout and stderr are captured.
+
+    `env` is the whole environment (default `command_env()`); `check` fails the test unless the
+    command exits 0.
+    """
+    result = subprocess.run(
+        command(*args),
+        cwd=REPO,
+        env=env or command_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **kwargs,
+    )
+    if check:
+        assert result.returncode == 0, (
+            f"t5forge {args[0]} exited {result.returncode}:\n{result.stderr[-3000:]}"
+        )
+    return result
+
+
+def t5forge_popen(*args, env=None, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE):
+    """Starts `t5forge ARGS` from the repository root and returns the Popen (text stderr)."""
+    return subprocess.Popen(
+        command(*args), cwd=REPO, env=env or command_env(), stdout=stdout, stderr=stderr, text=True
+    )
+
+
+def t5forge_in_process(*args) -> int:
+    """Runs `t5forge ARGS` in this process through the command line's entry point; the status."""
+    from t5forge.cli.main import main
+
+    return main([str(arg) for arg in args])
+
+
+class TinyRuns:
+    """Runs commands against the session's tiny model (`gin`), vocabulary and bundled data."""
+
+    def __init__(self, root: Path, vocab: Path):
+        self.root, self.vocab = root, vocab
+        self.gin = root / "tiny.gin"
+
+    def env(self, **extra) -> dict:
+        defaults = {"T5FORGE_VOCAB": self.vocab, "T5FORGE_DATA_DIR": REPO / "t5forge/tasks/data"}
+        return command_env(**{**defaults, **extra})
+
+    def run(self, *args, env=None, **kwargs) -> subprocess.CompletedProcess:
+        return t5forge(*args, env=env or self.env(), **kwargs)
+
+    def popen(self, *args, env=None, **kwargs) -> subprocess.Popen:
+        return t5forge_popen(*args, env=env or self.env(), **kwargs)
+
+    def run_python(self, script: str, *args, timeout=600) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-c", script, *map(str, args)],
+            cwd=REPO,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def train_args(
+        self, model_dir, steps, *extra, period=5, batch=8, lengths=(32, 32), quiet=True
+    ) -> list[str]:
+        """`train` of the tiny model on en_de_lohelp_translate from scratch; `extra` flags last."""
+        return [
+            "train",
+            f"--gin_file={self.gin}",
+            "--gin_file=runs/finetune.gin",
+            f"--gin.MODEL_DIR={model_dir}",
+            f"--gin.MIXTURE_OR_TASK_NAME={TASK}",
+            f"--gin.TASK_FEATURE_LENGTHS={{'inputs': {lengths[0]}, 'targets': {lengths[1]}}}",
+            f"--gin.TRAIN_STEPS={steps}",
+            f"--gin.BATCH_SIZE={batch}",
+            "--gin.INITIAL_CHECKPOINT_PATH=None",
+            "--gin.DROPOUT_RATE=0.1",
+            "--gin.utils.create_learning_rate_scheduler.base_learning_rate=0.01",
+            f"--gin.CHECKPOINT_PERIOD={period}",
+            *(QUIET_TRAIN if quiet else []),
+            *extra,
+        ]
+
+    def train(self, model_dir, steps, *extra, env=None, check=False, timeout=600, **kwargs):
+        args = self.train_args(model_dir, steps, *extra, **kwargs)
+        return self.run(*args, env=env, check=check, timeout=timeout)
