@@ -23,9 +23,12 @@ def _named_dirs(pairs: list[str]) -> dict[str, Path]:
 
 
 def _series(model_dir: Path, split_prefix: str, metric: str) -> list[tuple[int, float]]:
-    """(step, value) of the first split starting with split_prefix that logs `metric`."""
+    """(step, value) of the first split starting with split_prefix that logs `metric`.
+
+    curve_series names an inference_eval metric '<task>: <metric>'.
+    """
     for (split, name), points in sorted(curve_series(read_metrics(model_dir)).items()):
-        if split.startswith(split_prefix) and name == metric:
+        if split.startswith(split_prefix) and (name == metric or name.endswith(f": {metric}")):
             return points
     return []
 

@@ -5,6 +5,7 @@ import itertools
 
 import numpy as np
 import pytest
+from sentinel_spans import restored_tokens
 
 from t5forge.data import preprocessors as pp
 from t5forge.data.sources import FunctionSource
@@ -132,21 +133,6 @@ def test_statistics_on_real_documents(span_task, english_vocab):
     assert max(len(e["targets"]) for e in examples) == 114
 
 
-def _restored_tokens(example, first_sentinel):
-    """The raw segment: the inputs with each sentinel replaced by the targets' span after it."""
-    inputs, targets = example["inputs"][:-1].tolist(), example["targets"][:-1].tolist()
-    fill, current = {}, None
-    for i in targets:
-        if i >= first_sentinel:
-            current = fill[i] = []
-        elif current is not None:
-            current.append(i)
-    restored = []
-    for i in inputs:
-        restored.extend(fill[i] if i >= first_sentinel else [i])
-    return restored
-
-
 def test_corrupted_text_reassembles_the_documents_in_order(
     span_task, english_vocab, english_documents
 ):
@@ -156,7 +142,7 @@ def test_corrupted_text_reassembles_the_documents_in_order(
         span_task.get_dataset("train", sequence_length=lengths, shuffle=False), 40
     )
     first_sentinel = english_vocab.vocab_size - EXTRA_IDS
-    restored = [_restored_tokens(e, first_sentinel) for e in examples]
+    restored = [restored_tokens(e, first_sentinel) for e in examples]
     assert all(len(r) == raw_length for r in restored)
     stream = [i for text in english_documents[:40] for i in english_vocab.encode(text)]
     assert sum(restored, []) == stream[: 40 * raw_length]

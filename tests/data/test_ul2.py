@@ -5,6 +5,7 @@ import itertools
 
 import numpy as np
 import pytest
+from sentinel_spans import restored_tokens
 
 from t5forge.data import preprocessors as pp
 from t5forge.data.sources import FunctionSource
@@ -112,21 +113,6 @@ def test_prefix_lm_splits_uniformly_without_sentinels(tagged_examples, english_v
     assert np.abs(quarters / len(prefixes) - 0.25).max() < 0.03, quarters
 
 
-def _restored(example, prompt_length, first_sentinel):
-    """The raw segment: sentinels in the inputs replaced by the targets' spans (S: joined)."""
-    inputs = example["inputs"][prompt_length:-1].tolist()
-    targets = example["targets"][:-1].tolist()
-    if not any(i >= first_sentinel for i in inputs):
-        return inputs + targets
-    fill, current = {}, None
-    for i in targets:
-        if i >= first_sentinel:
-            current = fill[i] = []
-        elif current is not None:
-            current.append(i)
-    return [t for i in inputs for t in (fill[i] if i >= first_sentinel else [i])]
-
-
 _DOCUMENTS: list[str] = []
 
 
@@ -161,7 +147,7 @@ def test_examples_reassemble_the_documents_in_order(
     for example in examples:
         (prompt,) = [p for p in modes if example["inputs"][: len(p)].tolist() == list(p)]
         seen.add(modes[prompt])
-        restored += _restored(example, len(prompt), first_sentinel)
+        restored += restored_tokens(example, first_sentinel, len(prompt))
     assert seen == {"[NLU]", "[NLG]", "[S2S]"}
     stream = [i for text in english_documents[:128] for i in english_vocab.encode(text)]
     covered = min(len(stream), len(restored))
@@ -204,7 +190,7 @@ def test_unsharded_streams_use_every_group_once_per_denoiser(english_source, eng
     spans = [e for e in examples if (e["inputs"] >= first_sentinel).any()]
     assert 0 < len(spans) < len(examples)
     group = [i for text in _DOCUMENTS[:4] for i in english_vocab.encode(text)]
-    span_tokens = [t for e in spans for t in _restored(e, 0, first_sentinel)]
+    span_tokens = [t for e in spans for t in restored_tokens(e, first_sentinel)]
     assert span_tokens[: len(group)] == group[: len(span_tokens)]
 
 

@@ -26,3 +26,32 @@ def run_t5forge(example_env):
         return t5forge(*args, env={**example_env, **(env or {})}, timeout=timeout, check=True)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def sentiment_vocab(tmp_path_factory, shared_data, run_t5forge):
+    """`vocab train` as examples/classify_sentiment's README runs it, at 1000 pieces.
+
+    English and review text, byte fallback, the labels `fresh` and `rotten` whole pieces;
+    the sentiment and UL2 examples' tests share it.
+    """
+    vocab = tmp_path_factory.mktemp("sentiment_vocab") / "spiece.model"
+    corpora = [
+        shared_data / name / "train.jsonl.gz" for name in ("english_corpus", "rotten_tomatoes")
+    ]
+    run_t5forge(
+        "vocab",
+        "train",
+        *[arg for corpus in corpora for arg in ("--input", f"{corpus}:text")],
+        "--vocab_size",
+        "1000",
+        "--input_sentence_size",
+        "20000",
+        "--byte_fallback",
+        "--whole_words",
+        "fresh,rotten",
+        "--output",
+        vocab,
+        "--no_progress",
+    )
+    return vocab

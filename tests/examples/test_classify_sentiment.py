@@ -20,28 +20,9 @@ def _records(path):
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, shared_data, tiny_model_gin, run_t5forge):
+def trained(tmp_path_factory, sentiment_vocab, tiny_model_gin, run_t5forge):
     root = tmp_path_factory.mktemp("classify_sentiment")
-    vocab = root / "spiece.model"
-    run_t5forge(
-        "vocab",
-        "train",
-        "--input",
-        f"{shared_data}/english_corpus/train.jsonl.gz:text",
-        "--input",
-        f"{shared_data}/rotten_tomatoes/train.jsonl.gz:text",
-        "--vocab_size",
-        "1000",
-        "--input_sentence_size",
-        "20000",
-        "--byte_fallback",
-        "--whole_words",
-        "fresh,rotten",
-        "--output",
-        vocab,
-        "--no_progress",
-    )
-    env = {"T5FORGE_VOCAB": str(vocab)}
+    env = {"T5FORGE_VOCAB": str(sentiment_vocab)}
     pretrain = root / "pretrain"
     run_t5forge(
         "train",

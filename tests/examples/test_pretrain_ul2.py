@@ -39,29 +39,8 @@ def _pretrain(run_t5forge, tiny_model_gin, model_dir, steps, env):
 
 
 @pytest.fixture(scope="module")
-def vocab_env(tmp_path_factory, shared_data, run_t5forge):
-    """The README's vocabulary at 1000 pieces: English and reviews, labels whole, bytes."""
-    vocab = tmp_path_factory.mktemp("pretrain_ul2") / "spiece.model"
-    corpora = [
-        f"{shared_data}/{name}/train.jsonl.gz:text"
-        for name in ("english_corpus", "rotten_tomatoes")
-    ]
-    run_t5forge(
-        "vocab",
-        "train",
-        *[arg for corpus in corpora for arg in ("--input", corpus)],
-        "--vocab_size",
-        "1000",
-        "--input_sentence_size",
-        "20000",
-        "--byte_fallback",
-        "--whole_words",
-        "fresh,rotten",
-        "--output",
-        vocab,
-        "--no_progress",
-    )
-    return {"T5FORGE_VOCAB": str(vocab)}
+def vocab_env(sentiment_vocab):
+    return {"T5FORGE_VOCAB": str(sentiment_vocab)}
 
 
 def test_ul2_resumes_exactly_and_fine_tunes_with_its_mode_token(
