@@ -2,8 +2,9 @@
 
 HF T5 and T5X hold the same tensors under other names: HF linear weights are [out, in] where
 T5X kernels are [in, out], the relative position bias sits in block 0 of each stack, and the
-language-model head is either tied to the token embedding (T5 1.0, logits scaled by
-1/sqrt(d_model)) or a separate `lm_head` (T5 1.1, mT5, ByT5). Everything here is numpy on flat
+language-model head is either tied to the token embedding (T5 1.0) or a separate `lm_head`
+(T5 1.1, mT5, ByT5); the logits are scaled by 1/sqrt(d_model) as `scale_decoder_outputs` says
+(transformers 5 sets it apart from the tie). Everything here is numpy on flat
 state dicts and nested param dicts, so a conversion needs neither torch nor a model build; torch
 is imported only to read legacy `pytorch_model.bin` files.
 """
@@ -51,8 +52,12 @@ _UNUSED_HF_TENSORS = ("decoder.block.0.layer.1.EncDecAttention.relative_attentio
 _LAYER_NORM_EPSILON = 1e-6
 
 
-def config_from_hf(hf_config: dict) -> T5Config:
-    """The T5Config equivalent to a transformers `config.json` dict (T5, mT5, ByT5 layouts)."""
+def config_from_hf(hf_config: dict, state_dict: dict | None = None) -> T5Config:
+    """The T5Config equivalent to a transformers `config.json` dict (T5, mT5, ByT5 layouts).
+
+    Whether the head is tied is the checkpoint's to say where `state_dict` is given, since
+    transformers 5 ties it exactly when no separate lm_head.weight is saved.
+    """
     model_type = hf_config.get("model_type", "t5")
     if model_type not in _SUPPORTED_MODEL_TYPES:
         raise ConfigError(
@@ -76,13 +81,17 @@ def config_from_hf(hf_config: dict) -> T5Config:
             f"Hugging Face layer_norm_epsilon {epsilon} differs from T5's "
             f"{_LAYER_NORM_EPSILON}, which t5forge's RMSNorm uses"
         )
-    # T5 scales the decoder output by 1/sqrt(d_model) exactly when its head is the embedding.
-    # transformers 5 records that as `scale_decoder_outputs` (it forces tie_word_embeddings to
-    # true); older configs only have tie_word_embeddings. mT5 never scales: its head is separate.
-    tied = (
-        model_type == "t5"
-        and hf_config.get("scale_decoder_outputs", hf_config.get("tie_word_embeddings", True))
-        is not False
+    # transformers 5 forces tie_word_embeddings to true and ties the head unless the checkpoint
+    # holds an lm_head.weight of its own; without the tensors, the field is read as
+    # transformers < 5 did (mT5's default: a separate head).
+    if state_dict is None:
+        tied = hf_config.get("tie_word_embeddings", model_type == "t5") is not False
+    else:
+        tied = not _has_separate_head(state_dict)
+    # T5 divides the decoder output by sqrt(d_model) when `scale_decoder_outputs` (transformers
+    # 5), which a config without it takes from tie_word_embeddings (as < 5 did); mT5 never does.
+    scaled = model_type == "t5" and bool(
+        hf_config.get("scale_decoder_outputs", hf_config.get("tie_word_embeddings") is not False)
     )
     num_layers = hf_config.get("num_layers", 6)
     decoder_layers = hf_config.get("num_decoder_layers")
@@ -97,6 +106,7 @@ def config_from_hf(hf_config: dict) -> T5Config:
         mlp_activations=_ACTIVATIONS_FROM_HF[projection],
         dropout_rate=float(hf_config.get("dropout_rate", 0.1)),
         logits_via_embedding=tied,
+        scale_logits=scaled,
         dtype="float32",
         relative_attention_num_buckets=hf_config.get("relative_attention_num_buckets", 32),
         relative_attention_max_distance=hf_config.get("relative_attention_max_distance", 128),
@@ -133,12 +143,12 @@ def config_to_hf(config: T5Config) -> dict:
         "initializer_factor": 1.0,
         "feed_forward_proj": _ACTIVATIONS_TO_HF[activations],
         "is_encoder_decoder": True,
-        # transformers < 5 reads this as "tie lm_head to shared". transformers >= 5 forces T5's
-        # tie_word_embeddings to true and reads false as scale_decoder_outputs=False; it then
-        # keeps a separate lm_head untied but logs "will NOT tie them", as it does for Google's
-        # own T5 1.1 checkpoints. No config.json field silences that.
+        # transformers < 5 reads tie_word_embeddings as both the tie and the scale, so it reads
+        # T5 1.0 and 1.1 configs right but no other mix. transformers 5 ties the head exactly
+        # when no lm_head.weight is saved (logging "will NOT tie them" for a separate one, as
+        # for Google's own T5 1.1 checkpoints) and scales by scale_decoder_outputs.
         "tie_word_embeddings": config.logits_via_embedding,
-        "scale_decoder_outputs": config.logits_via_embedding,
+        "scale_decoder_outputs": config.logits_scaled,
         "pad_token_id": 0,
         "eos_token_id": 1,
         "decoder_start_token_id": 0,
@@ -266,6 +276,12 @@ def _ignorable_hf_names(config: T5Config) -> set[str]:
     return ignorable
 
 
+def _has_separate_head(state_dict: dict) -> bool:
+    # .bin files and transformers < 5 save a tied head as a copy beside `shared.weight`.
+    head = state_dict.get("lm_head.weight")
+    return head is not None and not np.array_equal(head, state_dict.get("shared.weight"))
+
+
 def params_from_hf_state_dict(state_dict: dict, config: T5Config) -> dict:
     """T5X-named nested params (float32 numpy) from a transformers T5 state dict.
 
@@ -293,15 +309,11 @@ def params_from_hf_state_dict(state_dict: dict, config: T5Config) -> dict:
         for key in path[:-1]:
             node = node.setdefault(key, {})
         node[path[-1]] = np.ascontiguousarray(value)
-    if (
-        config.logits_via_embedding
-        and "lm_head.weight" in state_dict
-        and not np.array_equal(state_dict["lm_head.weight"], state_dict["shared.weight"])
-    ):
+    if config.logits_via_embedding and _has_separate_head(state_dict):
         raise CheckpointError(
             "Hugging Face checkpoint has an lm_head.weight that differs from "
-            "shared.weight but its config ties them; set tie_word_embeddings "
-            "and scale_decoder_outputs to false in config.json"
+            "shared.weight but the config ties them; pass a config with "
+            "logits_via_embedding=False"
         )
     known = {entry[0] for entry in _tensor_map(config)} | _ignorable_hf_names(config)
     unexpected = sorted(set(state_dict) - known)
@@ -413,8 +425,9 @@ def load_hf_dir(path, config: T5Config | None = None) -> tuple[T5Config, dict]:
         hf_config = json.loads(config_file.read_text())
     except json.JSONDecodeError as error:
         raise CheckpointError(f"{config_file} is not valid JSON: {error}") from error
-    config = config or config_from_hf(hf_config)
-    return config, params_from_hf_state_dict(_read_state_dict(path), config)
+    state_dict = _read_state_dict(path)
+    config = config or config_from_hf(hf_config, state_dict)
+    return config, params_from_hf_state_dict(state_dict, config)
 
 
 def save_hf_dir(params: dict, config: T5Config, path, vocab_path=None, extra_ids: int = 0) -> Path:

@@ -40,6 +40,10 @@ class T5Config:
     mlp_activations: tuple[str, ...] = ("gelu", "linear")
     dropout_rate: float = 0.0
     logits_via_embedding: bool = False
+    # Divide the logits by sqrt(emb_dim). None (what an equal explicit value becomes): exactly
+    # when logits_via_embedding, as T5X does. transformers 5 sets it apart from the tie
+    # (`scale_decoder_outputs`): a T5 1.1-style config there ties the head without the scale.
+    scale_logits: bool | None = None
     dtype: str = "bfloat16"
     relative_attention_num_buckets: int = 32
     relative_attention_max_distance: int = 128
@@ -53,6 +57,8 @@ class T5Config:
     def __post_init__(self):
         # gin and JSON hand us lists; the config must stay hashable (it is a static jit argument).
         object.__setattr__(self, "mlp_activations", tuple(self.mlp_activations))
+        if self.scale_logits == self.logits_via_embedding:  # one spelling per network
+            object.__setattr__(self, "scale_logits", None)
         self._validate()
 
     def _validate(self):
@@ -84,6 +90,10 @@ class T5Config:
                 "T5Config.num_encoder_layers must be 0 for a decoder_only model, "
                 f"got {self.num_encoder_layers!r}"
             )
+        if self.scale_logits is not None and not isinstance(self.scale_logits, bool):
+            raise ConfigError(
+                f"T5Config.scale_logits must be true, false or None, got {self.scale_logits!r}"
+            )
         if not self.mlp_activations:
             raise ConfigError("T5Config.mlp_activations must name at least one activation")
         unknown = [a for a in self.mlp_activations if a not in ACTIVATIONS]
@@ -104,6 +114,11 @@ class T5Config:
                 "T5Config.attention_implementation must be one of "
                 f"{ATTENTION_IMPLEMENTATIONS}, got {self.attention_implementation!r}"
             )
+
+    @property
+    def logits_scaled(self) -> bool:
+        """Whether the logits are divided by sqrt(emb_dim) (see `scale_logits`)."""
+        return self.logits_via_embedding if self.scale_logits is None else self.scale_logits
 
     @property
     def is_decoder_only(self) -> bool:

@@ -284,9 +284,11 @@ class Decoder(nn.Module):
         y = self.decoder_norm(y)
         y = self.output_dropout(y, deterministic=self.deterministic)
         if self.config.logits_via_embedding:
-            logits = self.embed.attend(y) / jnp.sqrt(jnp.float32(y.shape[-1]))
+            logits = self.embed.attend(y)
         else:
             logits = self.logits_dense(y)
+        if self.config.logits_scaled:
+            logits = logits / jnp.sqrt(jnp.float32(y.shape[-1]))
         return constrain(logits, axes.BATCH, axes.LENGTH, axes.VOCAB)
 
     def __call__(self, tokens, encoded=None, self_mask=None, cross_mask=None):

@@ -1,8 +1,9 @@
 """Parity with Hugging Face `transformers` T5 (PyTorch): weights, logits, decoding, scores, export.
 
-Random-weight HF models of the three layouts users bring (T5 1.0: relu + tied head; T5 1.1:
-gated-GELU + separate lm_head; mT5: the MT5 classes, gated + untied) are converted to t5forge and
-must compute what HF computes. The dims are tiny and the encoder/decoder depths differ so that
+Random-weight HF models of the layouts users bring (T5 1.0: relu + tied head, logits scaled;
+T5 1.1: gated-GELU + separate lm_head; mT5: the MT5 classes, gated + separate head) and of the two
+mixes transformers 5 adds (a T5 1.1 config built there ties the head without the scale; a scaled
+separate head) are converted to t5forge and must compute what HF computes. The dims are tiny and the encoder/decoder depths differ so that
 any mixed-up tensor shows. Beam search uses the only HF settings that reproduce T5X's algorithm:
 `length_penalty=0.0` with t5forge `alpha=0` (HF divides by length**penalty, T5X by
 ((5+length)/6)**alpha; both are 1 at zero) and `early_stopping="never"` (keep searching while a
@@ -35,26 +36,44 @@ DIMS = dict(
     dropout_rate=0.0,
     decoder_start_token_id=0,
 )
-# (config class, model class, layout fields, seed). A 16-token vocabulary makes EOS frequent
-# enough that greedy rows and beams finish at different steps; the seeds give each layout
-# different weights.
+# (config class, model class, layout fields, whether lm_head gets weights of its own, seed). A
+# 16-token vocabulary makes EOS frequent enough that greedy rows and beams finish at different
+# steps; the seeds give each layout different weights. The T5 layouts cover each (tie, scale)
+# pair transformers 5 can hold, each with another feed-forward kind.
 LAYOUTS = {
     "t5_1_0": (
         transformers.T5Config,
         transformers.T5ForConditionalGeneration,
         dict(feed_forward_proj="relu", tie_word_embeddings=True),
+        False,
         0,
     ),
     "t5_1_1": (
         transformers.T5Config,
         transformers.T5ForConditionalGeneration,
         dict(feed_forward_proj="gated-gelu", tie_word_embeddings=False),
+        True,
         0,
+    ),
+    "tied_unscaled": (
+        transformers.T5Config,
+        transformers.T5ForConditionalGeneration,
+        dict(feed_forward_proj="gated-silu", tie_word_embeddings=False),
+        False,
+        2,
+    ),
+    "separate_scaled": (
+        transformers.T5Config,
+        transformers.T5ForConditionalGeneration,
+        dict(feed_forward_proj="gelu_new", scale_decoder_outputs=True),
+        True,
+        3,
     ),
     "mt5": (
         transformers.MT5Config,
         transformers.MT5ForConditionalGeneration,
         dict(feed_forward_proj="gated-gelu", tie_word_embeddings=False),
+        True,
         1,
     ),
 }
@@ -67,14 +86,14 @@ TARGETS = np.array([[6, 13, 1, 0, 0], [10, 15, 12, 11, 1], [2, 1, 0, 0, 0]], np.
 
 def _random_hf_model(layout: str):
     """An HF model with random weights, its lm_head untied where the layout has one."""
-    config_class, model_class, extra, seed = LAYOUTS[layout]
+    config_class, model_class, extra, separate_head, seed = LAYOUTS[layout]
     torch.manual_seed(seed)
     model = model_class(config_class(**DIMS, **extra)).eval()
     with torch.no_grad():
         for name, parameter in model.named_parameters():
             if "layer_norm" in name:  # ones by default, which would hide a swapped norm
                 parameter.uniform_(0.5, 1.5)
-    if not extra["tie_word_embeddings"]:
+    if separate_head:
         # transformers 5 ties every T5 head at construction; T5 1.1 / mT5 checkpoints do not.
         model.lm_head.weight = torch.nn.Parameter(torch.randn(VOCAB, DIMS["d_model"]))
         model.all_tied_weights_keys.pop("lm_head.weight")
@@ -83,6 +102,17 @@ def _random_hf_model(layout: str):
 
 def _parameter_count(model) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def _tie_and_scale(model) -> tuple[bool, bool]:
+    """(head is the embedding, logits scaled by d_model**-0.5) as the HF model computes them."""
+    tied = model.lm_head.weight.data_ptr() == model.shared.weight.data_ptr()
+    return tied, getattr(model.config, "scale_decoder_outputs", False)  # MT5 never scales
+
+
+def test_t5_layouts_hold_every_tie_and_scale():
+    combinations = {_tie_and_scale(_random_hf_model(name)) for name in LAYOUTS if name != "mt5"}
+    assert combinations == {(True, True), (True, False), (False, True), (False, False)}
 
 
 @pytest.fixture(scope="module", params=list(LAYOUTS))
@@ -127,23 +157,53 @@ def _hf_generate(model, encoder_inputs, max_length, **settings) -> np.ndarray:
 
 
 def test_config_round_trips_through_hf_fields():
-    for name in ("t5_1_0/small", "t5_1_1/base", "mt5/small", "byt5/small"):
-        config = get_config(name, dtype="float32", dropout_rate=0.1)
+    for name, scale in (("t5_1_0/small", False), ("t5_1_1/base", True), ("mt5/small", None)):
+        config = get_config(name, dtype="float32", dropout_rate=0.1, scale_logits=scale)
         assert hf.config_from_hf(hf.config_to_hf(config)) == config
+    # T5X's own rule spelled out is the same network, so the same config.
+    assert get_config("byt5/small", scale_logits=False) == get_config("byt5/small")
 
 
 def test_config_from_hf_reads_each_layout():
     t5_1_0 = hf.config_from_hf(transformers.T5Config(**DIMS).to_dict())
+    # transformers 5 builds this as a tied, unscaled head; only a saved lm_head unties it.
     t5_1_1 = hf.config_from_hf(
         transformers.T5Config(
             **DIMS, feed_forward_proj="gated-gelu", tie_word_embeddings=False
         ).to_dict()
     )
     mt5 = hf.config_from_hf(transformers.MT5Config(**DIMS).to_dict())
-    assert (t5_1_0.mlp_activations, t5_1_0.logits_via_embedding) == (("relu",), True)
-    assert (t5_1_1.mlp_activations, t5_1_1.logits_via_embedding) == (("gelu", "linear"), False)
-    assert (mt5.mlp_activations, mt5.logits_via_embedding) == (("gelu", "linear"), False)
+    assert (t5_1_0.mlp_activations, t5_1_0.logits_via_embedding, t5_1_0.logits_scaled) == (
+        ("relu",),
+        True,
+        True,
+    )
+    assert (t5_1_1.mlp_activations, t5_1_1.logits_via_embedding, t5_1_1.logits_scaled) == (
+        ("gelu", "linear"),
+        True,
+        False,
+    )
+    assert (mt5.logits_via_embedding, mt5.logits_scaled) == (True, False)
     assert (t5_1_0.num_encoder_layers, t5_1_0.num_decoder_layers, t5_1_0.head_dim) == (2, 3, 4)
+
+
+@pytest.mark.parametrize("projection", sorted(hf._ACTIVATIONS_FROM_HF))
+@pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.parametrize("scaled", [True, False])
+def test_tie_and_scale_convert_for_every_feed_forward_kind(projection, tied, scaled):
+    """The checkpoint's tensors say the tie, scale_decoder_outputs the scale, both ways."""
+    hf_config = transformers.T5Config(
+        **DIMS, feed_forward_proj=projection, scale_decoder_outputs=scaled
+    ).to_dict()
+    state_dict = {"shared.weight": np.zeros((VOCAB, 16), np.float32)}
+    if not tied:
+        state_dict["lm_head.weight"] = np.ones((VOCAB, 16), np.float32)
+    config = hf.config_from_hf(hf_config, state_dict)
+    assert config.mlp_activations == hf._ACTIVATIONS_FROM_HF[projection]
+    assert (config.logits_via_embedding, config.logits_scaled) == (tied, scaled)
+    exported = transformers.T5Config(**hf.config_to_hf(config))
+    assert exported.scale_decoder_outputs is scaled
+    assert hf.config_from_hf(exported.to_dict(), state_dict) == config
 
 
 def test_unsupported_hf_configs_are_refused_in_one_line():
@@ -159,7 +219,7 @@ def test_unsupported_hf_configs_are_refused_in_one_line():
 def test_state_dict_round_trip_is_exact(layout):
     model = _random_hf_model(layout)
     state_dict = {name: tensor.numpy() for name, tensor in model.state_dict().items()}
-    config = hf.config_from_hf(model.config.to_dict())
+    config = hf.config_from_hf(model.config.to_dict(), state_dict)
     params = hf.params_from_hf_state_dict(state_dict, config)
     query = params["decoder"]["layers_2"]["encoder_decoder_attention"]["query"]["kernel"]
     np.testing.assert_array_equal(
@@ -176,7 +236,9 @@ def test_state_dict_round_trip_is_exact(layout):
 def test_scanned_layouts_convert_like_per_layer_ones():
     model = _random_hf_model("t5_1_1")
     state_dict = {name: tensor.numpy() for name, tensor in model.state_dict().items()}
-    config = dataclasses.replace(hf.config_from_hf(model.config.to_dict()), scan_layers=True)
+    config = dataclasses.replace(
+        hf.config_from_hf(model.config.to_dict(), state_dict), scan_layers=True
+    )
     params = hf.params_from_hf_state_dict(state_dict, config)
     assert "layers_0" not in params["decoder"]
     assert params["decoder"]["layers"]["mlp"]["wo"]["kernel"].shape == (32, 3, 16)
@@ -269,16 +331,16 @@ def test_export_loads_in_transformers_with_same_logits(converted, tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=path)
 
 
-def test_export_keeps_a_separate_head_untied_in_transformers(converted, tmp_path):
-    layout, _, forge = converted
+def test_export_keeps_tie_and_scale_in_transformers(converted, tmp_path):
+    _, model, forge = converted
     forge.save_hf(tmp_path)
-    tied = layout == "t5_1_0"
+    tied, scaled = _tie_and_scale(model)
     hf_config = json.loads((tmp_path / "config.json").read_text())
-    assert hf_config["tie_word_embeddings"] is hf_config["scale_decoder_outputs"] is tied
-    exported = transformers.T5ForConditionalGeneration.from_pretrained(tmp_path)
-    assert exported.config.scale_decoder_outputs is tied
-    shares_storage = exported.lm_head.weight.data_ptr() == exported.shared.weight.data_ptr()
-    assert shares_storage is tied
+    assert (hf_config["tie_word_embeddings"], hf_config["scale_decoder_outputs"]) == (tied, scaled)
+    assert _tie_and_scale(transformers.T5ForConditionalGeneration.from_pretrained(tmp_path)) == (
+        tied,
+        scaled,
+    )
 
 
 def test_reads_sharded_safetensors_and_pytorch_bin(tmp_path):
