@@ -5,7 +5,7 @@ import itertools
 
 import numpy as np
 import pytest
-from sentinel_spans import restored_tokens
+from denoising_checks import assert_resumes_exactly, restored_tokens
 
 from t5forge.data import preprocessors as pp
 from t5forge.data.sources import FunctionSource
@@ -159,18 +159,7 @@ def test_resume_is_exact_anywhere(span_task, documents_per_merge):
         steps,
         span_task.output_features,
     )
-    iterator = iter(task.get_dataset("train", sequence_length=lengths, seed=3))
-    expected, states = [], []
-    for _ in range(30):
-        states.append(iterator.get_state())
-        expected.append(next(iterator))
-    for start in (0, 1, 7, 13, 25):
-        resumed = iter(task.get_dataset("train", sequence_length=lengths, seed=3))
-        resumed.set_state(states[start])
-        for want in expected[start : start + 5]:
-            got = next(resumed)
-            assert np.array_equal(want["inputs"], got["inputs"])
-            assert np.array_equal(want["targets"], got["targets"])
+    assert_resumes_exactly(task, lengths, seed=3, count=30, starts=(0, 1, 7, 13, 25))
 
 
 def test_random_roll_moves_noise_anywhere_and_keeps_its_count():

@@ -5,7 +5,7 @@ import itertools
 
 import numpy as np
 import pytest
-from sentinel_spans import restored_tokens
+from denoising_checks import assert_resumes_exactly, restored_tokens
 
 from t5forge.data import preprocessors as pp
 from t5forge.data.sources import FunctionSource
@@ -159,18 +159,7 @@ def test_resume_is_exact_anywhere(english_source, english_vocab, shard_ds):
     options = {**pp.UL2_DENOISERS, "shard_ds": shard_ds, "documents_per_merge": 8}
     task = _ul2_task(f"test_ul2_resume_{shard_ds}", english_vocab, english_source, **options)
     lengths = {"inputs": 256, "targets": 128}
-    iterator = iter(task.get_dataset("train", sequence_length=lengths, seed=5))
-    expected, states = [], []
-    for _ in range(40):
-        states.append(iterator.get_state())
-        expected.append(next(iterator))
-    for start in (0, 3, 17, 33):
-        resumed = iter(task.get_dataset("train", sequence_length=lengths, seed=5))
-        resumed.set_state(states[start])
-        for want in expected[start : start + 5]:
-            got = next(resumed)
-            assert np.array_equal(want["inputs"], got["inputs"])
-            assert np.array_equal(want["targets"], got["targets"])
+    assert_resumes_exactly(task, lengths, seed=5, count=40, starts=(0, 3, 17, 33))
 
 
 def test_unsharded_streams_use_every_group_once_per_denoiser(english_source, english_vocab):
