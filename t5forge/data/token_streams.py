@@ -150,16 +150,16 @@ def _split(
     if min_tokens is not None:
         # Log-uniform in [min, max), drawn once per document.
         length = int(math.exp(rng.uniform(math.log(min_tokens), math.log(max_tokens))))
-    keys = [feature_key, *(additional_feature_keys or ())]
-    for key in keys[1:]:
-        if np.asarray(example[key]).shape[0] != tokens.shape[0]:
+    arrays = {key: np.asarray(example[key]) for key in (feature_key, *additional_feature_keys)}
+    for key, values in arrays.items():
+        if values.shape[0] != tokens.shape[0]:
             raise DataError(
                 f"split_tokens: feature {key!r} is not as long as {feature_key!r} "
-                f"({np.asarray(example[key]).shape[0]} against {tokens.shape[0]})"
+                f"({values.shape[0]} against {tokens.shape[0]})"
             )
     passthrough = {key: example[key] for key in passthrough_keys or ()}
     return [
-        {**{key: np.asarray(example[key])[i : i + length] for key in keys}, **passthrough}
+        {**{key: values[i : i + length] for key, values in arrays.items()}, **passthrough}
         for i in range(0, tokens.shape[0], length)
     ]
 
@@ -189,7 +189,7 @@ def split_tokens(
         min_tokens=min_tokens_per_segment,
         max_tokens=max_tokens_per_segment,
         feature_key=feature_key,
-        additional_feature_keys=additional_feature_keys,
+        additional_feature_keys=tuple(additional_feature_keys or ()),
         passthrough_keys=passthrough_feature_keys,
     )
     return RegroupIterDataset(ds, split, 1, seed)

@@ -224,10 +224,6 @@ def _mix_group(group, rng, denoisers, rates, shard_ds, max_chunk_length, make):
     return out
 
 
-def _make(denoiser, tokens, rng, **options):
-    return denoiser.make(tokens, rng, **options)
-
-
 @dataset_preprocessor
 def ul2_objective(
     ds,
@@ -270,7 +266,7 @@ def ul2_objective(
         unbiased_span_count,
     )
     make = functools.partial(
-        _make,
+        Denoiser.make,
         vocab_size=output_features["targets"].vocabulary.vocab_size,
         input_key=input_feature_key,
         random_roll=random_roll,
