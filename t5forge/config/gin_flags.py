@@ -19,7 +19,7 @@ from pathlib import Path
 import gin
 
 from t5forge import storage
-from t5forge.config import gin_internals
+from t5forge.config import gin_internals, gin_syntax
 from t5forge.errors import ConfigError
 
 PACKAGE_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -231,7 +231,18 @@ def parse_gin(flags: GinFlags, extra_bindings: list[str] | None = None, finalize
     root_logger.addFilter(quiet)
     try:
         with t5x_compat.t5x_module_names(), gin_internals.RecordFilesRead() as files_read:
-            gin.parse_config_files_and_bindings(files, bindings, finalize_config=False)
+            try:
+                gin.parse_config_files_and_bindings(files, bindings, finalize_config=False)
+            except RecursionError:
+                raise _include_loop(files_read) from None
+            except OSError as error:
+                not_found = _include_not_found(error, files_read, flags.search_paths)
+                if not_found is None:
+                    raise
+                raise not_found from None
+            except UnicodeDecodeError:
+                gin_syntax.read_text(files_read[-1])  # raises the one line naming the file
+                raise
         t5x_compat.translate(files_read, bindings)
         if finalize:
             gin.finalize()
@@ -239,6 +250,41 @@ def parse_gin(flags: GinFlags, extra_bindings: list[str] | None = None, finalize
         raise explain_gin_error(e) from None
     finally:
         root_logger.removeFilter(quiet)
+
+
+def _include_not_found(error: OSError, files_read: list[str], search_paths: list[str]):
+    """gin's OSError for an `include` it finds nowhere, as the including file and line."""
+    missing = re.match(r"Unable to open file: (.+?)\. Searched config paths", str(error))
+    if not missing:
+        return None
+    for includer in reversed(files_read):
+        for number, line in enumerate(gin_syntax.read_text(includer).splitlines(), 1):
+            if line.lstrip().startswith("include") and missing.group(1) in line:
+                return ConfigError(
+                    f"{includer}:{number}: `{line.strip()}`: file not found (--gin_search_paths: "
+                    f"{', '.join(search_paths) or 'none'}); add the folder it is relative to "
+                    "with --gin_search_paths=DIR"
+                )
+    return None
+
+
+def _include_loop(files_read: list[str]) -> ConfigError:
+    """gin follows `include` without a check for loops until Python's recursion limit; the
+    files read name the loop: from the first file read twice up to its second reading."""
+    seen: dict[str, int] = {}
+    for index, path in enumerate(files_read):
+        if path in seen:
+            loop = files_read[seen[path] : index + 1]
+            break
+        seen[path] = index
+    else:
+        return ConfigError("gin files nest too deeply; include fewer levels of gin files")
+    if len(loop) == 2:
+        return ConfigError(f"{loop[0]} includes itself; remove that `include` line")
+    return ConfigError(
+        f"{loop[0]}: gin files include each other in a loop ({' -> '.join(loop)}); "
+        "remove one of those `include` lines"
+    )
 
 
 class _DropGinPathNotFound(logging.Filter):

@@ -63,10 +63,23 @@ def check_flags(bindings: list[str]) -> None:
             raise ConfigError(f"{flag_text(binding)}: malformed gin value ({failure[1]}); {_FIX}")
 
 
+def read_text(path) -> str:
+    """A gin file's text; one line naming the file when it is not UTF-8 text (a binary file,
+    a checkpoint or a vocabulary passed as --gin_file by mistake)."""
+    data = storage.path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"{path}: not a gin file (byte {data[error.start]:#04x} at offset {error.start} is "
+            "not UTF-8 text); pass a gin text file in --gin_file or `include`"
+        ) from None
+
+
 def check_files(paths: list[str]) -> None:
     """Raises ConfigError naming file:line of the first statement that does not parse."""
     for path in paths:
-        text = storage.path(path).read_text()
+        text = read_text(path)
         failure = _first_failure(text)
         if failure:
             line, reason = failure
