@@ -77,7 +77,7 @@ def train(
     *,
     model,
     train_dataset_cfg: DatasetConfig,
-    total_steps: int,
+    total_steps: int | None,
     model_dir: str,
     train_eval_dataset_cfg: DatasetConfig | None = None,
     infer_eval_dataset_cfg: DatasetConfig | None = None,
@@ -99,6 +99,7 @@ def train(
     progress: bool = True,
     max_skipped_nonfinite_steps: int = 0,
     take_over_lock: bool = False,
+    relative_steps: int | None = None,
 ) -> dict:
     """Trains `model` to `total_steps`, resuming MODEL_DIR's latest checkpoint if there is one.
 
@@ -117,6 +118,8 @@ def train(
     run stops there, naming it, with the last finite state saved (T5X's TerminateOnNanAction),
     unless `max_skipped_nonfinite_steps` allows dropping that many batches first. A second run
     into MODEL_DIR is refused while this one holds its lock (`take_over_lock` overrides).
+    `relative_steps` (T5X's) trains that many steps past the step the run starts at, in place
+    of `total_steps`.
     Raises `Preempted` after saving when SIGTERM or SIGINT arrives.
     """
     model = setup.resolve_model(model)
@@ -128,7 +131,9 @@ def train(
         raise ConfigError(
             "set TASK_FEATURE_LENGTHS, e.g. --gin.TASK_FEATURE_LENGTHS=\"{'inputs': 512, 'targets': 114}\""
         )
-    if total_steps < 0:
+    if relative_steps is not None and relative_steps < 0:
+        raise ConfigError(f"TRAIN_STEPS_RELATIVE must be >= 0, got {relative_steps}")
+    if not relative_steps and (total_steps is None or total_steps < 0):
         raise ConfigError(f"TRAIN_STEPS must be >= 0, got {total_steps}")
     if max_skipped_nonfinite_steps < 0:
         raise ConfigError(
@@ -138,7 +143,10 @@ def train(
     lock = ModelDirLock(model_dir, take_over=take_over_lock)
     remote = _remote_model_dir(model_dir)
     if not remote:
-        Path(model_dir).mkdir(parents=True, exist_ok=True)
+        storage.make_directory(model_dir, "MODEL_DIR")
+        storage.require_kind(
+            Path(model_dir) / summaries.METRICS_FILE, "file", "MODEL_DIR's metrics file"
+        )
     if is_chief:
         lock.acquire()  # released at the end, or at exit if set-up fails
     if remote:
@@ -185,6 +193,8 @@ def train(
         else:
             state = fresh
 
+    if relative_steps:  # T5X: counted from the step restored (0 for a fresh run)
+        total_steps = int(state.step) + relative_steps
     if is_chief:
         summaries.write_model_info(
             model_dir / "model-info.txt",

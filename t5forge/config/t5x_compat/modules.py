@@ -19,7 +19,13 @@ import gin
 
 import t5forge.config.gin_registry  # noqa: F401  (registers the twins the T5X names forward to)
 from t5forge.config import gin_internals
-from t5forge.config.t5x_compat.names import BOUND_WITHOUT_IMPORT, NAMES, TASK_MODULES, T5XName
+from t5forge.config.t5x_compat.names import (
+    BOUND_WITHOUT_IMPORT,
+    MODULE_ALIASES,
+    NAMES,
+    TASK_MODULES,
+    T5XName,
+)
 
 FAKE_ROOTS = ("__main__", "t5x", "seqio", "t5")
 
@@ -89,6 +95,10 @@ def _build_modules() -> dict[str, types.ModuleType]:
             setattr(module(owner_path), attribute, obj)
     for path in TASK_MODULES:
         module(path)
+    for alias, path in MODULE_ALIASES.items():
+        parent, _, child = alias.rpartition(".")
+        modules[alias] = module(path)
+        setattr(module(parent), child, modules[alias])
     return modules
 
 

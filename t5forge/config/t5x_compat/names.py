@@ -215,6 +215,7 @@ NAMES: tuple[T5XName, ...] = (
                     "eval_period",
                     "stats_period",
                     "run_eval_before_training",
+                    "relative_steps",
                 )
             },
             "random_seed": move(
@@ -332,8 +333,8 @@ NAMES: tuple[T5XName, ...] = (
             "trainer.Trainer", "train.trainer_cls = @trainer.Trainer"
         ),
         rules={
-            "num_microbatches": move(
-                "train.num_microbatches", convert=lambda v: 1 if v is None else v
+            "num_microbatches": move(  # T5X: None and 0 both mean one batch, unsplit
+                "train.num_microbatches", convert=lambda v: v or 1
             ),
             "learning_rate_fn": move("train.learning_rate_fn"),
             "weight_metrics_computer": honoured(None, warn="weight-norm summaries are not written"),
@@ -466,6 +467,11 @@ NAMES: tuple[T5XName, ...] = (
                     "scan_layers",
                 )
             },
+            "param_scan_axis": honoured(
+                1,
+                warn="t5forge stacks scanned layers on axis 0 of each parameter; "
+                "the axis only changes how a checkpoint lays them out",
+            ),
             "float32_attention_logits": honoured(
                 False, warn="attention logits are computed in T5Config.dtype"
             ),
@@ -532,4 +538,11 @@ NAMES: tuple[T5XName, ...] = (
 )
 
 # T5X modules whose import registers TensorFlow tasks: importable, empty, and reported.
-TASK_MODULES = ("t5.data.mixtures", "t5.data.tasks")
+TASK_MODULES = ("t5.data.mixtures", "t5.data.tasks", "t5x.contrib.gpu.scripts_gpu.seqio_tasks")
+
+# T5X's other T5 networks, whose T5Config and Transformer are the same model with more
+# fields (all in network.T5Config's rules): the GPU copy and the scanned-layers one.
+MODULE_ALIASES = {
+    "t5x.contrib.gpu.t5.network": "t5x.examples.t5.network",
+    "t5x.examples.scalable_t5.network": "t5x.examples.t5.network",
+}
