@@ -138,19 +138,21 @@ def _parameters_of(configurable: str) -> list[str]:
         return []
 
 
-_T5X_SUPPORTED = "README 'Coming from T5X' lists the T5X names t5forge understands"
+_T5X_SUPPORTED = "README 'Coming from T5X' lists the T5X names t5forge understands and its file table what each of T5X's gin files does"
 
 
-def _explain_unknown_t5x_name(message: str, full: str) -> ConfigError | None:
+def _explain_unknown_t5x_name(message: str, where: str) -> ConfigError | None:
     """A T5X module or configurable t5forge has no stand-in for, with the file and line."""
-    place = re.search(r'In file "([^"]+)", line (\d+)', full)
-    where = f"{place.group(1)}:{place.group(2)}: " if place else ""
-    module = re.match(r"No module named '((?:t5x|seqio|t5)(?:\.[\w.]+)?)'", message)
+    from t5forge.config.t5x_compat.names import UNAVAILABLE_MODULES
+
+    module = re.match(r"No module named '((?:t5x|seqio|t5|mesh_tensorflow)(?:\.[\w.]+)?)'", message)
     if module:
-        return ConfigError(
-            f"{where}T5X module {module.group(1)} is not available in t5forge "
-            f"(its gin files need no TensorFlow); {_T5X_SUPPORTED}"
+        name = module.group(1)
+        reason = next(
+            (why for prefix, why in UNAVAILABLE_MODULES.items() if f"{name}.".startswith(prefix)),
+            _T5X_SUPPORTED,
         )
+        return ConfigError(f"{where}T5X module {name} is not available in t5forge: {reason}")
     attribute = re.match(
         r"Couldn't resolve selector \S+; <module '((?:t5x|seqio|t5)\b[\w.]*)'> "
         r"has no attribute (\w+)",
@@ -176,7 +178,9 @@ def explain_gin_error(error: Exception) -> ConfigError:
         if line.strip():
             where = line.strip()
             break
-    t5x_unknown = _explain_unknown_t5x_name(message, str(error))
+    place = re.search(r'In file "([^"]+)", line (\d+)', str(error))
+    at = f"{place.group(1)}:{place.group(2)}: " if place else ""
+    t5x_unknown = _explain_unknown_t5x_name(message, at)
     if t5x_unknown:
         return t5x_unknown
     macro = re.search(r"No bindings specified for '([^'/]+)/gin.macro'", message)
@@ -184,6 +188,12 @@ def explain_gin_error(error: Exception) -> ConfigError:
         name = macro.group(1)
         return ConfigError(
             f"macro {name} is not set; pass --gin.{name}=... or bind it in a gin file"
+        )
+    required = re.search(r"(\w+)/macro\.value set to `%gin\.REQUIRED`", message)
+    if required:
+        name = required.group(1)
+        return ConfigError(
+            f"{name} is required by the gin files (%gin.REQUIRED); pass --gin.{name}=..."
         )
     unknown = re.search(r"No configurable matching '([^']+)'", message)
     if unknown:
@@ -198,7 +208,7 @@ def explain_gin_error(error: Exception) -> ConfigError:
         close = difflib.get_close_matches(param, _parameters_of(configurable), n=3)
         hint = f"; did you mean {configurable}.{close[0]}?" if close else ""
         return ConfigError(f"{configurable} has no parameter {param!r} (in `{where}`){hint}")
-    return ConfigError(f"bad gin config: {message}" + (f" (in `{where}`)" if where else ""))
+    return ConfigError(f"{at}bad gin config: {message}" + (f" (in `{where}`)" if where else ""))
 
 
 # What gin raises for a bad config; ConfigError (a ValueError) passes through as it is.

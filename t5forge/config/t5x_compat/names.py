@@ -12,6 +12,7 @@ whether t5forge honours it, moves it, or reports it; README 'Coming from T5X' li
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 
 from t5forge.config.t5x_compat import objects
@@ -175,8 +176,26 @@ _RESTORE = {
     "use_gda": equivalent(),
 }
 
+
+def _submesh_size(submesh) -> int | None:
+    """Devices in T5X's model-parallel submesh (x, y, z, core): the model axis' size."""
+    return math.prod(submesh) if submesh else None
+
+
+def _partitions(num_partitions):
+    """T5X's PjitPartitioner takes its mesh from model_parallel_submesh when one is set, and
+    from num_partitions otherwise; t5forge's model axis gets that many devices."""
+    from t5forge.config import gin_internals
+
+    for (_, selector), params in gin_internals.all_bindings().items():
+        if selector.endswith("PjitPartitioner") and "model_parallel_submesh" in params:
+            size = _submesh_size(resolve_macros(params["model_parallel_submesh"]))
+            if size:
+                return size
+    return num_partitions
+
+
 _PARTITIONER_COMMON = {
-    "model_parallel_submesh": honoured(None, (), refuse=PARTITIONER),
     "params_on_devices": honoured(True, warn="parameters always live on the devices"),
     "backend": honoured(None, warn="t5forge uses JAX's default backend"),
 }
@@ -302,7 +321,10 @@ NAMES: tuple[T5XName, ...] = (
         "PjitPartitioner",
         twin="partitioning.PjitPartitioner",
         rules={
-            "num_partitions": move(),
+            "num_partitions": move(convert=_partitions),
+            "model_parallel_submesh": move(
+                ".num_partitions", convert=lambda v: _submesh_size(v) or 1
+            ),
             "logical_axis_rules": move(),
             **_PARTITIONER_COMMON,
             "ici_mesh_shape": honoured(None, refuse=PARTITIONER),
@@ -313,7 +335,12 @@ NAMES: tuple[T5XName, ...] = (
         "t5x.partitioning",
         "ModelBasedPjitPartitioner",
         build=objects.model_based_pjit_partitioner,
-        rules={"num_partitions": keep(), "logical_axis_rules": keep(), **_PARTITIONER_COMMON},
+        rules={
+            "num_partitions": keep(),
+            "logical_axis_rules": keep(),
+            "model_parallel_submesh": honoured(None, (), refuse=PARTITIONER),
+            **_PARTITIONER_COMMON,
+        },
     ),
     T5XName(
         "t5x.partitioning",
@@ -539,6 +566,27 @@ NAMES: tuple[T5XName, ...] = (
 
 # T5X modules whose import registers TensorFlow tasks: importable, empty, and reported.
 TASK_MODULES = ("t5.data.mixtures", "t5.data.tasks", "t5x.contrib.gpu.scripts_gpu.seqio_tasks")
+
+# Modules of T5X (and beside it) that t5forge has no stand-in for: why, and what to do.
+UNAVAILABLE_MODULES = {
+    "t5x.export_lib": (
+        "T5X's export writes a TensorFlow SavedModel, which t5forge does not write; serve the "
+        "checkpoint with `t5forge serve`, or write a Hugging Face model with "
+        "`t5forge convert --from t5forge --to hf`"
+    ),
+    "t5x.checkpoints": (
+        "T5X's checkpoint classes belong to its export and checkpointer code; t5forge reads "
+        "T5X checkpoints itself: set CHECKPOINT_PATH or INITIAL_CHECKPOINT_PATH"
+    ),
+    "t5x.contrib.moe": (
+        "mixture-of-experts models (T5X's contrib/moe) are not built in t5forge; train a dense "
+        "T5 (t5x/examples/t5/...)"
+    ),
+    "mesh_tensorflow": (
+        "this is a Mesh TensorFlow operative config, not a T5X gin file; convert Mesh TF "
+        "checkpoints with `t5forge convert --from mesh_tf` and configure a T5X model file"
+    ),
+}
 
 # T5X's other T5 networks, whose T5Config and Transformer are the same model with more
 # fields (all in network.T5Config's rules): the GPU copy and the scanned-layers one.
