@@ -20,6 +20,7 @@ LAYERS = [
     ("storage",),
     ("data", "models"),
     ("training", "seqio", "tasks"),
+    ("compat",),
     ("interop",),
     ("checkpoints",),
     ("api",),

@@ -104,6 +104,10 @@ def rekey(example: Example, key_map: Mapping[str, str | None]) -> Example:
     return {new: ("" if old is None else _field(example, old)) for new, old in key_map.items()}
 
 
+def _text(value: str | bytes) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
 def _with_eos(tokens, eos_id: int) -> np.ndarray:
     """tokens + [eos_id] as int32 (runs once per example and feature, so no np.append)."""
     tokens = np.asarray(tokens)
@@ -120,11 +124,16 @@ def tokenize(
     """Encodes each string output feature with its vocabulary; keeps `<name>_pretokenized`.
 
     Each feature of a batch is encoded in one vocabulary call (sentencepiece's threads).
+    UTF-8 bytes count as text, as TFDS gives Text features and SeqIO tokenizes them.
     """
     out = [dict(example) for example in examples]
     for name, feature in output_features.items():
-        rows = [row for row, example in enumerate(examples) if isinstance(example.get(name), str)]
-        texts = [examples[row][name] for row in rows]
+        rows = [
+            row
+            for row, example in enumerate(examples)
+            if isinstance(example.get(name), (str, bytes))
+        ]
+        texts = [_text(examples[row][name]) for row in rows]
         for row, text, ids in zip(rows, texts, feature.vocabulary.encode_arrays(texts)):
             if copy_pretokenized:
                 out[row][f"{name}_pretokenized"] = text

@@ -1,0 +1,327 @@
+"""SeqIO's tasks, mixtures, registries, features and data sources, in SeqIO's signatures.
+
+Each class is t5forge's (t5forge.data.tasks / sources) with SeqIO's argument names and order;
+what SeqIO has and t5forge does not do is one error naming the argument and what to write
+instead. Sources that read TensorFlow formats (TFDS directories, TFRecord files of
+tf.Example) come from t5forge.data's readers, which need no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+
+from t5forge.data import preprocessor_framework as _framework
+from t5forge.data import sources as _sources
+from t5forge.data import tasks as _tasks
+from t5forge.errors import ConfigError, DataError
+
+SHUFFLE_BUFFER_SIZE = 1000
+
+# TensorFlow-free readers another module of t5forge.data provides, by SeqIO's name.
+_READERS = {
+    "TfdsDataSource": "t5forge.data.tfds",
+    "TFExampleDataSource": "t5forge.data.tfexample_source",
+    "FileDataSource": "t5forge.data.tfexample_source",
+}
+
+
+def reader_class(name: str):
+    """SeqIO's TFDS / TFRecord source classes, imported when first named."""
+    return getattr(importlib.import_module(_READERS[name]), name)
+
+
+def _numpy_dtype(dtype) -> str:
+    """'int32' from a name, a numpy dtype, or a dtype of the tf stand-in (`tf.int32`)."""
+    for candidate in (getattr(dtype, "as_numpy_dtype", None), getattr(dtype, "name", None), dtype):
+        if candidate is None:
+            continue
+        try:
+            return np.dtype(candidate).name
+        except TypeError:
+            continue
+    raise ConfigError(f"Feature(dtype={dtype!r}) is not a dtype; use tf.int32 or 'int32'")
+
+
+@dataclasses.dataclass(frozen=True)
+class Feature(_tasks.Feature):
+    """SeqIO's `Feature(vocabulary, add_eos=True, required=True, dtype=tf.int32, rank=1)`.
+
+    Token features are 1-D sequences; rank 0 (a scalar per example) or rank 2 features are
+    not model features t5forge's converters read.
+    """
+
+    rank: int = 1
+
+    def __post_init__(self):
+        object.__setattr__(self, "dtype", _numpy_dtype(self.dtype))
+        if self.rank != 1:
+            raise ConfigError(
+                f"Feature(rank={self.rank}) is not supported: output features are token "
+                "sequences (rank 1); keep other values as extra example fields"
+            )
+
+
+def _takes_a_dataset(step) -> str | None:
+    """The first parameter's name when a plain function is written over a tf.data dataset."""
+    if isinstance(step, (_framework.Preprocessor, _framework.CacheDatasetPlaceholder, type)):
+        return None
+    fn = step.func if isinstance(step, functools.partial) else step
+    if isinstance(fn, _framework.Preprocessor) or not callable(fn):
+        return None
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return None
+    return params[0] if params and params[0] in ("dataset", "ds") else None
+
+
+def _checked_preprocessors(task_name: str, preprocessors) -> list:
+    for step in preprocessors or ():
+        first = _takes_a_dataset(step)
+        if first:
+            name = getattr(step, "__name__", repr(step))
+            raise DataError(
+                f"task {task_name!r}: preprocessor {name} takes a tf.data dataset "
+                f"({first!r}); write it per example as fn(example) -> example over a dict of "
+                "numpy values and str, decorated with @seqio.map_over_dataset"
+            )
+    return list(preprocessors or ())
+
+
+class Task(_tasks.Task):
+    """SeqIO's `Task(name, source, output_features, preprocessors, postprocess_fn,
+    metric_fns, ...)`; `shuffle_buffer_size` has no effect (t5forge shuffles the whole split
+    by index), `metric_objs` (clu metrics) are not supported."""
+
+    def __init__(
+        self,
+        name: str,
+        source,
+        output_features: Mapping[str, Feature],
+        preprocessors: Sequence | None = None,
+        postprocess_fn: Callable | None = None,
+        metric_fns: Sequence[Callable] | None = None,
+        metric_objs=None,
+        shuffle_buffer_size: int | None = SHUFFLE_BUFFER_SIZE,
+        source_info=None,
+    ):
+        if metric_objs:
+            raise ConfigError(
+                f"task {name!r}: metric_objs (clu metrics) are not supported; "
+                "give metric_fns(targets, predictions) -> {name: value}"
+            )
+        super().__init__(
+            name,
+            source,
+            _checked_preprocessors(name, preprocessors),
+            output_features,
+            postprocess_fn=postprocess_fn,
+            metric_fns=metric_fns or (),
+        )
+
+    @property
+    def postprocessor(self):
+        """SeqIO's name for postprocess_fn."""
+        return self.postprocess_fn
+
+
+class TaskRegistry(_tasks.TaskRegistry):
+    """SeqIO's registry: `TaskRegistry.add(name, source, output_features, preprocessors=...)`;
+    tasks land in t5forge's one registry (`t5forge tasks list` shows them)."""
+
+    @classmethod
+    def add(
+        cls,
+        name: str,
+        source=None,
+        output_features=None,
+        preprocessors=None,
+        postprocess_fn=None,
+        metric_fns=None,
+        task_cls: type = Task,
+        **kwargs,
+    ) -> Task:
+        task = task_cls(
+            name,
+            source,
+            output_features,
+            preprocessors=preprocessors,
+            postprocess_fn=postprocess_fn,
+            metric_fns=metric_fns,
+            **kwargs,
+        )
+        return cls._add(task)
+
+    @classmethod
+    def add_provider(cls, name: str, provider) -> _tasks.Task:
+        """Registers a Task built elsewhere under `name` (which must be its name)."""
+        if provider.name != name:
+            raise DataError(f"TaskRegistry.add_provider({name!r}): the task is {provider.name!r}")
+        return cls._add(provider)
+
+    @classmethod
+    def reset(cls) -> None:
+        """Forgets every task, the built-in ones included (tests use it)."""
+        cls._items.clear()
+
+
+class Mixture(_tasks.Mixture):
+    """SeqIO's `Mixture(name, tasks, default_rate=None, sample_fn=..., source_info=None)`."""
+
+    def __init__(self, name: str, tasks, default_rate=None, sample_fn=None, source_info=None):
+        if sample_fn is not None:
+            raise ConfigError(
+                f"mixture {name!r}: sample_fn is not supported; t5forge samples tasks by "
+                "rate per example (set the rates instead)"
+            )
+        super().__init__(name, tasks, default_rate)
+
+
+class MixtureRegistry(_tasks.MixtureRegistry):
+    """SeqIO's `MixtureRegistry.add(name, tasks, default_rate=None, mixture_cls=Mixture)`."""
+
+    @classmethod
+    def add(cls, name: str, tasks, default_rate=None, mixture_cls: type = Mixture, **kwargs):
+        return cls._add(mixture_cls(name, tasks, default_rate, **kwargs))
+
+    @classmethod
+    def add_provider(cls, name: str, provider) -> _tasks.Mixture:
+        """Registers a Mixture built elsewhere under `name` (which must be its name)."""
+        if provider.name != name:
+            raise DataError(
+                f"MixtureRegistry.add_provider({name!r}): the mixture is {provider.name!r}"
+            )
+        return cls._add(provider)
+
+    @classmethod
+    def reset(cls) -> None:
+        """Forgets every mixture."""
+        cls._items.clear()
+
+
+def mixing_rate_num_examples(
+    task,
+    maximum: float | None = None,
+    scale: float = 1.0,
+    temperature: float = 1.0,
+    fallback_to_num_input_examples: bool = True,
+    split: str = "train",
+) -> float:
+    """SeqIO's rate proportional to a task's size (t5forge counts input examples)."""
+    return _tasks.mixing_rate_num_examples(task, maximum, scale, temperature, split)
+
+
+class CacheDatasetPlaceholder(_framework.CacheDatasetPlaceholder):
+    """SeqIO's `CacheDatasetPlaceholder(required=False)`; with `required=True` SeqIO refuses
+    to run the task uncached, t5forge runs it either way."""
+
+    def __init__(self, required: bool = False):
+        self.required = required
+
+
+class TextLineDataSource(_sources.TextLineSource):
+    """SeqIO's `TextLineDataSource(split_to_filepattern)`: one example per line, as
+    `{'text': line}` (SeqIO yields the bare string)."""
+
+    def __init__(
+        self,
+        split_to_filepattern: Mapping[str, str | Sequence[str]],
+        skip_header_lines: int = 0,
+        num_input_examples=None,
+        caching_permitted: bool = True,
+        file_shuffle_buffer_size=None,
+        cycle_length: int = 16,
+        block_length: int = 16,
+    ):
+        if skip_header_lines:
+            raise ConfigError(
+                "TextLineDataSource(skip_header_lines=...) is not supported; "
+                "drop header lines in a preprocessor (return None)"
+            )
+        super().__init__(split_to_filepattern)
+
+
+def _call_dataset_fn(dataset_fn: Callable, split: str):
+    return dataset_fn(split=split, shuffle_files=False)
+
+
+class FunctionDataSource(_sources.FunctionSource):
+    """SeqIO's `FunctionDataSource(dataset_fn, splits)`: `dataset_fn(split, shuffle_files)`
+    returns examples (dicts) as a list or any iterable instead of a tf.data.Dataset."""
+
+    def __init__(
+        self,
+        dataset_fn: Callable,
+        splits: Sequence[str],
+        num_input_examples: Mapping[str, int] | None = None,
+        caching_permitted: bool = True,
+    ):
+        super().__init__(
+            functools.partial(_call_dataset_fn, dataset_fn), splits, num_input_examples
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardInfo:
+    """SeqIO's ShardInfo(index, num_shards)."""
+
+    index: int
+    num_shards: int
+
+
+def get_mixture_or_task(task_or_mixture_name):
+    """The registered mixture or task of that name (mixtures first, as SeqIO)."""
+    return _tasks.get_mixture_or_task(task_or_mixture_name)
+
+
+def maybe_get_mixture_or_task(task_or_mixture):
+    """A Task or Mixture as it is, or the registered one of that name."""
+    return _tasks.get_mixture_or_task(task_or_mixture)
+
+
+def get_subtasks(task_or_mixture) -> list:
+    """The tasks behind a task ([task]) or a mixture."""
+    return list(_tasks.get_mixture_or_task(task_or_mixture).tasks)
+
+
+def get_dataset(
+    mixture_or_task_name,
+    task_feature_lengths: Mapping[str, int],
+    feature_converter,
+    dataset_split: str = "train",
+    use_cached: bool = False,
+    shuffle: bool = False,
+    num_epochs: int | None = 1,
+    shard_info: ShardInfo | None = None,
+    verbose: bool = True,
+    seed: int | None = None,
+    batch_size: int | None = None,
+    trim_output_features: bool = True,
+):
+    """SeqIO's get_dataset: the task's examples converted to model features, as a grain
+    IterDataset of dicts of numpy arrays (batched when batch_size is given)."""
+    if not callable(getattr(feature_converter, "apply", None)):
+        raise ConfigError(
+            f"get_dataset needs a feature converter instance, got {feature_converter!r}; "
+            "e.g. seqio.EncDecFeatureConverter(pack=False)"
+        )
+    provider = _tasks.get_mixture_or_task(mixture_or_task_name)
+    shard = shard_info or ShardInfo(0, 1)
+    ds = provider.get_dataset(
+        dataset_split,
+        sequence_length=task_feature_lengths if trim_output_features else None,
+        shuffle=shuffle,
+        seed=seed,
+        shard_index=shard.index,
+        num_shards=shard.num_shards,
+        num_epochs=num_epochs,
+        use_cached=use_cached,
+    )
+    ds = feature_converter.apply(ds, task_feature_lengths)
+    return ds.batch(batch_size) if batch_size else ds
