@@ -199,7 +199,7 @@ def explain_gin_error(error: Exception) -> ConfigError:
     if unknown:
         close = difflib.get_close_matches(unknown.group(1), _configurable_names(), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        return ConfigError(f"unknown gin configurable {unknown.group(1)!r} in `{where}`{hint}")
+        return ConfigError(f"{at}unknown gin configurable {unknown.group(1)!r} in `{where}`{hint}")
     bad_param = re.search(
         r"Configurable '([^']+)' doesn't have a parameter named '([^']+)'", message
     )
@@ -207,7 +207,7 @@ def explain_gin_error(error: Exception) -> ConfigError:
         configurable, param = bad_param.groups()
         close = difflib.get_close_matches(param, _parameters_of(configurable), n=3)
         hint = f"; did you mean {configurable}.{close[0]}?" if close else ""
-        return ConfigError(f"{configurable} has no parameter {param!r} (in `{where}`){hint}")
+        return ConfigError(f"{at}{configurable} has no parameter {param!r} (in `{where}`){hint}")
     return ConfigError(f"{at}bad gin config: {message}" + (f" (in `{where}`)" if where else ""))
 
 

@@ -213,8 +213,8 @@ def test_config_gin_uses_t5forge_names_and_parses_back(tmp_path):
     "text, message",
     [
         (
-            "from t5x import optimizers\noptimizers.chain.transformations = []",
-            r"bad.gin:2: T5X module t5x.optimizers is not available in t5forge",
+            "from t5x import decoding\ndecoding.temperature_sample.topk = 40",
+            r"bad.gin:2: T5X module t5x.decoding is not available in t5forge",
         ),
         (
             "import seqio\nseqio.PassThroughFeatureConverter.x = 1",

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from gin import config_parser
 
 from t5forge import storage
+from t5forge.config.t5x_compat.names import MODULE_ALIASES
 
 
 class _Reference:
@@ -111,7 +112,8 @@ class Locator:
         head, _, rest = statement.selector.partition(".")
         full = statement.selector
         if dynamic and head in imports:
-            full = imports[head] + (f".{rest}" if rest else "")
+            module = MODULE_ALIASES.get(imports[head], imports[head])
+            full = module + (f".{rest}" if rest else "")
         self.statements.append(
             Written(
                 where,

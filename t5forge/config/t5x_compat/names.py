@@ -462,6 +462,13 @@ NAMES: tuple[T5XName, ...] = (
         "standard_logical_factor_rules",
         build=objects.standard_logical_factor_rules,
     ),
+    # ---- t5x.optimizers (optax's transformations are gin's own `import optax`)
+    T5XName(
+        "t5x.optimizers",
+        "chain",
+        build=objects.optax_chain,
+        rules={"transformations": keep()},
+    ),
     # ---- t5x.gin_utils
     T5XName(
         "t5x.gin_utils",
@@ -568,16 +575,14 @@ NAMES: tuple[T5XName, ...] = (
 TASK_MODULES = ("t5.data.mixtures", "t5.data.tasks", "t5x.contrib.gpu.scripts_gpu.seqio_tasks")
 
 # Modules of T5X (and beside it) that t5forge has no stand-in for: why, and what to do.
+EXPORT = (
+    "T5X's export writes a TensorFlow SavedModel, which t5forge does not write; serve the "
+    "checkpoint with `t5forge serve`, or write a Hugging Face model with "
+    "`t5forge convert --from t5forge --to hf`"
+)
 UNAVAILABLE_MODULES = {
-    "t5x.export_lib": (
-        "T5X's export writes a TensorFlow SavedModel, which t5forge does not write; serve the "
-        "checkpoint with `t5forge serve`, or write a Hugging Face model with "
-        "`t5forge convert --from t5forge --to hf`"
-    ),
-    "t5x.checkpoints": (
-        "T5X's checkpoint classes belong to its export and checkpointer code; t5forge reads "
-        "T5X checkpoints itself: set CHECKPOINT_PATH or INITIAL_CHECKPOINT_PATH"
-    ),
+    "t5x.export_lib": EXPORT,
+    "t5x.checkpoints": "its checkpoint classes serve T5X's export and checkpointer. " + EXPORT,
     "t5x.contrib.moe": (
         "mixture-of-experts models (T5X's contrib/moe) are not built in t5forge; train a dense "
         "T5 (t5x/examples/t5/...)"

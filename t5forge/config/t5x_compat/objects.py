@@ -47,6 +47,21 @@ def standard_logical_axis_rules(
     return tuple(tuple(rule) for rule in additional_rules or ())
 
 
+def optax_chain(transformations: Sequence):
+    """T5X's `optimizers.chain([@optax.clip(), @optax.adamw()])`: optax transformations in
+    order, as t5forge's optimizer factory. The learning rate is what the optax transformations
+    were given (a number or an optax schedule), as in T5X; the trainer's learning_rate_fn
+    is then only logged."""
+    import optax
+
+    transformation = optax.chain(*transformations)
+
+    def optimizer(learning_rate_fn):
+        return transformation
+
+    return optimizer
+
+
 def standard_logical_factor_rules() -> dict[str, str]:
     """T5X's Adafactor factoring rules; t5forge's Adafactor uses the same ones."""
     return dict(optimizers.LOGICAL_FACTOR_RULES)

@@ -1,0 +1,232 @@
+"""What each of T5X's 149 gin files does under t5forge: it runs, or it is refused in one line
+for a named reason. The walk test (test_t5x_gin_walk.py) checks every row; README's
+"Coming from T5X" shows the same table, written by `python tests/t5x_files/t5x_gin_states.py`
+(test_readme_shows_the_table checks that they match).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+
+@dataclasses.dataclass(frozen=True)
+class Refused:
+    """Refused in one line: `reason` for the README, `says` the words the line must hold."""
+
+    reason: str
+    says: str
+
+
+RUNS = "runs"
+EXPORT = Refused(
+    "T5X's export writes a TensorFlow SavedModel; the line names `t5forge serve` and "
+    "`t5forge convert --to hf`",
+    "`t5forge serve`",
+)
+TFEXAMPLE = Refused(
+    "reads TFRecord files through seqio.TFExampleDataSource (issue 25, T5X users' tasks and data)",
+    "create_task_from_tfexample_file",
+)
+PRECOMPILE = Refused(
+    "T5X's precompile (compile the train step and exit) is not built yet",
+    "train_script.precompile",
+)
+NO_IMPORT = Refused(
+    "binds T5X's utils.SaveCheckpointConfig.dtype in a file without T5X's imports, where "
+    "the name is t5forge's",
+    "utils.SaveCheckpointConfig has no parameter 'dtype'",
+)
+SCALED_ATTENTION = Refused(
+    "the GPU network's scale_attn_logits = True (t5forge's attention never scales logits)",
+    "scale_attn_logits = True: not supported",
+)
+MOE = Refused("mixture of experts (t5x.contrib.moe) is not built in t5forge", "mixture-of-experts")
+DECODER_ONLY = Refused(
+    "decoder-only models through t5x.decoding and DecoderWrapper are not mapped yet",
+    "T5X module t5x.decoding",
+)
+UMT5_INCLUDE = Refused(
+    "T5X's own file includes t5x/configs/runs/pretrain_deterministic.gin, which T5X does "
+    "not have (broken in T5X too)",
+    "pretrain_deterministic.gin'`: file not found",
+)
+TYDIQA_IMPORT = Refused(
+    "T5X's own file binds partitioning.PjitPartitioner without importing partitioning "
+    "(gin refuses it in T5X too)",
+    "'partitioning' was not provided by an import statement",
+)
+MESH_TF = Refused(
+    "a Mesh TensorFlow operative config, not a T5X file; the line names `t5forge convert "
+    "--from mesh_tf`",
+    "Mesh TensorFlow operative config",
+)
+
+STATES = {
+    "t5x/configs/runs/eval.gin": RUNS,
+    "t5x/configs/runs/export.gin": EXPORT,
+    "t5x/configs/runs/export_seqio.gin": EXPORT,
+    "t5x/configs/runs/finetune.gin": RUNS,
+    "t5x/configs/runs/infer.gin": RUNS,
+    "t5x/configs/runs/infer_from_tfexample_file.gin": TFEXAMPLE,
+    "t5x/configs/runs/precompile.gin": PRECOMPILE,
+    "t5x/configs/runs/pretrain.gin": RUNS,
+    "t5x/contrib/gpu/scripts_gpu/dummy_wikipedia_config/small_pretrain_dummy_wikipedia.gin": NO_IMPORT,
+    "t5x/contrib/gpu/t5/byt5/base.gin": RUNS,
+    "t5x/contrib/gpu/t5/byt5/large.gin": RUNS,
+    "t5x/contrib/gpu/t5/byt5/small.gin": RUNS,
+    "t5x/contrib/gpu/t5/byt5/tiny.gin": RUNS,
+    "t5x/contrib/gpu/t5/byt5/xl.gin": RUNS,
+    "t5x/contrib/gpu/t5/byt5/xxl.gin": RUNS,
+    "t5x/contrib/gpu/t5/configs/runs/eval.gin": RUNS,
+    "t5x/contrib/gpu/t5/configs/runs/export.gin": EXPORT,
+    "t5x/contrib/gpu/t5/configs/runs/export_seqio.gin": EXPORT,
+    "t5x/contrib/gpu/t5/configs/runs/finetune.gin": RUNS,
+    "t5x/contrib/gpu/t5/configs/runs/finetune_mnli.gin": RUNS,
+    "t5x/contrib/gpu/t5/configs/runs/finetune_squad1.gin": RUNS,
+    "t5x/contrib/gpu/t5/configs/runs/infer.gin": RUNS,
+    "t5x/contrib/gpu/t5/configs/runs/infer_from_tfexample_file.gin": TFEXAMPLE,
+    "t5x/contrib/gpu/t5/configs/runs/precompile.gin": PRECOMPILE,
+    "t5x/contrib/gpu/t5/configs/runs/pretrain.gin": RUNS,
+    "t5x/contrib/gpu/t5/configs/runs/pretrain_pile.gin": NO_IMPORT,
+    "t5x/contrib/gpu/t5/local_tiny.gin": RUNS,
+    "t5x/contrib/gpu/t5/mt5/base.gin": RUNS,
+    "t5x/contrib/gpu/t5/mt5/large.gin": RUNS,
+    "t5x/contrib/gpu/t5/mt5/small.gin": RUNS,
+    "t5x/contrib/gpu/t5/mt5/tiny.gin": RUNS,
+    "t5x/contrib/gpu/t5/mt5/xl.gin": RUNS,
+    "t5x/contrib/gpu/t5/mt5/xxl.gin": RUNS,
+    "t5x/contrib/gpu/t5/t5_1_0/11B.gin": RUNS,
+    "t5x/contrib/gpu/t5/t5_1_0/3B.gin": RUNS,
+    "t5x/contrib/gpu/t5/t5_1_0/base.gin": RUNS,
+    "t5x/contrib/gpu/t5/t5_1_0/large.gin": RUNS,
+    "t5x/contrib/gpu/t5/t5_1_0/small.gin": RUNS,
+    "t5x/contrib/gpu/t5/t5_1_0/tiny.gin": RUNS,
+    "t5x/contrib/gpu/t5/t5_1_1/adamw_opt.gin": SCALED_ATTENTION,
+    "t5x/contrib/gpu/t5/t5_1_1/base.gin": RUNS,
+    "t5x/contrib/gpu/t5/t5_1_1/examples/base_c4_pretrain.gin": RUNS,
+    "t5x/contrib/gpu/t5/t5_1_1/examples/base_wmt14enfr_eval.gin": RUNS,
+    "t5x/contrib/gpu/t5/t5_1_1/examples/base_wmt14enfr_finetune.gin": RUNS,
+    "t5x/contrib/gpu/t5/t5_1_1/examples/base_wmt14enfr_train.gin": RUNS,
+    "t5x/contrib/gpu/t5/t5_1_1/examples/base_wmt19_ende_train.gin": RUNS,
+    "t5x/contrib/gpu/t5/t5_1_1/examples/base_wmt_eval.gin": RUNS,
+    "t5x/contrib/gpu/t5/t5_1_1/examples/base_wmt_from_scratch.gin": RUNS,
+    "t5x/contrib/gpu/t5/t5_1_1/examples/base_wmt_from_scratch_adamw.gin": RUNS,
+    "t5x/contrib/gpu/t5/t5_1_1/examples/base_wmt_infer.gin": RUNS,
+    "t5x/contrib/gpu/t5/t5_1_1/examples/large_mnli2_finetune_adam.gin": SCALED_ATTENTION,
+    "t5x/contrib/gpu/t5/t5_1_1/examples/large_pile_pretrain.gin": NO_IMPORT,
+    "t5x/contrib/gpu/t5/t5_1_1/examples/large_squad1_finetune_adam.gin": SCALED_ATTENTION,
+    "t5x/contrib/gpu/t5/t5_1_1/examples/small_c4_pretrain.gin": RUNS,
+    "t5x/contrib/gpu/t5/t5_1_1/examples/small_mnli2_finetune_adam.gin": SCALED_ATTENTION,
+    "t5x/contrib/gpu/t5/t5_1_1/examples/small_pile_pretrain.gin": NO_IMPORT,
+    "t5x/contrib/gpu/t5/t5_1_1/examples/small_squad1_finetune_adam.gin": SCALED_ATTENTION,
+    "t5x/contrib/gpu/t5/t5_1_1/examples/small_wmt_finetune.gin": RUNS,
+    "t5x/contrib/gpu/t5/t5_1_1/examples/test_train_eval_t5_tiny.gin": RUNS,
+    "t5x/contrib/gpu/t5/t5_1_1/examples/test_train_t5_tiny.gin": RUNS,
+    "t5x/contrib/gpu/t5/t5_1_1/examples/xl_mnli2_finetune_adam.gin": SCALED_ATTENTION,
+    "t5x/contrib/gpu/t5/t5_1_1/examples/xl_pile_pretrain.gin": NO_IMPORT,
+    "t5x/contrib/gpu/t5/t5_1_1/examples/xl_squad1_finetune_adam.gin": SCALED_ATTENTION,
+    "t5x/contrib/gpu/t5/t5_1_1/examples/xxl_pile_pretrain.gin": NO_IMPORT,
+    "t5x/contrib/gpu/t5/t5_1_1/large.gin": RUNS,
+    "t5x/contrib/gpu/t5/t5_1_1/small.gin": RUNS,
+    "t5x/contrib/gpu/t5/t5_1_1/tiny.gin": RUNS,
+    "t5x/contrib/gpu/t5/t5_1_1/xl.gin": RUNS,
+    "t5x/contrib/gpu/t5/t5_1_1/xxl.gin": RUNS,
+    "t5x/contrib/moe/configs/runs/continue_pretrain.gin": MOE,
+    "t5x/contrib/moe/configs/runs/eval.gin": MOE,
+    "t5x/contrib/moe/configs/runs/export.gin": EXPORT,
+    "t5x/contrib/moe/configs/runs/export_seqio.gin": EXPORT,
+    "t5x/contrib/moe/configs/runs/finetune.gin": MOE,
+    "t5x/contrib/moe/configs/runs/infer.gin": MOE,
+    "t5x/contrib/moe/configs/runs/infer_from_tfexample_file.gin": MOE,
+    "t5x/contrib/moe/configs/runs/precompile.gin": MOE,
+    "t5x/contrib/moe/configs/runs/pretrain.gin": MOE,
+    "t5x/contrib/moe/configs/runs/sparse_upcycle.gin": MOE,
+    "t5x/examples/decoder_only/examples/base_wmt_from_scratch.gin": DECODER_ONLY,
+    "t5x/examples/decoder_only/models/base.gin": DECODER_ONLY,
+    "t5x/examples/decoder_only/models/large.gin": DECODER_ONLY,
+    "t5x/examples/decoder_only/models/xl.gin": DECODER_ONLY,
+    "t5x/examples/decoder_only/models/xxl.gin": DECODER_ONLY,
+    "t5x/examples/scalable_t5/local_tiny.gin": RUNS,
+    "t5x/examples/scalable_t5/mt5/base.gin": RUNS,
+    "t5x/examples/scalable_t5/mt5/large.gin": RUNS,
+    "t5x/examples/scalable_t5/mt5/small.gin": RUNS,
+    "t5x/examples/scalable_t5/mt5/xl.gin": RUNS,
+    "t5x/examples/scalable_t5/mt5/xxl.gin": RUNS,
+    "t5x/examples/scalable_t5/t5_1_1/base.gin": RUNS,
+    "t5x/examples/scalable_t5/t5_1_1/examples/wmt19_ende_from_scratch.gin": RUNS,
+    "t5x/examples/scalable_t5/t5_1_1/large.gin": RUNS,
+    "t5x/examples/scalable_t5/t5_1_1/small.gin": RUNS,
+    "t5x/examples/scalable_t5/t5_1_1/xl.gin": RUNS,
+    "t5x/examples/scalable_t5/t5_1_1/xxl.gin": RUNS,
+    "t5x/examples/scalable_t5/umt5/architectures/encoder_decoder.gin": RUNS,
+    "t5x/examples/scalable_t5/umt5/optimizer/adafactor.gin": RUNS,
+    "t5x/examples/scalable_t5/umt5/optimizer/adafactor_momentum_nofactor.gin": RUNS,
+    "t5x/examples/scalable_t5/umt5/pretrain_base.gin": UMT5_INCLUDE,
+    "t5x/examples/scalable_t5/umt5/pretrain_large.gin": UMT5_INCLUDE,
+    "t5x/examples/scalable_t5/umt5/pretrain_small.gin": UMT5_INCLUDE,
+    "t5x/examples/scalable_t5/umt5/pretrain_xl.gin": UMT5_INCLUDE,
+    "t5x/examples/scalable_t5/umt5/pretrain_xxl.gin": UMT5_INCLUDE,
+    "t5x/examples/scalable_t5/umt5/runs/finetuning_common.gin": RUNS,
+    "t5x/examples/scalable_t5/umt5/runs/pretraining_common.gin": UMT5_INCLUDE,
+    "t5x/examples/scalable_t5/umt5/tydiqa_base.gin": TYDIQA_IMPORT,
+    "t5x/examples/scalable_t5/umt5/vocab.gin": RUNS,
+    "t5x/examples/t5/byt5/base.gin": RUNS,
+    "t5x/examples/t5/byt5/large.gin": RUNS,
+    "t5x/examples/t5/byt5/small.gin": RUNS,
+    "t5x/examples/t5/byt5/tiny.gin": RUNS,
+    "t5x/examples/t5/byt5/xl.gin": RUNS,
+    "t5x/examples/t5/byt5/xxl.gin": RUNS,
+    "t5x/examples/t5/local_tiny.gin": RUNS,
+    "t5x/examples/t5/mt5/base.gin": RUNS,
+    "t5x/examples/t5/mt5/large.gin": RUNS,
+    "t5x/examples/t5/mt5/small.gin": RUNS,
+    "t5x/examples/t5/mt5/tiny.gin": RUNS,
+    "t5x/examples/t5/mt5/xl.gin": RUNS,
+    "t5x/examples/t5/mt5/xxl.gin": RUNS,
+    "t5x/examples/t5/t5_1_0/11B.gin": RUNS,
+    "t5x/examples/t5/t5_1_0/3B.gin": RUNS,
+    "t5x/examples/t5/t5_1_0/base.gin": RUNS,
+    "t5x/examples/t5/t5_1_0/large.gin": RUNS,
+    "t5x/examples/t5/t5_1_0/small.gin": RUNS,
+    "t5x/examples/t5/t5_1_0/tiny.gin": RUNS,
+    "t5x/examples/t5/t5_1_1/base.gin": RUNS,
+    "t5x/examples/t5/t5_1_1/examples/base_c4_pretrain.gin": RUNS,
+    "t5x/examples/t5/t5_1_1/examples/base_wmt14enfr_eval.gin": RUNS,
+    "t5x/examples/t5/t5_1_1/examples/base_wmt14enfr_finetune.gin": RUNS,
+    "t5x/examples/t5/t5_1_1/examples/base_wmt14enfr_train.gin": RUNS,
+    "t5x/examples/t5/t5_1_1/examples/base_wmt19_ende_train.gin": RUNS,
+    "t5x/examples/t5/t5_1_1/examples/base_wmt_eval.gin": RUNS,
+    "t5x/examples/t5/t5_1_1/examples/base_wmt_finetune.gin": RUNS,
+    "t5x/examples/t5/t5_1_1/examples/base_wmt_from_scratch.gin": RUNS,
+    "t5x/examples/t5/t5_1_1/examples/base_wmt_from_scratch_adamw.gin": RUNS,
+    "t5x/examples/t5/t5_1_1/examples/base_wmt_from_scratch_lion.gin": RUNS,
+    "t5x/examples/t5/t5_1_1/examples/base_wmt_infer.gin": RUNS,
+    "t5x/examples/t5/t5_1_1/examples/small_c4_pretrain.gin": RUNS,
+    "t5x/examples/t5/t5_1_1/examples/small_wmt_finetune.gin": RUNS,
+    "t5x/examples/t5/t5_1_1/examples/test_train_eval_t5_tiny.gin": RUNS,
+    "t5x/examples/t5/t5_1_1/examples/test_train_t5_tiny.gin": RUNS,
+    "t5x/examples/t5/t5_1_1/large.gin": RUNS,
+    "t5x/examples/t5/t5_1_1/small.gin": RUNS,
+    "t5x/examples/t5/t5_1_1/tiny.gin": RUNS,
+    "t5x/examples/t5/t5_1_1/xl.gin": RUNS,
+    "t5x/examples/t5/t5_1_1/xxl.gin": RUNS,
+    "t5x/testdata/mtf_tiny_t5/operative_config.gin": MESH_TF,
+}
+
+
+def state_text(state) -> str:
+    return "runs" if state == RUNS else f"refused in one line: {state.reason}"
+
+
+def readme_table() -> str:
+    """The README's table: folder, then each file's state (runs, or the refusal's reason)."""
+    lines = ["| T5X gin file | under t5forge |", "|---|---|"]
+    lines += [f"| `{path}` | {state_text(state)} |" for path, state in STATES.items()]
+    runs = sum(state == RUNS for state in STATES.values())
+    lines.append(f"| **{len(STATES)} files** | **{runs} run, {len(STATES) - runs} refused** |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(readme_table())
