@@ -97,6 +97,92 @@ def copy(source: str | os.PathLike, target: str | os.PathLike) -> None:
             shutil.copyfileobj(reader, writer, _COPY_CHUNK)
 
 
+def require_kind(location: str | os.PathLike, kind: str, role: str) -> None:
+    """Refuses, in one `StorageError` line naming `role` (MODEL_DIR, train.lock, a data
+    file...), a local path that exists as the other kind ('file' or 'directory') or that lies
+    under a file, before any command trips over it with a traceback.
+
+    Object stores have no directories to collide with: URLs pass.
+    """
+    text = os.fspath(location)
+    if is_url(text):
+        return
+    target = Path(os.path.expanduser(text))
+    fix = "remove or rename it, or give another path"
+    if target.exists() and kind == "directory" and not target.is_dir():
+        raise StorageError(f"{role} {target} is a file, not a directory; {fix}")
+    if target.is_dir() and kind == "file":
+        raise StorageError(f"{role} {target} is a directory, not a file; {fix}")
+    for parent in target.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise StorageError(
+                    f"{role} {target} lies under {parent}, a file; remove or rename that "
+                    "file, or give another path"
+                )
+            return
+
+
+def make_directory(location: str | os.PathLike, role: str) -> None:
+    """Creates an output directory (and its parents) after `require_kind`'s check."""
+    require_kind(location, "directory", role)
+    with reported(location):
+        path(location).mkdir(parents=True, exist_ok=True)
+
+
+@contextlib.contextmanager
+def replaced_atomically(location: str | os.PathLike, durable: bool = True) -> Iterator[Path]:
+    """Yields a temporary local file for the caller to write in full; `location` is replaced
+    by it only when the block ends without an error, so readers see the old file or the new
+    one, never half of one (a full disk or a kill mid-write leaves the old file).
+
+    Local targets: the temporary file lies beside the target and is renamed over it, with the
+    data and the rename flushed to disk first (`durable`), as a power cut could otherwise keep
+    the rename but not the bytes. An object store replaces an object whole: the file is
+    uploaded once written.
+    """
+    text = os.fspath(location)
+    if is_url(text):
+        staging = staging_folder(text)
+        staging.parent.mkdir(parents=True, exist_ok=True)
+        temporary = staging.with_name(f".{staging.name}.{os.getpid()}.upload")
+    else:
+        target = Path(os.path.expanduser(text))
+        require_kind(target, "file", "the output")
+        temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        yield temporary
+        if is_url(text):
+            copy(temporary, text)
+            return
+        if durable:
+            _flush_to_disk(temporary)
+        os.replace(temporary, target)
+        if durable:
+            _flush_to_disk(target.parent)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def write_atomically(
+    location: str | os.PathLike, content: str | bytes, durable: bool = True
+) -> None:
+    """Replaces the file at `location` by `content` (text as UTF-8) in one step; see
+    `replaced_atomically`. Every file t5forge writes whole goes through here."""
+    data = content.encode() if isinstance(content, str) else content
+    with replaced_atomically(location, durable) as temporary:
+        temporary.write_bytes(data)
+
+
+def _flush_to_disk(local: Path) -> None:
+    """fsync of a file or a directory (the directory makes a rename inside it durable)."""
+    descriptor = os.open(local, os.O_RDONLY | (os.O_DIRECTORY if local.is_dir() else 0))
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
 def staging_folder(url: str) -> Path:
     """The local folder that mirrors an object-storage folder (a MODEL_DIR, a task cache):
     under $T5FORGE_STAGING_DIR, default ~/.cache/t5forge/staging, one folder per URL."""

@@ -16,6 +16,7 @@ import os
 import zlib
 from pathlib import Path
 
+from t5forge import storage
 from t5forge.errors import CheckpointError
 
 CHECKSUMS_FILE = "checksums.json"
@@ -47,9 +48,9 @@ def seal(step_dir: str | os.PathLike) -> None:
     files = {
         str(p.relative_to(step_dir)): [p.stat().st_size, _crc32(p)] for p in _hashed_files(step_dir)
     }
-    temporary = step_dir / f".{CHECKSUMS_FILE}.tmp"
-    temporary.write_text(json.dumps({"algorithm": "crc32", "files": files}, indent=0))
-    os.replace(temporary, step_dir / CHECKSUMS_FILE)
+    storage.write_atomically(
+        step_dir / CHECKSUMS_FILE, json.dumps({"algorithm": "crc32", "files": files}, indent=0)
+    )
 
 
 def verify(step_dir: str | os.PathLike) -> int:

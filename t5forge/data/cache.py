@@ -55,14 +55,7 @@ def completed_splits(task_dir: Path) -> list[str]:
 
 
 def _write_json_atomically(path: Path, content: Any) -> None:
-    text = json.dumps(content, indent=2, sort_keys=True) + "\n"
-    if storage.is_url(path):
-        with storage.reported(path):
-            path.write_text(text)  # an object is replaced whole
-        return
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
+    storage.write_atomically(path, json.dumps(content, indent=2, sort_keys=True) + "\n")
 
 
 def _set_completed(task_dir: Path, split: str, completed: bool) -> None:

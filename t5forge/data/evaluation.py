@@ -203,9 +203,10 @@ class Evaluator:
             for fn in task.score_metric_fns:
                 metrics.update(fn(data.targets, scores))
         metrics = {name: float(value) for name, value in metrics.items()}
-        with (self.output_dir / f"{task.name}-predictions.jsonl").open("w", encoding="utf-8") as f:
-            for record in records:
-                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        storage.write_atomically(
+            self.output_dir / f"{task.name}-predictions.jsonl",
+            "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records),
+        )
         with (self.output_dir / f"{task.name}-metrics.jsonl").open("a", encoding="utf-8") as f:
             f.write(json.dumps({"step": step, "metrics": metrics}) + "\n")
         return metrics

@@ -151,6 +151,7 @@ def train_vocabulary(
     `whole_words` (e.g. a classifier's labels) becomes one piece, so it encodes to one id.
     """
     _check_arguments(vocab_size, extra_ids, model_type, input_sentence_size, heldout_every)
+    storage.require_kind(output, "file", "the vocabulary output")
     heldout: list[str] = []
     counts = {"training": 0}
     reading_errors: list[DataError] = []
@@ -198,7 +199,7 @@ def train_vocabulary(
         raise _training_error(e, vocab_size, counts["training"]) from None
     with storage.reported(output):
         storage.path(output).parent.mkdir(parents=True, exist_ok=True)
-        storage.path(output).write_bytes(model.getvalue())
+    storage.write_atomically(output, model.getvalue())  # a full disk keeps the old model
     processor = spm.SentencePieceProcessor(model_proto=model.getvalue())
     coverage, pieces_per_word = measure(processor, heldout)
     return VocabSummary(

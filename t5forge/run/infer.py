@@ -4,7 +4,10 @@
 split's order. Output is flushed every `checkpoint_period` batches with a progress marker,
 so an interrupted run continues after the last finished chunk instead of starting over. The
 marker records the output's length too: rows a killed run appended after it are cut off on
-resume, so every row is written exactly once.
+resume, so every row is written exactly once. It also records what wrote the rows (checkpoint,
+task, split, lengths, batch size, settings, data files): a rerun that differs is refused rather
+than appending its rows to another run's. One `infer` at a time writes a directory (a lease file,
+as `train`'s on its MODEL_DIR).
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ import numpy as np
 from t5forge import storage
 from t5forge.data.feature_converters import converter_for
 from t5forge.errors import ConfigError
-from t5forge.run import setup
+from t5forge.run import output_identity, setup
 from t5forge.run.configs import DatasetConfig, RestoreCheckpointConfig
+from t5forge.run.model_dir_lock import ModelDirLock
 
 MODES = ("predict", "score")
+LOCK_FILE = "infer.lock"
 
 
 def _text(vocabulary, tokens) -> str:
@@ -38,21 +43,37 @@ def _run_task(
     output: os.PathLike,
     checkpoint_period: int,
     max_decode_length: int,
+    checkpoint: str,
 ) -> int:
     from t5forge.data.pipeline import make_batch_iterator
 
     out_file = output / f"{task.name}-{mode}.jsonl"
     progress_file = output / f".{task.name}-{mode}.progress.json"
-    progress = (
-        json.loads(progress_file.read_text())
-        if progress_file.exists()
-        else {"batches": 0, "bytes": 0}
+    identity = {
+        "checkpoint": output_identity.checkpoint_identity(checkpoint),
+        "task": task.name,
+        "split": cfg.split,
+        "task_feature_lengths": dict(cfg.task_feature_lengths),
+        "batch_size": int(cfg.batch_size),
+        "mode": mode,
+        "max_decode_length": int(max_decode_length),
+        "use_cached": bool(cfg.use_cached),
+        "data": output_identity.data_fingerprint([task], cfg.split),
+    }
+    progress = _read_progress(progress_file)
+    output_identity.refuse_mismatch(
+        progress.get("identity", identity),
+        identity,
+        f"the unfinished {out_file}",
+        f"rerun with its settings to finish it, or give another INFER_OUTPUT_DIR (or delete "
+        f"{progress_file.name} there to start over)",
     )
     done, size = progress["batches"], progress["bytes"]
+    storage.require_kind(out_file, "file", "the output")
     if not done and out_file.exists():
         out_file.unlink()
     elif done and len(data := out_file.read_bytes()) > size:
-        out_file.write_bytes(data[:size])
+        storage.write_atomically(out_file, data[:size])
     vocabulary = task.output_features["targets"].vocabulary
     iterator = make_batch_iterator(
         task.name,
@@ -94,27 +115,50 @@ def _run_task(
             record["targets"] = _text(vocabulary, batch["decoder_target_tokens"][i])
             pending.append(json.dumps(record, ensure_ascii=False))
         if batches % checkpoint_period == 0:
-            size = _flush(out_file, progress_file, pending, batches, size)
+            size = _flush(out_file, progress_file, pending, batches, size, identity)
             written, pending = written + len(pending), []
     iterator.close()
-    _flush(out_file, progress_file, pending, batches, size)
+    _flush(out_file, progress_file, pending, batches, size, identity)
     written += len(pending)
     progress_file.unlink()
     return written
 
 
+def _read_progress(progress_file: os.PathLike) -> dict:
+    """The marker of an unfinished run, or no batches done; an unreadable one is refused."""
+    if not progress_file.exists():
+        return {"batches": 0, "bytes": 0}
+    try:
+        progress = json.loads(progress_file.read_text())
+        int(progress["batches"]), int(progress["bytes"])
+    except (ValueError, KeyError, TypeError) as error:
+        raise ConfigError(
+            f"{progress_file} is unreadable ({type(error).__name__}); delete it to start the "
+            "output over, or give another INFER_OUTPUT_DIR"
+        ) from None
+    return progress
+
+
 def _flush(
-    out_file: os.PathLike, progress_file: os.PathLike, lines: list[str], batches: int, size: int
+    out_file: os.PathLike,
+    progress_file: os.PathLike,
+    lines: list[str],
+    batches: int,
+    size: int,
+    identity: dict,
 ) -> int:
-    """Appends a chunk, then replaces the marker (batches done, the output's length) in one
-    rename, so a kill at any moment leaves a whole marker; returns the output's new length."""
+    """Appends a chunk (flushed to disk), then replaces the marker (batches done, the output's
+    length, what wrote it) in one rename, so a kill at any moment leaves a whole marker;
+    returns the output's new length."""
     text = "".join(line + "\n" for line in lines)
     with out_file.open("a", encoding="utf-8") as f:
         f.write(text)
+        if not storage.is_url(out_file):
+            f.flush()
+            os.fsync(f.fileno())
     size += len(text.encode())
-    staged = progress_file.parent / f"{progress_file.name}.tmp"
-    staged.write_text(json.dumps({"batches": batches, "bytes": size}))
-    staged.replace(progress_file)
+    progress = {"batches": batches, "bytes": size, "identity": identity}
+    storage.write_atomically(progress_file, json.dumps(progress))
     return size
 
 
@@ -149,15 +193,32 @@ def infer(
     params, message = setup.load_params(restore_checkpoint_cfg.path, model)
     print(message, file=sys.stderr)
     output = storage.path(output_dir)
-    with storage.reported(output_dir):
-        output.mkdir(parents=True, exist_ok=True)
+    storage.make_directory(output_dir, "INFER_OUTPUT_DIR")
     decode_length = max_decode_length or setup.default_max_decode_length(
         model, dataset_cfg.task_feature_lengths
     )
+    lock = ModelDirLock(
+        output_dir,
+        lock_file=LOCK_FILE,
+        writer="infer",
+        take_over_hint=f"delete {os.path.join(output_dir, LOCK_FILE)}",
+    )
+    lock.acquire()
     written = {}
-    for task in get_mixture_or_task(dataset_cfg.mixture_or_task_name).tasks:
-        written[task.name] = _run_task(
-            model, params, task, dataset_cfg, mode, output, checkpoint_period, decode_length
-        )
-        print(f"wrote {written[task.name]} rows to {output / f'{task.name}-{mode}.jsonl'}")
+    try:
+        for task in get_mixture_or_task(dataset_cfg.mixture_or_task_name).tasks:
+            written[task.name] = _run_task(
+                model,
+                params,
+                task,
+                dataset_cfg,
+                mode,
+                output,
+                checkpoint_period,
+                decode_length,
+                restore_checkpoint_cfg.path,
+            )
+            print(f"wrote {written[task.name]} rows to {output / f'{task.name}-{mode}.jsonl'}")
+    finally:
+        lock.release()
     return written

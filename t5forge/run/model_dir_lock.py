@@ -54,13 +54,18 @@ class ModelDirLock:
         model_dir: str | os.PathLike,
         take_over: bool = False,
         lease_seconds: float = LEASE_SECONDS,
+        lock_file: str = LOCK_FILE,
+        writer: str = "training run",
+        take_over_hint: str = "pass --gin.train.take_over_lock=True",
     ):
+        """`lock_file`, `writer` and `take_over_hint` name another command's lock on its output
+        directory (infer's), in the file and in the refusal."""
         location = os.fspath(model_dir)
         self.path = storage.path(
             location if storage.is_url(location) else os.path.abspath(location)
         )
-        self.path = self.path / LOCK_FILE
-        self.take_over = take_over
+        self.path = self.path / lock_file
+        self.take_over, self.writer, self.take_over_hint = take_over, writer, take_over_hint
         self.lease_seconds = lease_seconds
         self._record = {
             "host": socket.gethostname(),
@@ -94,16 +99,17 @@ class ModelDirLock:
 
     def acquire(self) -> None:
         """Takes the lock, or raises ConfigError naming the run that holds it."""
+        storage.require_kind(self.path, "file", "the lock")
         try:
             self._create()
         except FileExistsError:
             holder = self._holder() or {}
             if self._live(holder) and not self.take_over:
                 raise ConfigError(
-                    f"{self.path.parent} is in use by another training run (pid "
+                    f"{self.path.parent} is in use by another {self.writer} (pid "
                     f"{holder.get('pid')} on {holder.get('host')}, started "
-                    f"{holder.get('started')}); wait for it to finish, use another MODEL_DIR, "
-                    f"or, if that run is gone, pass --gin.train.take_over_lock=True"
+                    f"{holder.get('started')}); wait for it to finish, use another directory, "
+                    f"or, if that run is gone, {self.take_over_hint}"
                 ) from None
             if holder.get("pid") != os.getpid() or holder.get("host") != self._record["host"]:
                 why = "taken over on request" if self._live(holder) else "its process is gone"
@@ -117,8 +123,8 @@ class ModelDirLock:
             self._write()
         if not self._is_ours(self._holder()):
             raise ConfigError(
-                f"another training run took {self.path} at the same moment; "
-                "only one run may write a MODEL_DIR"
+                f"another {self.writer} took {self.path} at the same moment; "
+                "only one may write this directory"
             )
         _HELD[self.path] = self
         # Registered (again) after the store was first used: exit handlers run last-in first-out,
@@ -141,13 +147,7 @@ class ModelDirLock:
             self.path.write_text(self._payload())
 
     def _write(self) -> None:
-        if storage.is_url(self.path):
-            with storage.reported(self.path):
-                self.path.write_text(self._payload())  # an object is replaced whole
-            return
-        temporary = self.path.with_name(f".{LOCK_FILE}.{os.getpid()}")
-        temporary.write_text(self._payload())
-        os.replace(temporary, self.path)
+        storage.write_atomically(self.path, self._payload(), durable=False)
 
     def _renew(self) -> None:
         while not self._stop.wait(self.lease_seconds / 4):

@@ -15,6 +15,7 @@ from t5forge.checkpoints import reader
 from t5forge.errors import CheckpointError, ConfigError
 from t5forge.models.configs import T5Config, get_config
 from t5forge.models.model import BaseModel, build_model
+from t5forge.run import output_identity
 from t5forge.run.configs import RestoreCheckpointConfig
 
 logger = logging.getLogger("t5forge")
@@ -81,6 +82,9 @@ def model_metadata(model, dataset_cfg, model_dir: Path) -> dict:
         "mixture_or_task_name": dataset_cfg.mixture_or_task_name,
         "task_feature_lengths": dict(dataset_cfg.task_feature_lengths),
         "batch_size": int(dataset_cfg.batch_size),
+        "data_files": output_identity.data_fingerprint(
+            get_mixture_or_task(dataset_cfg.mixture_or_task_name).tasks, dataset_cfg.split
+        ),
     }
     features = get_mixture_or_task(dataset_cfg.mixture_or_task_name).output_features
     vocabulary = features["targets"].vocabulary
@@ -111,7 +115,7 @@ def _sha256(path: Path) -> str:
 
 def check_resume(recorded: dict, current: dict, checkpoint: Path) -> None:
     """ConfigError naming the first setting a resume would silently change: the vocabulary,
-    the feature lengths or the batch size the checkpoint was trained with. (Checkpoints written
+    the data files, the feature lengths or the batch size the checkpoint was trained with. (Checkpoints written
     before these were recorded are resumed unchecked.)"""
     fix = (
         "; keep the original setting, or start a new MODEL_DIR from this checkpoint with "
@@ -127,6 +131,15 @@ def check_resume(recorded: dict, current: dict, checkpoint: Path) -> None:
             f"{checkpoint} was trained with the vocabulary {old_vocab.get('source')} (sha256 "
             f"{old_vocab['sha256'][:12]}) but this run's is {new_vocab.get('source')} (sha256 "
             f"{new_vocab['sha256'][:12]}): the token ids would change meaning{fix}"
+        )
+    if "data_files" in recorded and recorded["data_files"] != current.get("data_files"):
+        changed = output_identity.first_difference(
+            {"data": recorded["data_files"]}, {"data": current.get("data_files")}
+        )
+        raise ConfigError(
+            f"{checkpoint} was trained on other data: {changed}; the recorded data position "
+            "would read other batches; restore those files, or start a new MODEL_DIR from this "
+            f"checkpoint with --gin.INITIAL_CHECKPOINT_PATH={checkpoint}"
         )
     for key, name in (
         ("task_feature_lengths", "TASK_FEATURE_LENGTHS"),

@@ -188,12 +188,8 @@ def purge_metrics_after(model_dir: str | os.PathLike, step: int) -> int:
     path = storage.path(model_dir) / METRICS_FILE
     lines = path.read_text().splitlines(keepends=True)
     kept = [line for line in lines if line.strip() and _row_step(line) <= step]
-    if len(kept) != len(lines) and storage.is_url(path):
-        path.write_text("".join(kept))  # an object is replaced whole, never half-written
-    elif len(kept) != len(lines):
-        temporary = path.with_name(f".{METRICS_FILE}.tmp")
-        temporary.write_text("".join(kept))
-        os.replace(temporary, path)
+    if len(kept) != len(lines):
+        storage.write_atomically(path, "".join(kept))
     return len(lines) - len(kept)
 
 
