@@ -19,6 +19,7 @@ import numpy as np
 from t5forge.data import preprocessor_framework as _framework
 from t5forge.data import sources as _sources
 from t5forge.data import tasks as _tasks
+from t5forge.data.shard_info import ShardInfo
 from t5forge.errors import ConfigError, DataError
 
 SHUFFLE_BUFFER_SIZE = 1000
@@ -265,14 +266,6 @@ class FunctionDataSource(_sources.FunctionSource):
         super().__init__(
             functools.partial(_call_dataset_fn, dataset_fn), splits, num_input_examples
         )
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardInfo:
-    """SeqIO's ShardInfo(index, num_shards)."""
-
-    index: int
-    num_shards: int
 
 
 def get_mixture_or_task(task_or_mixture_name):

@@ -1,0 +1,351 @@
+"""Computes, with the real seqio 0.0.20 and t5 0.9.4, what tests/seqio/test_t5_reference.py
+compares t5forge against; writes t5_reference.json beside this file.
+
+Run in a side environment with TensorFlow, tensorflow_datasets, seqio and t5 installed
+(never a dependency of t5forge), from the repository root:
+
+    /tmp/side-tf/bin/python tests/seqio/reference/make_reference.py
+
+1. Tasks over the TFDS fixtures (tests/data/tfds_fixtures, written by TFDS's own writer):
+   T5's registered task with its source pointed at the fixture's version and the vocabulary
+   at SeqIO's 26-piece test model (/work/shared/data/vocab, $T5FORGE_SHARED_DATA/vocab), 100
+   extra ids; the first examples of a split, unshuffled: text after preprocessing and ids.
+2. T5's text preprocessors on raw examples shaped as TFDS gives them (the GLUE/SuperGLUE
+   configs, SQuAD, ReCoRD, WSC, DPR, summaries), through tf.data.
+3. T5's postprocessors and metrics on small inputs.
+"""
+
+import functools
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import seqio
+import t5.data.mixtures  # noqa: F401  (registers T5's tasks)
+import tensorflow as tf
+import tensorflow_datasets as tfds
+from t5.data import glue_utils, postprocessors, preprocessors
+from t5.evaluation import metrics
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[2]
+FIXTURES = REPO / "tests" / "data" / "tfds_fixtures" / "tfrecord"
+SHARED = Path(os.environ.get("T5FORGE_SHARED_DATA", "/work/shared/data"))
+VOCAB = seqio.SentencePieceVocabulary(str(SHARED / "vocab" / "sentencepiece.model"), 100)
+LENGTHS = {"inputs": 24, "targets": 12}
+
+
+def as_json(value):
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, np.ndarray):
+        return [as_json(v) for v in value.tolist()]
+    if isinstance(value, (list, tuple)):
+        return [as_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: as_json(v) for k, v in value.items()}
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+# ---------------------------------------------------------------- 1. tasks over fixtures
+
+USER_TASK = "wmt_t2t_de_en_v003"  # the T5X README's tasks.py, as written there
+seqio.TaskRegistry.add(
+    USER_TASK,
+    source=seqio.TfdsDataSource(tfds_name="wmt_t2t_translate/de-en:1.0.0"),
+    preprocessors=[
+        functools.partial(preprocessors.translate, source_language="de", target_language="en"),
+        seqio.preprocessors.tokenize,
+        seqio.CacheDatasetPlaceholder(),
+        seqio.preprocessors.append_eos_after_trim,
+    ],
+    metric_fns=[metrics.bleu],
+    output_features={
+        "inputs": seqio.Feature(vocabulary=t5.data.get_default_vocabulary()),
+        "targets": seqio.Feature(vocabulary=t5.data.get_default_vocabulary()),
+    },
+)
+
+# task -> (the fixture's tfds_name, splits read, examples taken per split)
+TASKS = {
+    "wmt_t2t_ende_v003": ("wmt_t2t_translate/de-en:1.0.0", ["validation", "test"], 5),
+    USER_TASK: ("wmt_t2t_translate/de-en:1.0.0", ["validation"], 5),
+    "glue_sst2_v002": ("glue/sst2:2.0.0", ["validation", "test"], 5),
+}
+
+
+def task_examples(name, tfds_name, splits, count):
+    task = seqio.TaskRegistry.get(name)
+    features = {
+        key: seqio.Feature(VOCAB, add_eos=f.add_eos, required=f.required)
+        for key, f in task.output_features.items()
+    }
+    on_fixture = seqio.Task(
+        f"{name}_on_fixture",
+        source=seqio.TfdsDataSource(tfds_name=tfds_name, tfds_data_dir=str(FIXTURES)),
+        preprocessors=task.preprocessors,
+        output_features=features,
+    )
+    out = {}
+    for split in splits:
+        ds = on_fixture.get_dataset(LENGTHS, split=split, shuffle=False, use_cached=False)
+        out[split] = [as_json(ex) for ex in ds.take(count).as_numpy_iterator()]
+    return {"tfds_name": tfds_name, "sequence_length": LENGTHS, "splits": out}
+
+
+# ---------------------------------------------------------------- 2. text preprocessors
+
+GLUE = tfds.text.glue.Glue.builder_configs
+SUPER_GLUE = tfds.text.super_glue.SuperGlue.builder_configs
+RAW = {
+    "cola": {"sentence": b"The more we study verbs, the crazier they get.", "label": 1, "idx": 3},
+    "mrpc": {"sentence1": b'He said: "no".', "sentence2": b"He refused.", "label": 0, "idx": 7},
+    "stsb": {
+        "sentence1": b"A man plays.",
+        "sentence2": b"A man is playing.",
+        "label": 3.7,
+        "idx": 1,
+    },
+    "stsb_half": {"sentence1": b"a", "sentence2": b"b", "label": 4.5, "idx": 2},
+    "mnli": {"premise": b"Cats sleep.", "hypothesis": b"Cats rest.", "label": 0, "idx": 9},
+    "ax": {"premise": b"No one came.", "hypothesis": b"Someone came.", "label": -1, "idx": 0},
+    "qnli": {"question": b"Who?", "sentence": b"Nobody.", "label": 1, "idx": 4},
+    "boolq": {"question": b"is it blue", "passage": b"The sky is blue.", "label": 1, "idx": 5},
+    "cb": {"premise": b"It rained.", "hypothesis": b"It was dry.", "label": 1, "idx": 6},
+    "copa": {
+        "premise": b"The man fell.",
+        "choice1": b"He slipped.",
+        "choice2": b"He flew.",
+        "question": b"cause",
+        "label": 0,
+        "idx": 8,
+    },
+    "multirc": {
+        "paragraph": b"<b>Sent 1: </b>Tom ran.<br><b>Sent 2: </b>He won.<br>",
+        "question": b"Who won?",
+        "answer": b"Tom",
+        "label": 1,
+        "idx": {"paragraph": 0, "question": 1, "answer": 2},
+    },
+    "wic": {
+        "sentence1": b"Bank of the river.",
+        "sentence2": b"The bank closed.",
+        "word": b"bank",
+        "start1": 0,
+        "start2": 4,
+        "end1": 4,
+        "end2": 8,
+        "label": 0,
+        "idx": 10,
+    },
+    "axb": {"sentence1": b"All dogs bark.", "sentence2": b"Some dogs bark.", "label": 0, "idx": 11},
+    "wsc.fixed": {
+        "text": b"Mark told Pete many lies about himself, which Pete included in his book.",
+        "span1_text": b"Mark",
+        "span1_index": 0,
+        "span2_text": b"He",
+        "span2_index": 13,
+        "label": 0,
+        "idx": 12,
+    },
+    "record": {
+        "passage": b"Tom met Ann.\n@highlight\nThey talked\n@highlight\nAnn left!\n@highlight\nEnd",
+        "query": b"@placeholder left first.",
+        "entities": [b"Tom", b"Ann"],
+        "answers": [b"Ann", b"Ann"],
+        "idx": {"passage": 3, "query": 4},
+    },
+}
+# wsc.fixed's span2 must be the pronoun at that index for wsc_simple.
+RAW["wsc.fixed"]["span2_text"], RAW["wsc.fixed"]["span2_index"] = b"his", 11
+SQUAD = {
+    "id": b"q1",
+    "title": b"T",
+    "context": b"The cat (Felis catus) sat, quietly; on the mat.",
+    "question": b"Where did the cat sit?",
+    "answers": {"text": [b"on the mat.", b"the mat"], "answer_start": [34, 37]},
+}
+DPR = {
+    "sentence": b"Bob asked Tom if he could lend some money.",
+    "pronoun": b"he",
+    "candidates": [b"Bob", b"Tom"],
+    "label": 1,
+}
+CNN = {"article": b"Markets rose today . Investors cheered .", "highlights": b"Markets rose ."}
+
+
+def glue_step(config_name):
+    config = GLUE.get(config_name) or SUPER_GLUE[config_name]
+    return glue_utils.get_glue_text_preprocessor(config)
+
+
+def run_step(step, raw):
+    ds = tf.data.Dataset.from_tensors(raw)
+    return [as_json(ex) for ex in step(ds).as_numpy_iterator()]
+
+
+def text_preprocessors():
+    cases = {}
+    for name in ("cola", "mrpc", "stsb", "mnli", "ax", "qnli"):
+        raw = RAW[name]
+        cases[f"glue/{name}"] = (raw, run_step(glue_step(name), raw))
+    cases["glue/stsb_half"] = (RAW["stsb_half"], run_step(glue_step("stsb"), RAW["stsb_half"]))
+    for name in ("boolq", "cb", "copa", "multirc", "wic", "wsc.fixed", "record"):
+        raw = RAW[name]
+        cases[f"super_glue/{name}"] = (raw, run_step(glue_step(name), raw))
+    rekeyed = functools.partial(
+        preprocessors.rekey,
+        key_map={"premise": "sentence1", "hypothesis": "sentence2", "label": "label", "idx": "idx"},
+    )
+    cases["super_glue/axb"] = (
+        RAW["axb"],
+        run_step(lambda ds: glue_step("axb")(rekeyed(ds)), RAW["axb"]),
+    )
+    cases["squad"] = (SQUAD, run_step(preprocessors.squad, SQUAD))
+    cases["squad_context_free"] = (
+        SQUAD,
+        run_step(functools.partial(preprocessors.squad, include_context=False), SQUAD),
+    )
+    cases["dpr_simple"] = (DPR, run_step(preprocessors.definite_pronoun_resolution_simple, DPR))
+    for only in (False, True):
+        step = functools.partial(preprocessors.wsc_simple, correct_referent_only=only)
+        cases[f"wsc_simple/{only}"] = (RAW["wsc.fixed"], run_step(step, RAW["wsc.fixed"]))
+    cases["summarize"] = (
+        CNN,
+        run_step(
+            functools.partial(
+                preprocessors.summarize, article_key="article", summary_key="highlights"
+            ),
+            CNN,
+        ),
+    )
+    for source, target in (("en", "de"), ("en", "fr"), ("en", "ro"), ("de", "en")):
+        raw = {source: b"Hello, world.", target: b"Hallo, Welt."}
+        step = functools.partial(
+            preprocessors.translate, source_language=source, target_language=target
+        )
+        cases[f"translate/{source}-{target}"] = (raw, run_step(step, raw))
+    return {name: {"raw": as_json(raw), "outputs": out} for name, (raw, out) in cases.items()}
+
+
+# ---------------------------------------------------------------- 3. postprocessors, metrics
+
+
+def metric_cases():
+    texts_t = ["the cat sat on the mat .", "a quick brown fox", "hello there"]
+    texts_p = ["the cat sat on a mat .", "the quick brown fox jumps", "hello"]
+    labels_t, labels_p = [0, 1, 1, 0, 1, 1, 0], [0, 1, 0, 0, 1, 2, 1]
+    multiclass_t, multiclass_p = [0, 1, 2, 2, 1, 0], [0, 2, 2, 2, 1, 1]
+    floats_t, floats_p = [1.0, 2.5, 3.0, 4.2, 0.4], [1.2, 2.0, 3.6, 4.0, 1.0]
+    multirc_t = [{"value": v, "group": g} for v, g in [(1, 0), (0, 0), (1, 1), (1, 2), (0, 2)]]
+    multirc_p = [{"value": v} for v in (1, 0, 0, 1, 1)]
+    record_t = [
+        {"value": ["Ann", "ann"], "group": (3, 4)},
+        {"value": ["Ann", "ann"], "group": (3, 4)},
+        {"value": ["Tom"], "group": (5, 6)},
+    ]
+    record_p = [{"value": "Ann"}, {"value": "x"}, {"value": "Tom Smith"}]
+    squad_t = [["on the mat", "the mat"], ["Paris"], ["1,000 people"]]
+    squad_p = ["the mat.", "paris France", "a thousand"]
+    np.random.seed(0)
+    rouge = metrics.rouge(texts_t, texts_p)
+    cases = {
+        "bleu": (texts_t, texts_p, metrics.bleu(texts_t, texts_p)),
+        "bleu_streams": (
+            [texts_t, texts_p],
+            texts_p,
+            metrics.bleu([texts_t, texts_p], texts_p),
+        ),
+        "rouge_seed0": (texts_t, texts_p, rouge),
+        "squad": (squad_t, squad_p, metrics.squad(squad_t, squad_p)),
+        "trivia_qa": (squad_t, squad_p, metrics.trivia_qa(squad_t, squad_p)),
+        "accuracy": (labels_t, labels_p, metrics.accuracy(labels_t, labels_p)),
+        "sequence_accuracy": (texts_t, texts_p, metrics.sequence_accuracy(texts_t, texts_p)),
+        "f1_score_with_invalid": (
+            labels_t,
+            labels_p,
+            metrics.f1_score_with_invalid(labels_t, labels_p),
+        ),
+        "mean_3class_f1": (
+            multiclass_t,
+            multiclass_p,
+            metrics.mean_multiclass_f1(num_classes=3)(multiclass_t, multiclass_p),
+        ),
+        "matthews_corrcoef": (
+            labels_t,
+            labels_p,
+            glue_utils.get_glue_metric("cola")[0](labels_t, labels_p),
+        ),
+        "pearson_corrcoef": (floats_t, floats_p, metrics.pearson_corrcoef(floats_t, floats_p)),
+        "spearman_corrcoef": (floats_t, floats_p, metrics.spearman_corrcoef(floats_t, floats_p)),
+        "multirc_f1": (
+            multirc_t,
+            multirc_p,
+            metrics.multirc_f1_over_all_answers(multirc_t, multirc_p),
+        ),
+        "multirc_exact_match": (
+            multirc_t,
+            multirc_p,
+            metrics.mean_group_metric(metrics.all_match)(multirc_t, multirc_p),
+        ),
+        "record": (
+            record_t,
+            record_p,
+            metrics.deduplicate_metric(metrics.squad)(record_t, record_p),
+        ),
+    }
+    return {
+        k: {"targets": as_json(t), "predictions": as_json(p), "value": as_json(v)}
+        for k, (t, p, v) in cases.items()
+    }
+
+
+def postprocessor_cases():
+    sst2 = glue_utils.get_glue_postprocess_fn(GLUE["sst2"])
+    example = {
+        "idx/question": 4,
+        "idx/passage": 1,
+        "idx/query": 2,
+        "answers": [b"Ann", b"ann"],
+        "targets_pretokenized": b"the red Ball",
+        "label": 1,
+    }
+    calls = [
+        ("sst2", "positive", False, sst2("positive", example=example, is_target=False)),
+        ("sst2", "neutral", False, sst2("neutral", example=example, is_target=False)),
+        ("stsb", "3.4", False, postprocessors.string_to_float("3.4")),
+        ("stsb", "high", False, postprocessors.string_to_float("high")),
+        ("multirc", "True", True, postprocessors.multirc("True", example=example, is_target=True)),
+        ("record", "Ann", True, postprocessors.record("Ann", example=example, is_target=True)),
+        ("qa", "x", True, postprocessors.qa("x", example=example, is_target=True)),
+        ("wsc_simple", "a ball", False, postprocessors.wsc_simple("a ball", example=example)),
+        ("wsc_simple", "Ball's", False, postprocessors.wsc_simple("Ball's", example=example)),
+        ("wsc_simple", "the", False, postprocessors.wsc_simple("the", example=example)),
+    ]
+    return {
+        "example": as_json(example),
+        "calls": [
+            [name, text, is_target, as_json(value)] for name, text, is_target, value in calls
+        ],
+    }
+
+
+def main():
+    reference = {
+        "made_with": {"seqio": seqio.__version__, "t5": "0.9.4", "tensorflow": tf.__version__},
+        "tasks": {name: task_examples(name, *spec) for name, spec in TASKS.items()},
+        "text_preprocessors": text_preprocessors(),
+        "metrics": metric_cases(),
+        "postprocessors": postprocessor_cases(),
+    }
+    path = HERE / "t5_reference.json"
+    path.write_text(json.dumps(reference, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {path} ({path.stat().st_size} bytes)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
