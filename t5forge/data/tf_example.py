@@ -17,7 +17,7 @@ from google.protobuf.message import DecodeError
 
 from t5forge.errors import DataError
 
-_PACKAGE = "t5forge.tf_example"
+_PACKAGE = "private_tf_example"
 _Field = descriptor_pb2.FieldDescriptorProto
 
 
@@ -40,7 +40,7 @@ def _list_message(name: str, kind: int) -> descriptor_pb2.DescriptorProto:
 def _example_class():
     """The Example message class, built once (feature.proto / example.proto, proto3)."""
     proto = descriptor_pb2.FileDescriptorProto(
-        name="t5forge/tf_example.proto", package=_PACKAGE, syntax="proto3"
+        name="private_tf_example.proto", package=_PACKAGE, syntax="proto3"
     )
     proto.message_type.extend(
         [

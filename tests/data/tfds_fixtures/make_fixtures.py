@@ -13,6 +13,9 @@ both file formats under tfrecord/ and array_record/:
 - glue/sst2:2.0.0 with TFDS's features (sentence, label, idx), sentences and verdicts from
   /work/shared/data/rotten_tomatoes (fresh -> positive; test labels -1 as GLUE's are);
 - t5forge_feature_kinds/default:1.0.0, every other feature kind t5forge decodes.
+It also writes, TFRecord only, the datasets T5's task registry reads (T5_DATASETS: GLUE,
+SuperGLUE, DPR, C4, CNN/DailyMail, SQuAD, XSum, WMT) with TFDS's own builder classes
+(their features, configs and split names) and a few generated examples each.
 Then it records what TFDS itself reads back (`as_dataset` + `as_numpy` on the TFRecord copy,
 `as_data_source` on the ArrayRecord copy, slices, per-host reads) in reference.json, and
 writes tfexample/*.tfrecord with tf.io.TFRecordWriter and what SeqIO's TFExampleDataSource
@@ -20,6 +23,7 @@ reads from them in tfexample_reference.json.
 """
 
 import base64
+import copy
 import gzip
 import json
 import os
@@ -177,6 +181,152 @@ class T5forgeFeatureKinds(tfds.core.GeneratorBasedBuilder, skip_registration=Tru
 
 BUILDERS = (WmtT2tTranslate, Glue, T5forgeFeatureKinds)
 
+# The datasets of T5 0.9.4's task registry (t5/data/tasks.py names and versions), written
+# by TFDS's own builder classes (their features, configs and split names) with a few
+# generated examples each, TFRecord only (what seqio + t5 read; their parity fixtures are
+# computed over these).
+_TEST, _TRAIN_VALID_TEST = ("test",), ("train", "validation", "test")
+T5_DATASETS = {
+    **{f"glue/{c}:1.0.0": _TRAIN_VALID_TEST for c in ("cola", "sst2", "mrpc", "qqp", "stsb")},
+    **{f"glue/{c}:1.0.0": _TRAIN_VALID_TEST for c in ("qnli", "rte", "wnli")},
+    "glue/mnli:1.0.0": (
+        "train",
+        "validation_matched",
+        "validation_mismatched",
+        "test_matched",
+        "test_mismatched",
+    ),
+    "glue/ax:1.0.0": _TEST,
+    **{
+        f"super_glue/{c}:1.0.2": _TRAIN_VALID_TEST
+        for c in ("boolq", "cb", "copa", "multirc", "record", "rte", "wic", "wsc.fixed")
+    },
+    "super_glue/axb:1.0.2": _TEST,
+    "super_glue/axg:1.0.2": _TEST,
+    "definite_pronoun_resolution:1.1.0": ("train", "test"),
+    "c4/en:2.2.0": ("train", "validation"),
+    "cnn_dailymail:3.4.0": _TRAIN_VALID_TEST,
+    "squad/v1.1:3.0.0": ("train", "validation"),
+    "xsum:1.1.0": _TRAIN_VALID_TEST,
+    "wmt14_translate/de-en:1.0.0": _TRAIN_VALID_TEST,
+    "wmt14_translate/fr-en:1.0.0": _TRAIN_VALID_TEST,
+    "wmt15_translate/fr-en:1.0.0": _TRAIN_VALID_TEST,
+    "wmt16_translate/ro-en:1.0.0": _TRAIN_VALID_TEST,
+    "wmt19_translate/de-en:1.0.0": ("train", "validation"),
+}
+T5_EXAMPLES_PER_SPLIT = 6
+
+
+class Texts:
+    """Real sentences for generated examples: reviews for English, LibreOffice help for
+    German (and, marked as such, for the other languages a translation feature names)."""
+
+    def __init__(self):
+        self.reviews = [r["text"] for r in read_jsonl("rotten_tomatoes", "test", 200)]
+        self.pairs = read_jsonl("en_de_lohelp", "test", 200)
+
+    def text(self, i, language="en"):
+        if language == "en":
+            return self.reviews[i % len(self.reviews)]
+        return self.pairs[i % len(self.pairs)]["de"]
+
+    def pair(self, i, language):
+        row = self.pairs[i % len(self.pairs)]
+        return row["en"] if language == "en" else row["de"]
+
+
+def synthesize(feature, i, split, texts, name=""):
+    """An example of a TFDS feature, value by value from its kind (ClassLabel -1 in test
+    splits, as GLUE's and SuperGLUE's test labels are)."""
+    f = tfds.features
+    if isinstance(feature, f.Translation):
+        return {lang: texts.pair(i, lang) for lang in feature.languages}
+    if isinstance(feature, f.TranslationVariableLanguages):
+        return {lang: texts.pair(i, lang) for lang in feature.languages}
+    if isinstance(feature, f.FeaturesDict):
+        return {
+            key: synthesize(sub, i + k, split, texts, key)
+            for k, (key, sub) in enumerate(feature.items())
+        }
+    if isinstance(feature, f.Sequence):
+        length = feature._length or 1 + i % 3  # noqa: SLF001 - TFDS keeps a fixed length there
+        return [synthesize(feature.feature, i + j, split, texts, name) for j in range(length)]
+    if isinstance(feature, f.ClassLabel):
+        return -1 if split.startswith("test") else i % feature.num_classes
+    if isinstance(feature, f.Text):
+        return texts.text(i)
+    dtype = np.dtype(feature.np_dtype)
+    if dtype.kind in "OSU":
+        return texts.text(i)
+    if dtype.kind == "b":
+        return bool(i % 2)
+    if dtype.kind == "f":
+        return i / 4.0
+    return i % 3 if name.endswith("_index") else i
+
+
+def consistent_spans(example):
+    """WSC's span indices and texts point at the words of its text, as T5's wsc preprocessors
+    expect."""
+    if {"text", "span1_index", "span2_index", "span1_text", "span2_text"} <= example.keys():
+        words = example["text"].split()
+        example["span1_index"], example["span2_index"] = 0, min(2, len(words) - 1)
+        example["span1_text"] = words[example["span1_index"]]
+        example["span2_text"] = words[example["span2_index"]]
+    return example
+
+
+def t5_builder(tfds_name, splits, texts):
+    """TFDS's registered builder class for `tfds_name`, generating examples instead of
+    downloading them: its own _info (features), config and split names."""
+    name_and_config, version = tfds_name.split(":")
+    name, _, config_name = name_and_config.partition("/")
+    real = tfds.builder_cls(name)
+    configs = []
+    if config_name:
+        config = copy.copy(next(c for c in real.BUILDER_CONFIGS if c.name == config_name))
+        object.__setattr__(config, "version", tfds.core.Version(version))
+        configs = [config]
+
+    class Fixture(real, skip_registration=True):
+        VERSION = tfds.core.Version(version)
+        SUPPORTED_VERSIONS = []
+        BUILDER_CONFIGS = configs
+
+        def _split_generators(self, dl_manager):
+            return {split: self._fixture_examples(split) for split in splits}
+
+        def _fixture_examples(self, split):
+            for i in range(T5_EXAMPLES_PER_SPLIT):
+                example = synthesize(self.info.features, 7 * i + len(split), split, texts)
+                yield i, consistent_spans(example)
+
+    Fixture.name = name
+    kwargs = {"config": config_name} if config_name else {}
+    return Fixture(data_dir=os.path.join(HERE, "tfrecord"), **kwargs)
+
+
+def prepare_t5_datasets():
+    """Each T5 registry dataset in TFRecord, and what TFDS reads back from it."""
+    texts, reads = Texts(), {}
+    for tfds_name, splits in T5_DATASETS.items():
+        builder = t5_builder(tfds_name, splits, texts)
+        shutil.rmtree(builder.data_dir, ignore_errors=True)
+        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(num_shards=2))
+        reader = tfds.builder_from_directory(builder.data_dir)
+        reads[tfds_name] = {
+            "tfrecord": {
+                "splits": {
+                    split: [
+                        tagged(x)
+                        for x in tfds.as_numpy(reader.as_dataset(split=split, shuffle_files=False))
+                    ]
+                    for split in splits
+                }
+            }
+        }
+    return reads
+
 
 def tagged(value):
     """TFDS's numpy values as JSON that keeps their types: bytes, dtypes and shapes."""
@@ -300,6 +450,9 @@ def main():
         splits = list(builder_cls.SIZES)
         name = f"{builder_cls.name}/{builder_cls.BUILDER_CONFIGS[0].name}:{builder_cls.VERSION}"
         reference[name] = tfds_reads(dirs["tfrecord"], dirs["array_record"], splits)
+    reference.update(prepare_t5_datasets())
+    for file_format in FORMATS:  # TFDS's empty download folders
+        shutil.rmtree(os.path.join(HERE, file_format, "downloads"), ignore_errors=True)
     with open(os.path.join(HERE, "reference.json"), "w") as f:
         json.dump(reference, f, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
     with open(os.path.join(HERE, "tfexample_reference.json"), "w") as f:
