@@ -49,6 +49,10 @@ STAND_INS = {
 }
 
 
+# Importing these registers T5's tasks, so gin's `import t5.data.mixtures` imports them too.
+REGISTRY_MODULES = ("t5.data.tasks", "t5.data.mixtures")
+
+
 class _AliasLoader(importlib.abc.Loader):
     """Loads a stand-in name as the already importable t5forge module behind it."""
 
@@ -82,11 +86,12 @@ def _falls_back_to_stand_in(gin_module: types.ModuleType, name: str) -> None:
 @contextlib.contextmanager
 def stand_in_modules(gin_modules: Mapping[str, types.ModuleType] | None = None):
     """SeqIO's, T5's, TFDS's and TensorFlow's names import t5forge's modules inside the
-    block. `gin_modules` (T5X's names that gin parses with) fall back to these modules."""
+    block. `gin_modules` (T5X's names that gin parses with) stay, falling back to these
+    modules for the names they lack, except T5's registry modules, which are t5forge's."""
     finder = _StandInFinder()
     saved = {name: sys.modules.pop(name) for name in STAND_INS if name in sys.modules}
     for name, module in (gin_modules or {}).items():
-        if name in STAND_INS:
+        if name in STAND_INS and name not in REGISTRY_MODULES:
             sys.modules[name] = module
             _falls_back_to_stand_in(module, name)
     sys.meta_path.insert(0, finder)

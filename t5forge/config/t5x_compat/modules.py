@@ -18,6 +18,7 @@ import types
 import gin
 
 import t5forge.config.gin_registry  # noqa: F401  (registers the twins the T5X names forward to)
+from t5forge.compat import stand_in_modules
 from t5forge.config import gin_internals
 from t5forge.config.t5x_compat.names import (
     BOUND_WITHOUT_IMPORT,
@@ -116,7 +117,8 @@ def t5x_module_names():
     saved = {name: sys.modules.get(name) for name in MODULES}
     sys.modules.update(MODULES)
     try:
-        yield
+        with stand_in_modules(MODULES):  # task modules gin imports: t5forge.compat's SeqIO, T5
+            yield
     finally:
         for name, previous in saved.items():
             if previous is None:

@@ -18,7 +18,7 @@ import gin
 from t5forge.config import gin_internals
 from t5forge.config.t5x_compat.locations import Locator, Written
 from t5forge.config.t5x_compat.modules import is_t5x_module
-from t5forge.config.t5x_compat.names import NAMES, TASK_MODULES, T5XName
+from t5forge.config.t5x_compat.names import NAMES, T5XName
 from t5forge.config.t5x_compat.rules import Rule, macro_name, resolve_macros
 from t5forge.errors import ConfigError
 
@@ -94,17 +94,6 @@ def _apply(entry: T5XName, report: _Report) -> None:
                 )
 
 
-def _note_task_modules(report: _Report) -> None:
-    for statement in report.locator.imports:
-        if statement.module in TASK_MODULES:
-            where = f"{statement.location.filename}:{statement.location.line_num}"
-            report.warnings.append(
-                f"{where}: {statement.format()}: T5's TensorFlow task catalogue is not "
-                "available; t5forge registers its built-in tasks (t5forge tasks list): bind "
-                "MIXTURE_OR_TASK_NAME to one, or register yours with --module_import"
-            )
-
-
 def translate(files_read: list[str], flags: list[str]) -> None:
     """Rewrites the parsed T5X bindings (see module doc); raises ConfigError on a refusal."""
     if not any(gin_internals.bindings_of(entry.gin_selector) for entry in NAMES) and not any(
@@ -115,7 +104,6 @@ def translate(files_read: list[str], flags: list[str]) -> None:
     for entry in NAMES:
         if not entry.same_object:
             _apply(entry, report)
-    _note_task_modules(report)
     gin_internals.spell_out_references()
     gin_internals.forget_imports(is_t5x_module)
     for line in dict.fromkeys(report.warnings):
