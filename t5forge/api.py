@@ -166,6 +166,8 @@ class Model:
                         f"{name}[{i}] is {type(item).__name__} {item!r:.40}; pass "
                         f"all strings or all lists of integer token ids"
                     )
+                if from_strings:
+                    _check_text(item, f"{name}[{i}]")
             if from_strings:
                 if self.vocabulary is None:
                     raise DataError(
@@ -426,3 +428,15 @@ def load(path, config=None, weights_dtype=None) -> Model:
     if weights_dtype is not None:
         model.set_weights_dtype(weights_dtype)
     return model
+
+
+def _check_text(text: str, where: str) -> None:
+    """DataError for a string SentencePiece cannot take: a lone surrogate (half of a UTF-16
+    pair, e.g. from text decoded with errors='surrogateescape') is not Unicode text."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise DataError(
+            f"{where} holds {text[error.start]!r} at character {error.start}, a lone surrogate "
+            "that is not valid Unicode text; fix the text's decoding (or drop that character)"
+        ) from None

@@ -156,6 +156,15 @@ class Checkpointer:
     def step_dir(self, step: int) -> Path:
         return self.model_dir / f"{STEP_PREFIX}_{step}"
 
+    def move_aside(self, step: int, suffix: str) -> Path:
+        """Renames checkpoint_<step> to checkpoint_<step><suffix> (process 0), so no restore,
+        `eval` or `load` takes it; returns where it went."""
+        where = self.step_dir(step)
+        if jax.process_index() == 0:
+            where = integrity.quarantine(where, suffix)
+        self._manager.reload()  # orbax caches the step list
+        return where
+
     def all_steps(self) -> list[int]:
         """Steps of finished checkpoints (unfinished temporary directories are never listed)."""
         return sorted(self._manager.all_steps())
@@ -285,14 +294,19 @@ class Checkpointer:
             try:
                 return self.restore(step, abstract_state, shardings)
             except Exception as error:  # noqa: BLE001 - TensorStore and orbax raise many types
-                if verified:  # the files are as saved: the run's state differs, nothing is damaged
-                    first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
-                    raise CheckpointError(
-                        f"{self.step_dir(step)} does not fit this run's train state ({first}); "
-                        "resume with the optimizer and model it was trained with, or start a "
-                        "new MODEL_DIR from it with INITIAL_CHECKPOINT_PATH"
-                    ) from None
-                self._skip_damaged(step, error, move_aside=False)
+                if not verified:  # no checksums to tell damage from a mismatch: read the arrays
+                    try:
+                        _read_arrays(self.step_dir(step))
+                    except CheckpointError as damage:
+                        self._skip_damaged(step, damage)
+                        continue
+                # The files are as saved: the run's state differs, nothing is damaged.
+                first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+                raise CheckpointError(
+                    f"{self.step_dir(step)} does not fit this run's train state ({first}); "
+                    "resume with the optimizer and model it was trained with, or start a "
+                    "new MODEL_DIR from it with INITIAL_CHECKPOINT_PATH"
+                ) from None
         if steps:
             raise CheckpointError(
                 f"no readable checkpoint in {self.model_dir} (tried steps {steps}); "
@@ -300,15 +314,12 @@ class Checkpointer:
             )
         return None
 
-    def _skip_damaged(self, step: int, error: Exception, move_aside: bool = True) -> None:
-        """Warns naming the damage and moves the checkpoint aside (process 0 renames it); one
-        without checksums that fails to restore is only skipped, as damage and a mismatch with
-        this run look alike there."""
+    def _skip_damaged(self, step: int, error: Exception) -> None:
+        """Warns naming the damage and moves the checkpoint aside (process 0 renames it)."""
         lines = str(error).strip().splitlines()
         where = self.step_dir(step)
-        if move_aside and jax.process_index() == 0 and where.is_dir():
-            where = integrity.quarantine(where)
-            self._manager.reload()  # orbax caches the step list
+        if where.is_dir():
+            where = self.move_aside(step, integrity.CORRUPT_SUFFIX)
         logger.warning(
             "skipping unreadable checkpoint %s%s (%s: %s)",
             self.step_dir(step),
@@ -507,18 +518,15 @@ def _load_named_params(step_dir: Path, wanted: dict[str, Any]) -> dict[str, jax.
     return param_names.named_leaves(restored["params"])
 
 
-def verify_checkpoint(path: str | Path) -> str:
-    """`t5forge checkpoint verify`: the checksums, the metadata and every array of a checkpoint
-    (read back as numpy and checked to be finite); CheckpointError naming what is wrong."""
+def _read_arrays(step_dir: Path):
+    """Every array of the train state as numpy, in the structure saved (whatever this run's
+    state is); CheckpointError when the files cannot be read, i.e. the checkpoint is damaged."""
     import numpy as np
 
-    step_dir = resolve_step_dir(path)
-    checked = integrity.verify(step_dir)
-    _stored_param_shapes(step_dir)
     state_dir = step_dir / STATE
     try:
         tree = ocp.PyTreeCheckpointHandler().metadata(state_dir).tree
-        restored = ocp.PyTreeCheckpointer().restore(
+        return ocp.PyTreeCheckpointer().restore(
             state_dir,
             args=ocp.args.PyTreeRestore(
                 restore_args=jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
@@ -527,7 +535,17 @@ def verify_checkpoint(path: str | Path) -> str:
     except Exception as error:  # noqa: BLE001 - TensorStore and orbax raise many types
         first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
         raise CheckpointError(f"cannot read the arrays of {step_dir} ({first})") from None
-    tensors = param_names.named_leaves(restored)
+
+
+def verify_checkpoint(path: str | Path) -> str:
+    """`t5forge checkpoint verify`: the checksums, the metadata and every array of a checkpoint
+    (read back as numpy and checked to be finite); CheckpointError naming what is wrong."""
+    import numpy as np
+
+    step_dir = resolve_step_dir(path)
+    checked = integrity.verify(step_dir)
+    _stored_param_shapes(step_dir)
+    tensors = param_names.named_leaves(_read_arrays(step_dir))
     bad = [
         name
         for name, value in tensors.items()

@@ -6,7 +6,9 @@ a word. So every file a save wrote is hashed (CRC-32 from zlib: it runs at memor
 fraction of the write) into `checkpoint_<step>/checksums.json` before the directory is committed,
 and a restore recomputes them first. A damaged checkpoint is moved aside to
 `checkpoint_<step>.corrupt`, out of the way of restores, `eval`, `convert` and `t5forge.load`.
-Checkpoints without the file (written before it existed, or by other tools) restore as before.
+Checkpoints without the file (written before it existed, or by other tools, or whose file was
+lost) restore as before; if one then fails to restore, its arrays are read back as saved, and
+unreadable arrays move it aside too (readable ones mean it does not fit the run: refused).
 """
 
 from __future__ import annotations
@@ -82,13 +84,14 @@ def verify(step_dir: str | os.PathLike) -> int:
     return len(files)
 
 
-def quarantine(step_dir: str | os.PathLike) -> Path:
-    """Renames a damaged checkpoint_<step> to checkpoint_<step>.corrupt (.corrupt.2, ...)."""
+def quarantine(step_dir: str | os.PathLike, suffix: str = CORRUPT_SUFFIX) -> Path:
+    """Renames a damaged checkpoint_<step> to checkpoint_<step>.corrupt (.corrupt.2, ...), out
+    of the way of every reader (another `suffix` names another reason)."""
     step_dir = Path(step_dir)
-    target = step_dir.with_name(step_dir.name + CORRUPT_SUFFIX)
+    target = step_dir.with_name(step_dir.name + suffix)
     attempt = 1
     while target.exists():
         attempt += 1
-        target = step_dir.with_name(f"{step_dir.name}{CORRUPT_SUFFIX}.{attempt}")
+        target = step_dir.with_name(f"{step_dir.name}{suffix}.{attempt}")
     step_dir.rename(target)
     return target

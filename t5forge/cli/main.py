@@ -64,7 +64,11 @@ def run_command(module_name: str, argv: list[str]) -> int:
         code = storage_errno(e)
         if code is None:
             raise
-        where = original_attribute(e, "filename") if isinstance(e, OSError) else None
+        where = (  # a copy's or a rename's target is its second file name
+            (original_attribute(e, "filename2") or original_attribute(e, "filename"))
+            if isinstance(e, OSError)
+            else None
+        )
         print(
             f"error: cannot write {where or 'the output'}: {os.strerror(code)}; free space or "
             "choose a writable directory, then rerun",
@@ -73,7 +77,16 @@ def run_command(module_name: str, argv: list[str]) -> int:
         return 2
 
 
+def _printable_anywhere() -> None:
+    """Under a locale whose encoding cannot hold a text (LANG=C with PYTHONUTF8=0: ASCII),
+    print such characters as \\x escapes instead of failing with UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure") and stream.errors == "strict":
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv: list[str] | None = None) -> int:
+    _printable_anywhere()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())

@@ -71,24 +71,40 @@ def numbered_lines(path: str) -> Iterator[tuple[int, str]]:
     """(line number, text) of a UTF-8 text file, gzipped if it ends in .gz.
 
     Bytes that are not UTF-8 and a gzip stream that ends early or is damaged are a DataError
-    naming the file (and the line), instead of a decoder's exception that names neither.
+    naming the file (and the line), instead of a decoder's exception that names neither. So is
+    a NUL byte: valid UTF-8, but no text holds one, and SentencePiece would make it an unknown
+    token without a word; a file full of them is UTF-16 (whose ASCII reads as UTF-8 with a NUL
+    after every letter), which would otherwise train on garbage.
     """
     line_number = 0
     try:
         with _open_lines(path) as f:
             for line_number, raw in enumerate(f, start=1):
                 try:
-                    yield line_number, raw.decode("utf-8")
+                    text = raw.decode("utf-8")
                 except UnicodeDecodeError as e:
                     raise DataError(
                         f"{path}:{line_number}: not UTF-8 text (byte {raw[e.start]:#04x} at "
-                        f"column {e.start + 1}); re-encode the file as UTF-8"
+                        f"column {e.start + 1}{_utf16_hint(raw)}); re-encode the file as UTF-8"
                     ) from None
+                if "\0" in text:
+                    raise DataError(
+                        f"{path}:{line_number}: a NUL byte at column {text.index(chr(0)) + 1}"
+                        f"{_utf16_hint(raw)}; re-encode the file as UTF-8 or remove the NULs"
+                    )
+                yield line_number, text
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise DataError(
             f"{path}: the gzip data is truncated or damaged after line {line_number} ({e}); "
             "re-create or re-download the file"
         ) from None
+
+
+def _utf16_hint(raw: bytes) -> str:
+    """', the file looks like UTF-16' when NULs or a UTF-16 byte-order mark say so."""
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or raw.count(0) * 3 >= len(raw.rstrip()):
+        return ", the file looks like UTF-16"
+    return ""
 
 
 @contextlib.contextmanager

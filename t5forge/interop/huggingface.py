@@ -355,13 +355,20 @@ def params_to_hf_state_dict(params: dict, config: T5Config) -> dict[str, np.ndar
 
 
 def _read_safetensors(path: Path) -> dict[str, np.ndarray]:
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
     # The flax reader understands bfloat16, which numpy alone does not.
-    with safe_open(str(path), framework="flax") as reader:
-        return {
-            name: np.asarray(reader.get_tensor(name), dtype=np.float32) for name in reader.keys()
-        }
+    try:
+        with safe_open(str(path), framework="flax") as reader:
+            return {
+                name: np.asarray(reader.get_tensor(name), dtype=np.float32)
+                for name in reader.keys()
+            }
+    except SafetensorError as error:  # a truncated or overwritten file
+        raise CheckpointError(
+            f"{path} is not a readable safetensors file ({error}); it is truncated or damaged: "
+            "download or export it again"
+        ) from None
 
 
 def _read_pytorch_bin(path: Path) -> dict[str, np.ndarray]:
@@ -372,7 +379,14 @@ def _read_pytorch_bin(path: Path) -> dict[str, np.ndarray]:
             f"{path} is a PyTorch pickle and reading it needs torch; install "
             f"the extra `t5forge[torch]` or save the model as safetensors"
         ) from error
-    state_dict = torch.load(str(path), map_location="cpu", weights_only=True)
+    try:
+        state_dict = torch.load(str(path), map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, ValueError) as error:  # truncated zip, damaged pickle
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        raise CheckpointError(
+            f"{path} is not a readable PyTorch checkpoint ({first}); it is truncated or "
+            "damaged: download or export it again"
+        ) from None
     return {name: tensor.float().numpy() for name, tensor in state_dict.items()}
 
 

@@ -17,8 +17,10 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from t5forge import storage
 from t5forge.checkpoints import formats, reader
 from t5forge.errors import ConfigError
+from t5forge.run.storage_errors import StorageFailureEcho
 
 SOURCES = (formats.HF, formats.T5X, formats.MESH_TF, formats.T5FORGE)
 TARGETS = (formats.T5FORGE, formats.HF)
@@ -47,15 +49,21 @@ def convert(
         bar.update()
         bar.set_postfix_str(f"writing {to}")
         output = Path(output)
-        output.mkdir(parents=True, exist_ok=True)
-        if to == formats.HF:
-            from t5forge.interop.huggingface import save_hf_dir
+        storage.make_directory(output, "--output")
+        # A full disk is one line, not orbax's writer threads' tracebacks around it.
+        echo = StorageFailureEcho()
+        echo.install()
+        try:
+            if to == formats.HF:
+                from t5forge.interop.huggingface import save_hf_dir
 
-            save_hf_dir(
-                params, config, output, vocab_path=vocab, extra_ids=extra_ids if vocab else 0
-            )
-        else:
-            _write_t5forge(config, params, output, vocab, extra_ids)
+                save_hf_dir(
+                    params, config, output, vocab_path=vocab, extra_ids=extra_ids if vocab else 0
+                )
+            else:
+                _write_t5forge(config, params, output, vocab, extra_ids)
+        finally:
+            echo.remove()
         bar.update()
     return {name: tuple(np.shape(leaf)) for name, leaf in named_leaves(params).items()}
 
@@ -87,7 +95,8 @@ def _write_t5forge(config, params, output: Path, vocab, extra_ids: int) -> None:
 
     metadata = {"model_config": dataclasses.asdict(config), "converted": True}
     if vocab:
-        shutil.copyfile(vocab, output / "spiece.model")
+        with storage.replaced_atomically(output / "spiece.model") as temporary:
+            shutil.copyfile(vocab, temporary)
         metadata["vocabulary"] = {"path": "spiece.model", "extra_ids": extra_ids}
     checkpointer = Checkpointer(output, async_save=False)
     checkpointer.save(

@@ -1,8 +1,9 @@
 """A full disk or a read-only file system, recognised whichever library hit it.
 
 Python raises OSError, but TensorStore (orbax's array writer) raises ValueError ending in
-"[os_error_code='28']" and safetensors "(os error 28)"; gin re-raises through a proxy whose
-OSError fields are empty. These are the environment's problem, not a bug: the caller turns
+"[os_error_code='28']", safetensors "(os error 28)" and ArrayRecord (cache-tasks) a
+RuntimeError with only the C library's text ("write() failed: No space left on device"); gin
+re-raises through a proxy whose OSError fields are empty. These are the environment's problem, not a bug: the caller turns
 them into one line saying what could not be written and what to do.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import re
 import sys
 import threading
@@ -17,6 +19,7 @@ import warnings
 
 STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
 _CODE_IN_TEXT = re.compile(r"os_error_code='(\d+)'|\(os error (\d+)\)")
+_STRERROR = {os.strerror(code): code for code in STORAGE_ERRNOS}
 
 
 def original_attribute(error: BaseException, name: str):
@@ -33,6 +36,8 @@ def storage_errno(error: BaseException) -> int | None:
     if code is None:
         match = _CODE_IN_TEXT.search(str(error))
         code = int(match.group(1) or match.group(2)) if match else None
+    if code is None and not isinstance(error, OSError):
+        code = next((c for text, c in _STRERROR.items() if text in str(error)), None)
     return code if code in STORAGE_ERRNOS else None
 
 
