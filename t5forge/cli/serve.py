@@ -14,7 +14,7 @@ import dataclasses
 import os
 
 from t5forge.api import INPUT_LENGTH_POLICIES
-from t5forge.serving.settings import ServerSettings
+from t5forge.serving.settings import API_KEY_MIN_LENGTH, SCHEDULERS, ServerSettings
 
 HELP = "serve a model over HTTP with dynamic batching (predict, score, classify, stream)"
 
@@ -40,7 +40,20 @@ _SETTING_FLAGS = {
     "max_input_length": "maximum input length in tokens (default: the inputs length the "
     "checkpoint was trained with, a HF config's n_positions, else 512)",
     "retry_after_s": "Retry-After seconds sent with 503",
+    "scheduler": "'continuous': greedy and sampled rows join the running batch at every "
+    "decoding step and leave it when they end (encoder-decoders; decoder-only models and "
+    "beam search use static batches); 'static': each batch runs until its longest row ends",
+    "allow_new_beam_shapes": "compile beam search for any (num_beams, max_new_tokens) a request "
+    "asks for (each new pair stalls every request for seconds while it compiles); without it "
+    "only the warmed pair (--warmup_num_beams, --max_new_tokens) runs and others get 422",
+    "header_timeout_s": "close a connection that has not sent a complete request head this many "
+    "seconds after it opened or after its last response (idle sockets cannot pile up)",
+    "compile_cache": "directory of JAX's persistent compilation cache, so a restart with the "
+    "same model and settings loads its compiled programs instead of compiling them ('': off; "
+    "default: $T5FORGE_COMPILE_CACHE, else $JAX_COMPILATION_CACHE_DIR, else "
+    "~/.cache/t5forge/jax)",
 }
+_CHOICES = {"input_length_policy": INPUT_LENGTH_POLICIES, "scheduler": SCHEDULERS}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -48,8 +61,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="t5forge serve",
         description=HELP,
         epilog="Endpoints: POST /v1/predict, /v1/score, /v1/classify; GET /healthz (200 once "
-        "warm), /metrics (Prometheus), /docs (OpenAPI). SIGTERM finishes the requests "
-        "in flight, then exits 0.",
+        "warm, with each compiled shape's state), /metrics (Prometheus), /docs (OpenAPI). SIGTERM finishes the requests "
+        "in flight, then exits 0. Sampling without a seed draws one and returns it "
+        "in the response ('seed'), so the request can be repeated exactly.",
     )
     parser.add_argument(
         "--checkpoint",
@@ -69,8 +83,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--api_key",
         default=os.environ.get("T5FORGE_API_KEY"),
-        help="require 'Authorization: Bearer KEY' on /v1/* and /metrics "
-        "(default: $T5FORGE_API_KEY; unset: no key)",
+        help=f"require 'Authorization: Bearer KEY' on /v1/* and /metrics; at least "
+        f"{API_KEY_MIN_LENGTH} characters, e.g. from `python -c 'import secrets; "
+        f"print(secrets.token_urlsafe())'` (default: $T5FORGE_API_KEY; unset: no key)",
     )
     parser.add_argument(
         "--log_level", default="info", choices=("critical", "error", "warning", "info", "debug")
@@ -78,13 +93,16 @@ def _parser() -> argparse.ArgumentParser:
     fields = {f.name: f for f in dataclasses.fields(ServerSettings)}
     for name, text in _SETTING_FLAGS.items():
         default = getattr(_DEFAULTS, name)
-        kind = {"int": int, "float": float}.get(str(fields[name].type).split(" ")[0], str)
+        kind = str(fields[name].type).split(" ")[0]
+        if kind == "bool":
+            parser.add_argument(f"--{name}", action="store_true", help=text)
+            continue
         parser.add_argument(
             f"--{name}",
-            type=kind,
+            type={"int": int, "float": float}.get(kind, str),
             default=default,
-            choices=INPUT_LENGTH_POLICIES if name == "input_length_policy" else None,
-            help=f"{text} (default: {default})",
+            choices=_CHOICES.get(name),
+            help=text if name == "compile_cache" else f"{text} (default: {default})",
         )
     return parser
 

@@ -23,6 +23,7 @@ from t5forge.serving.metrics import ServerMetrics
 from t5forge.serving.schemas import (
     ClassifyRequest,
     ClassifyResponse,
+    NotUnicode,
     PredictRequest,
     PredictResponse,
     RequestError,
@@ -100,6 +101,16 @@ class _Guard:
                 )
 
     def _refusal(self, path: str, headers: dict) -> JSONResponse | None:
+        if b"transfer-encoding" in headers and b"content-length" in headers:
+            # Two framings: a proxy in front may have read the other one, so whatever follows
+            # this request on the connection cannot be trusted as the next request (request
+            # smuggling). Refused, and the connection closed after the answer.
+            self.metrics.rejected.labels(reason="ambiguous_framing").inc()
+            return _error(
+                400,
+                "the request has both Content-Length and Transfer-Encoding; send one of them",
+                {"Connection": "close"},
+            )
         protected = path.startswith("/v1/") or path == "/metrics"
         given = headers.get(b"authorization", b"")
         if (
@@ -189,7 +200,8 @@ def create_app(service: InferenceService) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request, error: RequestValidationError):
         message = _validation_message(error)
-        return _error(400 if message.startswith("the body ") else 422, message)
+        not_unicode = isinstance(error.errors()[0].get("ctx", {}).get("error"), NotUnicode)
+        return _error(400 if not_unicode or message.startswith("the body ") else 422, message)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_request, error: StarletteHTTPException):
@@ -242,12 +254,14 @@ def create_app(service: InferenceService) -> FastAPI:
 
     @app.get("/healthz")
     async def healthz():
-        """200 once every shape is compiled; 503 (with progress) while warming up."""
-        done, total = service.warmup_progress
+        """200 once every shape is compiled; 503 while warming up. Both list each compiled
+        shape's state ('waiting', 'compiling', 'ready'), smallest first."""
+        shapes = dict(service.shapes)
+        compiled = sum(state == "ready" for state in shapes.values())
         if service.ready:
-            return {"status": "ready", "compiled": total}
+            return {"status": "ready", "compiled": compiled, "shapes": shapes}
         return JSONResponse(
-            {"status": "warming up", "compiled": done, "of": total},
+            {"status": "warming up", "compiled": compiled, "of": len(shapes), "shapes": shapes},
             503,
             headers={"Retry-After": str(settings.retry_after_s)},
         )

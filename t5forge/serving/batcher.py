@@ -106,62 +106,68 @@ class Batcher:
         self._arrived.set()
         return [job.future for job in jobs]
 
-    def _next_batch(self) -> tuple[Hashable, list[Job]] | None:
-        while self._jobs and self._jobs[0].future.cancelled():
-            self._jobs.popleft()
-        if not self._jobs:
-            return None
-        group = self._jobs[0].group
+    def _batched(self, job: Job) -> bool:
+        """Whether `job` runs in a whole batch of its group (here every job does)."""
+        return True
+
+    def _oldest(self) -> Job | None:
+        """The oldest waiting job that runs in a whole batch (cancelled ones are dropped)."""
+        self._jobs = collections.deque(job for job in self._jobs if not job.future.cancelled())
+        return next((job for job in self._jobs if self._batched(job)), None)
+
+    def _next_batch(self, group: Hashable) -> list[Job]:
+        """Takes up to max_batch_size waiting jobs of `group`, oldest first."""
         batch, rest = [], collections.deque()
         for job in self._jobs:
-            if job.future.cancelled():
-                continue
             if job.group == group and len(batch) < self.max_batch_size:
                 batch.append(job)
             else:
                 rest.append(job)
         self._jobs = rest
-        return group, batch
+        return batch
 
-    def _ready(self) -> float:
-        """Seconds to wait before taking the next batch (0 when it is full or due)."""
-        oldest = self._jobs[0]
+    def _due_in(self, oldest: Job) -> float:
+        """Seconds to wait before taking oldest's batch (0 when it is full or due)."""
         same_group = sum(1 for job in self._jobs if job.group == oldest.group)
         if same_group >= self.max_batch_size:
             return 0.0
         return max(0.0, oldest.enqueued + self.max_wait_s - time.monotonic())
 
+    async def _until_arrival(self, timeout: float | None = None) -> None:
+        """Returns when a job arrives (or after `timeout` seconds)."""
+        self._arrived.clear()
+        try:
+            await asyncio.wait_for(self._arrived.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+
     async def _work(self) -> None:
         while True:
-            if not self._jobs:
-                self._arrived.clear()
-                await self._arrived.wait()
+            oldest = self._oldest()
+            if oldest is None:
+                await self._until_arrival()
                 continue
-            wait = self._ready()
+            wait = self._due_in(oldest)
             if wait > 0:
-                self._arrived.clear()
-                try:
-                    await asyncio.wait_for(self._arrived.wait(), wait)
-                except asyncio.TimeoutError:
-                    pass
+                await self._until_arrival(wait)
                 continue
-            taken = self._next_batch()
-            if taken is None:
-                continue
-            group, jobs = taken
-            if self._on_batch is not None:
-                self._on_batch(group, len(jobs))
-            try:
-                results = await self.on_device(lambda g=group, j=jobs: self._run_batch(g, j))
-            except Exception as error:  # noqa: BLE001 - a failed batch fails its requests only
-                logger.exception("batch of %d %s rows failed", len(jobs), group)
-                for job in jobs:
-                    if not job.future.done():
-                        job.future.set_exception(error)
-                continue
-            for job, result in zip(jobs, results):
+            await self._run(oldest.group, self._next_batch(oldest.group))
+
+    async def _run(self, group: Hashable, jobs: list[Job]) -> None:
+        """Runs one batch on the device thread and settles its jobs' futures."""
+        if self._on_batch is not None:
+            self._on_batch(group, len(jobs))
+        try:
+            results = await self.on_device(lambda: self._run_batch(group, jobs))
+        except Exception as error:  # noqa: BLE001 - a failed batch fails its requests only
+            logger.exception("batch of %d %s rows failed", len(jobs), group)
+            for job in jobs:
                 if not job.future.done():
-                    job.future.set_result(result)
+                    job.future.set_exception(error)
+            return
+        for job, result in zip(jobs, results):
+            if not job.future.done():
+                job.future.set_result(result)
 
     def call_soon(self, fn: Callable, *args) -> None:
         """Schedules fn(*args) on the event loop from the device thread (streamed tokens)."""

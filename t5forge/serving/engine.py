@@ -10,8 +10,9 @@ from the batcher's single device thread.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import jax
 import numpy as np
@@ -19,6 +20,7 @@ import numpy as np
 from t5forge.api import Model
 from t5forge.data.buckets import Buckets
 from t5forge.serving.settings import ServerSettings
+from t5forge.serving.slots import SlotDecoder
 from t5forge.serving.stepwise import Decoded, RowOptions, StepDecoder
 
 logger = logging.getLogger(__name__)
@@ -39,6 +41,16 @@ class ScorePair:
     target_tokens: list[int]
 
 
+@dataclasses.dataclass(frozen=True)
+class WarmupShape:
+    """One program compiled at start-up: its name in /healthz, its size (rows x positions,
+    the order of compilation) and a call that compiles it."""
+
+    name: str
+    size: int
+    run: Callable[[], object]
+
+
 class Engine:
     """Runs generation (stepwise greedy/sampling, or beam search) and scoring on the device."""
 
@@ -53,6 +65,17 @@ class Engine:
         self.target_buckets = length_buckets(
             max(settings.max_target_length, settings.max_new_tokens_limit)
         )
+        # Continuous batching (encoder-decoders): one slot per row of a full batch, each with
+        # room for the longest output and the longest input.
+        self.slots = None
+        self.pool = None
+        if settings.scheduler == "continuous" and not model.config.is_decoder_only:
+            self.slots = SlotDecoder(
+                model.t5x_model,
+                settings.max_batch_size,
+                settings.max_new_tokens_limit,
+                self.input_buckets.sizes()[-1],
+            )
 
     # ------------------------------------------------------------------ generation
 
@@ -77,6 +100,36 @@ class Engine:
             emit,
             cancelled,
         )
+
+    def admit(self, rows: list[list[int]], options: list[RowOptions], slot_ids: list[int]):
+        """Encodes new rows and places them in free slots; rows of one length bucket are
+        encoded together (the encoder runs on its own, not beside the decoding steps)."""
+        by_width: dict[int, list[int]] = {}
+        for i, row in enumerate(rows):
+            by_width.setdefault(self.input_buckets.fit(len(row)), []).append(i)
+        for width, members in by_width.items():
+            features, _ = self.model.predict_features(
+                [rows[i] for i in members], width, self.batch_buckets.fit(len(members))
+            )
+            self.pool = self.slots.admit(
+                self.params,
+                self._slot_pool(),
+                features,
+                [slot_ids[i] for i in members],
+                [options[i] for i in members],
+            )
+
+    def _slot_pool(self) -> dict:
+        """The decode slots' device state (made empty on first use, or after a failed call
+        consumed it)."""
+        if self.pool is None:
+            self.pool = self.slots.empty_pool(self.params)
+        return self.pool
+
+    def step(self, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """One token for every slot: (tokens int32[slots], log-likelihoods float32[slots])."""
+        self.pool, tokens, log_likelihood = self.slots.step(self.params, self._slot_pool(), live)
+        return jax.device_get((tokens, log_likelihood))
 
     def beam(self, rows: list[list[int]], num_beams: int, max_new_tokens: int) -> list[Decoded]:
         """Beam search (T5X's) as `Model.generate(method='beam')`; log-likelihoods rescored."""
@@ -114,22 +167,36 @@ class Engine:
 
     # ------------------------------------------------------------------ warm-up
 
-    def warmup_steps(self) -> Iterator[Callable[[], object]]:
-        """One call per compiled shape: every batch and length bucket of generation, beam
+    def warmup_shapes(self) -> list[WarmupShape]:
+        """Every program traffic can need, smallest first (the buckets most requests fit, and
+        the quickest to compile): continuous batching's step and admission of each (batch,
+        length) bucket (static generation's batches instead under the static scheduler), beam
         search with `warmup_num_beams` at the default max_new_tokens, and scoring."""
-        settings = self.settings
+        settings, shapes = self.settings, []
+        if self.slots is not None:
+            live = np.zeros((self.slots.slots,), bool)
+            shapes.append(WarmupShape(f"step {self.slots.slots} slots", 0, lambda: self.step(live)))
         for batch in self.batch_buckets.sizes(settings.max_batch_size):
             for length in self.input_buckets.sizes():
-                rows = [[1] * length] * batch
+                rows, size = [[1] * length] * batch, batch * length
                 options = [RowOptions(max_new_tokens=1)] * batch
-                yield lambda rows=rows, options=options: self.generate(rows, options)
+                if self.slots is not None:
+                    run = functools.partial(self.admit, rows, options, list(range(batch)))
+                    shapes.append(WarmupShape(f"admit {batch}x{length}", size, run))
+                else:
+                    run = functools.partial(self.generate, rows, options)
+                    shapes.append(WarmupShape(f"generate {batch}x{length}", size, run))
                 if settings.warmup_num_beams:
-                    yield lambda rows=rows: self.beam(
-                        rows, settings.warmup_num_beams, settings.max_new_tokens
-                    )
+                    beams, new_tokens = settings.warmup_num_beams, settings.max_new_tokens
+                    run = functools.partial(self.beam, rows, beams, new_tokens)
+                    name = f"beam {batch}x{length} num_beams={beams} max_new_tokens={new_tokens}"
+                    shapes.append(WarmupShape(name, size * beams, run))
                 for target_length in self.target_buckets.sizes():
                     pairs = [ScorePair([1] * length, [1] * target_length)] * batch
-                    yield lambda pairs=pairs: self.score(pairs)
+                    run = functools.partial(self.score, pairs)
+                    name = f"score {batch}x{length} targets {target_length}"
+                    shapes.append(WarmupShape(name, batch * max(length, target_length), run))
+        return sorted(shapes, key=lambda shape: shape.size)
 
 
 def _until_eos(tokens: list[int], eos_id: int) -> list[int]:

@@ -26,6 +26,22 @@ class RequestError(Exception):
         self.status = status
 
 
+class NotUnicode(ValueError):
+    """A text that is not Unicode (a lone surrogate from a JSON escape such as \\ud800): the
+    body itself is bad, so it is a 400, as malformed JSON is."""
+
+
+def check_unicode(name: str, texts: list[str]) -> None:
+    for i, text in enumerate(texts):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise NotUnicode(
+                f"{name}[{i}] holds a lone surrogate ({text[error.start]!r} at character "
+                f"{error.start}), which is not a Unicode character; send valid UTF-8 text"
+            ) from None
+
+
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -39,6 +55,7 @@ class _Request(BaseModel):
                 continue
             if not texts:
                 raise ValueError(f"{name} is an empty list; send at least one text")
+            check_unicode(name, texts)
             empty = [i for i, text in enumerate(texts) if not text.strip()]
             if empty:
                 raise ValueError(f"{name}[{empty[0]}] is empty; send non-blank text")
@@ -63,8 +80,9 @@ class PredictRequest(_Request):
     )
     seed: int | None = Field(
         None,
-        description="Sampling seed: the same seed and input give the "
-        "same output, whatever else shares the batch",
+        description="Sampling seed: the same seed and input give the same output, whatever "
+        "else shares the batch. Without one the server draws a seed at random and returns it "
+        "as the response's 'seed'",
     )
     return_scores: bool = Field(False, description="Also return each output's log-likelihood")
     stream: bool = Field(
@@ -136,12 +154,16 @@ class ClassifyRequest(_Request):
                 raise ValueError(f"choices for inputs[{i}] are empty; send at least one")
             if any(not c.strip() for c in choices):
                 raise ValueError(f"choices for inputs[{i}] hold an empty text")
+            check_unicode(f"choices for inputs[{i}]: choice", choices)
         return self
 
 
 class PredictResponse(BaseModel):
     outputs: list[str]
     scores: list[float] | None = None
+    seed: int | None = Field(
+        None, description="method 'sample': the seed used (drawn when the request gave none)"
+    )
     truncated: list[bool] = Field(
         description="Which inputs were cut to the model's maximum "
         "input length (input length policy 'truncate')"

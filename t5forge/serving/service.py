@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import secrets
 import time
 from collections.abc import AsyncIterator, Hashable
 
 from t5forge.api import EncodedRows, Model
 from t5forge.errors import T5ForgeError
 from t5forge.serving.batcher import Batcher, Job
+from t5forge.serving.continuous import ContinuousBatcher
 from t5forge.serving.engine import Engine, ScorePair
 from t5forge.serving.metrics import ServerMetrics
 from t5forge.serving.schemas import (
@@ -53,15 +55,32 @@ class InferenceService:
         self.settings = settings
         self.engine = Engine(model, settings)
         self.metrics = ServerMetrics()
-        self.batcher = Batcher(
-            self._run_batch,
-            settings.max_batch_size,
-            settings.max_wait_ms,
-            settings.max_queue,
-            on_batch=self._count_batch,
-        )
+        if self.engine.slots is not None:
+            self.batcher = ContinuousBatcher(
+                self._run_batch,
+                self.engine,
+                _GENERATE,
+                settings.max_wait_ms,
+                settings.max_queue,
+                on_batch=self._count_batch,
+                on_tokens=self._count_tokens,
+            )
+        else:
+            if settings.scheduler == "continuous":
+                logger.info(
+                    "decoder-only model: generation runs in static batches (continuous "
+                    "batching serves encoder-decoders)"
+                )
+            self.batcher = Batcher(
+                self._run_batch,
+                settings.max_batch_size,
+                settings.max_wait_ms,
+                settings.max_queue,
+                on_batch=self._count_batch,
+            )
         self.ready = False
-        self.warmup_progress = (0, 0)
+        # Warm-up shape name -> 'waiting', 'compiling' or 'ready' (reported by /healthz).
+        self.shapes: dict[str, str] = {}
 
     # ------------------------------------------------------------------ life cycle
 
@@ -75,22 +94,33 @@ class InferenceService:
         await self.batcher.stop()
 
     async def _warm_up(self) -> None:
-        steps = list(self.engine.warmup_steps())
+        shapes = self.engine.warmup_shapes()
+        self.shapes = {shape.name: "waiting" for shape in shapes}
         started = time.perf_counter()
-        for done, step in enumerate(steps):
-            self.warmup_progress = (done, len(steps))
-            await self.batcher.on_device(step)
-        self.warmup_progress = (len(steps), len(steps))
+        for shape in shapes:
+            self.shapes[shape.name] = "compiling"
+            try:
+                await self.batcher.on_device(shape.run)
+            except Exception:
+                self.shapes[shape.name] = "failed"
+                logger.exception("warm-up of %s failed; the server stays unready", shape.name)
+                raise
+            self.shapes[shape.name] = "ready"
         self.ready = True
         self.metrics.ready.set(1)
         logger.info(
-            "ready: %d shapes compiled in %.1f s", len(steps), time.perf_counter() - started
+            "ready: %d shapes compiled in %.1f s", len(shapes), time.perf_counter() - started
         )
 
     # ------------------------------------------------------------------ device side
 
     def _count_batch(self, group: Hashable, rows: int) -> None:
         self.metrics.batch_size.labels(kind=group[0]).observe(rows)
+        self.metrics.queue_depth.set(self.batcher.depth)
+
+    def _count_tokens(self, tokens: int, seconds: float) -> None:
+        self.metrics.generated_tokens.inc(tokens)
+        self.metrics.tokens_per_second.set(tokens / max(seconds, 1e-9))
         self.metrics.queue_depth.set(self.batcher.depth)
 
     def _run_batch(self, group: Hashable, jobs: list[Job]) -> list:
@@ -137,6 +167,12 @@ class InferenceService:
                 "the server is still compiling its models (warm-up); retry "
                 "shortly, /healthz says when it is ready",
             )
+        if len(payloads) > self.settings.max_queue:
+            raise RequestError(
+                413,
+                f"the request holds {len(payloads)} rows but at most {self.settings.max_queue} "
+                f"may wait for the device (--max_queue): split it",
+            )
         futures = self.batcher.submit(group, payloads, on_tokens)
         self.metrics.queue_depth.set(self.batcher.depth)
         return futures
@@ -144,8 +180,10 @@ class InferenceService:
     def _predict_jobs(self, request: PredictRequest, on_tokens=None):
         encoded = self._encode(request.inputs, "inputs", not self.model.config.is_decoder_only)
         max_new_tokens = request.max_new_tokens or self.settings.max_new_tokens
+        seed = None
         if request.method == "beam":
             group = ("beam", request.num_beams or 4, max_new_tokens)
+            self._check_beam_compiled(group)
             payloads = [(row, None) for row in encoded.rows]
         else:
             sampling = request.method == "sample"
@@ -156,18 +194,48 @@ class InferenceService:
                 else 0.0,
                 top_k=request.top_k or 0,
                 top_p=request.top_p or 0.0,
-                seed=request.seed or 0,
+                # Unseeded sampling draws a seed, returned with the outputs so that the
+                # request can be repeated exactly.
+                seed=secrets.randbelow(2**32)
+                if request.seed is None and sampling
+                else request.seed or 0,
             )
+            seed = options.seed if sampling else None
             group, payloads = _GENERATE, [(row, options) for row in encoded.rows]
-        return encoded, self._submit(group, payloads, on_tokens)
+        return encoded, seed, self._submit(group, payloads, on_tokens)
+
+    def _check_beam_compiled(self, group: tuple) -> None:
+        """Bounded compilation: a beam program per (num_beams, max_new_tokens) costs seconds
+        of stalled traffic and its memory, so only the warmed one runs unless the operator
+        allows others (--allow_new_beam_shapes)."""
+        _, num_beams, max_new_tokens = group
+        settings = self.settings
+        warmed = (settings.warmup_num_beams, settings.max_new_tokens)
+        if settings.allow_new_beam_shapes or (num_beams, max_new_tokens) == warmed:
+            return
+        if not settings.warmup_num_beams:
+            raise RequestError(
+                422,
+                "beam search is off on this server (--warmup_num_beams 0 and no "
+                "--allow_new_beam_shapes); use method 'greedy' or 'sample'",
+            )
+        raise RequestError(
+            422,
+            f"beam search runs with num_beams={warmed[0]} and max_new_tokens={warmed[1]} "
+            f"only on this server (the compiled program; the operator may allow others with "
+            f"--allow_new_beam_shapes); got num_beams={num_beams}, "
+            f"max_new_tokens={max_new_tokens}",
+        )
 
     async def predict(self, request: PredictRequest) -> dict:
-        encoded, futures = self._predict_jobs(request)
+        encoded, seed, futures = self._predict_jobs(request)
         results: list[Decoded] = await _gather(futures)
         answer = {
             "outputs": [self.model.vocabulary.decode(r.tokens) for r in results],
             "truncated": encoded.truncated,
         }
+        if seed is not None:
+            answer["seed"] = seed
         if request.return_scores:
             answer["scores"] = [r.log_likelihood for r in results]
         return answer
@@ -180,10 +248,10 @@ class InferenceService:
         callbacks = [
             lambda token, i=i: tokens.put_nowait((i, token)) for i in range(len(request.inputs))
         ]
-        encoded, futures = self._predict_jobs(request, callbacks)
-        return self._events(request, encoded, futures, tokens)
+        encoded, seed, futures = self._predict_jobs(request, callbacks)
+        return self._events(request, encoded, seed, futures, tokens)
 
-    async def _events(self, request, encoded: EncodedRows, futures, tokens: asyncio.Queue):
+    async def _events(self, request, encoded: EncodedRows, seed, futures, tokens: asyncio.Queue):
         deltas = [TextDeltas(self.model.vocabulary) for _ in futures]
         finished = asyncio.ensure_future(_gather(futures))
         try:
@@ -204,6 +272,8 @@ class InferenceService:
                 }
                 if request.return_scores:
                     event["score"] = result.log_likelihood
+                if seed is not None:
+                    event["seed"] = seed
                 yield sse_event(event)
             yield sse_event("[DONE]")
         finally:

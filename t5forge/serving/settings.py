@@ -7,9 +7,25 @@ queue: a server started without thought is still hard to take down or to reach b
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from t5forge.api import INPUT_LENGTH_POLICIES
 from t5forge.errors import ConfigError
+
+SCHEDULERS = ("continuous", "static")
+API_KEY_MIN_LENGTH = 8
+
+
+def default_compile_cache() -> str:
+    """$T5FORGE_COMPILE_CACHE, else JAX's own $JAX_COMPILATION_CACHE_DIR, else
+    ~/.cache/t5forge/jax."""
+    return os.environ.get(
+        "T5FORGE_COMPILE_CACHE",
+        os.environ.get(
+            "JAX_COMPILATION_CACHE_DIR",
+            os.path.join(os.path.expanduser("~"), ".cache", "t5forge", "jax"),
+        ),
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +54,18 @@ class ServerSettings:
     max_input_length: int | None = None  # None: the model's own (what it was trained with)
     api_key: str | None = None
     retry_after_s: int = 1
+    # 'continuous': greedy and sampled rows join and leave the running batch at every step
+    # (encoder-decoders); 'static': each batch runs until its longest row ends.
+    scheduler: str = "continuous"
+    # Beam search programs other than the warmed (warmup_num_beams, max_new_tokens) one are
+    # compiled on request only when the operator allows it (each stalls traffic for seconds).
+    allow_new_beam_shapes: bool = False
+    # Connections that have not sent a request's headers this long after connecting (or after
+    # their last response) are closed, so idle sockets cannot exhaust file descriptors.
+    header_timeout_s: float = 10.0
+    # JAX's persistent compilation cache: a restart with the same model and settings reads
+    # its programs instead of compiling them. '' turns it off.
+    compile_cache: str = dataclasses.field(default_factory=lambda: default_compile_cache())
 
     def __post_init__(self):
         positive = (
@@ -75,8 +103,20 @@ class ServerSettings:
             )
         if self.max_input_length is not None and self.max_input_length < 1:
             raise ConfigError(f"max_input_length must be >= 1, got {self.max_input_length}")
-        if self.api_key is not None and len(self.api_key) < 8:
+        if self.scheduler not in SCHEDULERS:
+            raise ConfigError(f"scheduler must be one of {SCHEDULERS}, got {self.scheduler!r}")
+        if not 0 < self.header_timeout_s <= 3600:
             raise ConfigError(
-                "api_key must be at least 8 characters; use a long random token "
+                f"header_timeout_s must be in (0, 3600], got {self.header_timeout_s!r}"
+            )
+        if self.max_queue < self.max_items:
+            raise ConfigError(
+                f"max_queue {self.max_queue} is below max_items {self.max_items}: a request "
+                f"of {self.max_items} items could never be queued; raise --max_queue or lower "
+                f"--max_items"
+            )
+        if self.api_key is not None and len(self.api_key) < API_KEY_MIN_LENGTH:
+            raise ConfigError(
+                f"api_key must be at least {API_KEY_MIN_LENGTH} characters; use a long random token "
                 "(e.g. `python -c 'import secrets; print(secrets.token_urlsafe())'`)"
             )

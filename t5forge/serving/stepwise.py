@@ -57,7 +57,17 @@ class Decoded:
     log_likelihood: float
 
 
-def _choose(logits, keys, temperature, top_k, top_p):
+def option_arrays(rows: list[RowOptions]) -> dict:
+    """The rows' options as the arrays the step functions read (one entry per row)."""
+    return {
+        "seeds": np.array([o.seed % 2**32 for o in rows], np.uint32),
+        "temperature": np.array([o.temperature for o in rows], np.float32),
+        "top_k": np.array([o.top_k for o in rows], np.int32),
+        "top_p": np.array([o.top_p for o in rows], np.float32),
+    }
+
+
+def choose_next(logits, keys, temperature, top_k, top_p):
     """Next token and its model log-likelihood for every row, from per-row options."""
     log_probs = jax.nn.log_softmax(logits, axis=-1)
     greedy = first_argmax(logits)
@@ -119,7 +129,7 @@ class StepDecoder:
         _, _, tokens_to_logits = self.model.decoding_state(params, features, cache_length)
         logits, cache = tokens_to_logits(token[:, None], cache, step)
         keys = jax.vmap(lambda seed: jax.random.fold_in(jax.random.PRNGKey(seed), step))(seeds)
-        chosen, log_likelihood = _choose(
+        chosen, log_likelihood = choose_next(
             logits.astype(jnp.float32), keys, temperature, top_k, top_p
         )
         forced = jax.lax.dynamic_index_in_dim(buffer, step + 1, axis=1, keepdims=False)
@@ -148,17 +158,7 @@ class StepDecoder:
         batch = next(iter(features.values())).shape[0]
         options = rows + [RowOptions(max_new_tokens=0)] * (batch - len(rows))
         # On the device once, not copied again by every step.
-        features, per_row = jax.device_put(
-            (
-                features,
-                {
-                    "seeds": np.array([o.seed % 2**32 for o in options], np.uint32),
-                    "temperature": np.array([o.temperature for o in options], np.float32),
-                    "top_k": np.array([o.top_k for o in options], np.int32),
-                    "top_p": np.array([o.top_p for o in options], np.float32),
-                },
-            )
-        )
+        features, per_row = jax.device_put((features, option_arrays(options)))
         cache, buffer = self._start(params, features, cache_length=cache_length)
         token = jnp.zeros((batch,), jnp.int32)
         results = [Decoded([], 0.0) for _ in rows]

@@ -11,6 +11,7 @@ import httpx
 from tiny_model import TINY_CONFIG as TINY_CONFIG  # the serving tests import it from here
 
 from t5forge.serving import InferenceService, ServerSettings, create_app
+from t5forge.serving.server import uvicorn_config
 
 # Small limits so every limit is reachable; max_wait_ms long enough that concurrent test
 # requests always meet in one batch.
@@ -53,11 +54,7 @@ def serving_in_thread(service: InferenceService):
     import uvicorn
 
     settings = service.settings
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(service), host=settings.host, port=settings.port, log_level="warning"
-        )
-    )
+    server = uvicorn.Server(uvicorn_config(create_app(service), settings, "warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:

@@ -1,11 +1,14 @@
-"""Dynamic batching: concurrent requests share device batches, and mixing options is safe."""
+"""Batching: concurrent requests share device batches (static) or decoding steps
+(continuous), and mixing options is safe under both schedulers."""
 
 import asyncio
 
 import httpx
+import pytest
 from server_helpers import metric_value
 
 TEXT = "Click the Save button."
+STATS = ("count", "sum")
 
 
 async def _concurrently(url: str, bodies: list[dict]) -> list[httpx.Response]:
@@ -13,8 +16,8 @@ async def _concurrently(url: str, bodies: list[dict]) -> list[httpx.Response]:
         return await asyncio.gather(*(client.post("/v1/predict", json=b) for b in bodies))
 
 
-def test_concurrent_requests_are_grouped_into_one_batch(server):
-    url, _ = server
+def test_concurrent_requests_are_grouped_into_one_batch(static_server):
+    url, _ = static_server
     before = (
         metric_value(url, "t5forge_batch_size_count", kind="generate"),
         metric_value(url, "t5forge_batch_size_sum", kind="generate"),
@@ -30,19 +33,23 @@ def test_concurrent_requests_are_grouped_into_one_batch(server):
     assert (after[0] - before[0], after[1] - before[1]) == (1, 4)
 
 
-def test_rows_with_different_options_in_one_batch_decode_as_if_alone(server):
-    url, _ = server
+@pytest.mark.parametrize("scheduler", ["continuous", "static"])
+def test_rows_with_different_options_in_one_batch_decode_as_if_alone(scheduler, request):
+    url, _ = request.getfixturevalue("server" if scheduler == "continuous" else "static_server")
     bodies = [
         {"inputs": [TEXT], "max_new_tokens": 8},
         {"inputs": [TEXT], "method": "sample", "seed": 7, "temperature": 0.8, "max_new_tokens": 3},
         {"inputs": [TEXT], "method": "sample", "seed": 8, "top_k": 5, "max_new_tokens": 8},
         {"inputs": [TEXT, "Delete the row."], "method": "sample", "seed": 9, "top_p": 0.8},
     ]
-    batches_before = metric_value(url, "t5forge_batch_size_count", kind="generate")
+    before = [metric_value(url, f"t5forge_batch_size_{s}", kind="generate") for s in STATS]
     together = [r.json()["outputs"] for r in asyncio.run(_concurrently(url, bodies))]
-    batched = metric_value(url, "t5forge_batch_size_count", kind="generate") - batches_before
+    batches, rows = [
+        metric_value(url, f"t5forge_batch_size_{s}", kind="generate") - b
+        for s, b in zip(STATS, before)
+    ]
     alone = [httpx.post(f"{url}/v1/predict", json=b, timeout=120).json()["outputs"] for b in bodies]
-    assert batched < len(bodies)  # they did share batches
+    assert rows > batches  # they did share batches (static) or steps (continuous)
     assert together == alone
     assert len(together[1][0].split()) <= 3  # its own max_new_tokens, not the batch's
 

@@ -106,13 +106,19 @@ def test_streamed_tokens_add_up_to_the_plain_answer(server, options):
         tokens = [e for e in events[:-1] if e["index"] == index and "token" in e]
         assert "".join(e["text"] for e in tokens).strip() == output
         final = [e for e in events[:-1] if e["index"] == index and e.get("done")]
-        assert final == [{"index": index, "output": output, "truncated": False, "done": True}]
+        seed = {"seed": options["seed"]} if "seed" in options else {}
+        assert final == [
+            {"index": index, "output": output, "truncated": False, "done": True, **seed}
+        ]
 
 
 def test_health_metrics_and_openapi(server):
     url, service = server
     health = httpx.get(f"{url}/healthz").json()
-    assert health == {"status": "ready", "compiled": service.warmup_progress[1]}
+    assert health["status"] == "ready" and health["compiled"] == len(service.shapes)
+    # Smallest first: continuous batching's step, then the one-row shortest-input admission.
+    assert list(health["shapes"])[:2] == ["step 4 slots", "admit 1x16"]
+    assert set(health["shapes"].values()) == {"ready"}
     post(url, "/v1/score", {"inputs": TEXTS[:1], "targets": ["x"]})
     metrics = httpx.get(f"{url}/metrics").text
     for name in (

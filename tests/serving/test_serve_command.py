@@ -62,6 +62,7 @@ def test_serve_command_checks_the_key_and_drains_on_sigterm(t5forge_run):
             "2",
             "--warmup_num_beams",
             "0",
+            "--allow_new_beam_shapes",
             "--max_new_tokens",
             "6",
             "--max_new_tokens_limit",
@@ -89,27 +90,39 @@ def test_serve_command_checks_the_key_and_drains_on_sigterm(t5forge_run):
             httpx.post(f"{url}/v1/predict", json=body, headers=auth, timeout=60).status_code == 200
         )
 
-        # Beam search with 3 beams was not warmed up: compiling it keeps it in flight.
+        # Beam search with 3 beams was not warmed up (--allow_new_beam_shapes lets it
+        # compile): compiling it keeps it in flight, and the greedy rows queued behind it.
         in_flight = {}
-        slow = threading.Thread(
-            target=lambda: in_flight.update(
-                response=httpx.post(
-                    f"{url}/v1/predict",
-                    headers=auth,
-                    timeout=120,
-                    json={"inputs": [TEXT], "method": "beam", "num_beams": 3, "max_new_tokens": 5},
+        bodies = {
+            "beam": {"inputs": [TEXT], "method": "beam", "num_beams": 3, "max_new_tokens": 5},
+            "greedy": {"inputs": [TEXT, "Delete the row."], "max_new_tokens": 12},
+        }
+        clients = [
+            threading.Thread(
+                target=lambda name=name: in_flight.update(
+                    {
+                        name: httpx.post(
+                            f"{url}/v1/predict", headers=auth, timeout=120, json=bodies[name]
+                        )
+                    }
                 )
             )
-        )
-        slow.start()
-        time.sleep(1.0)
+            for name in bodies
+        ]
+        for client in clients:
+            client.start()
+            time.sleep(0.5)
         process.send_signal(signal.SIGTERM)
         time.sleep(0.5)
         with pytest.raises(httpx.TransportError):  # no longer accepting
             httpx.post(f"{url}/v1/predict", json=body, headers=auth, timeout=5)
-        slow.join(timeout=120)
-        assert in_flight["response"].status_code == 200
-        assert len(in_flight["response"].json()["outputs"]) == 1
+        for client in clients:
+            client.join(timeout=120)
+        assert {name: r.status_code for name, r in in_flight.items()} == {
+            "beam": 200,
+            "greedy": 200,
+        }
+        assert [len(in_flight[name].json()["outputs"]) for name in bodies] == [1, 2]
         assert process.wait(timeout=120) == 0
     finally:
         if process.poll() is None:

@@ -9,6 +9,7 @@ import httpx
 from server_helpers import metric_value, serving_in_thread, settings_on_free_port, wait_ready
 
 from t5forge.serving import InferenceService
+from t5forge.serving.engine import WarmupShape
 
 TEXT = "Click the Save button."
 REQUESTS = [
@@ -32,13 +33,21 @@ def _first_health(url: str, timeout: float = 60.0) -> httpx.Response:
 def test_requests_during_warm_up_get_503_until_it_finishes(tiny_model):
     release = threading.Event()
     service = InferenceService(tiny_model, settings_on_free_port())
-    # Two warm-up steps; the first holds the device until released.
-    service.engine.warmup_steps = lambda: iter([lambda: release.wait(120), lambda: None])
+    # Two warm-up shapes; the first holds the device until released.
+    service.engine.warmup_shapes = lambda: [
+        WarmupShape("held", 0, lambda: release.wait(120)),
+        WarmupShape("quick", 1, lambda: None),
+    ]
     with serving_in_thread(service) as url:
         try:
             health = _first_health(url)
             assert health.status_code == 503 and health.headers["retry-after"] == "1"
-            assert health.json() == {"status": "warming up", "compiled": 0, "of": 2}
+            assert health.json() == {
+                "status": "warming up",
+                "compiled": 0,
+                "of": 2,
+                "shapes": {"held": "compiling", "quick": "waiting"},
+            }
             for path, body in REQUESTS:
                 refused = httpx.post(f"{url}{path}", json=body, timeout=30)
                 assert refused.status_code == 503, refused.text
@@ -50,6 +59,10 @@ def test_requests_during_warm_up_get_503_until_it_finishes(tiny_model):
         finally:
             release.set()
         wait_ready(url, timeout=60)
-        assert httpx.get(f"{url}/healthz").json() == {"status": "ready", "compiled": 2}
+        assert httpx.get(f"{url}/healthz").json() == {
+            "status": "ready",
+            "compiled": 2,
+            "shapes": {"held": "ready", "quick": "ready"},
+        }
         answer = httpx.post(f"{url}/v1/predict", json={"inputs": [TEXT]}, timeout=120)
         assert answer.status_code == 200 and len(answer.json()["outputs"]) == 1

@@ -1,0 +1,145 @@
+"""Continuous (in-flight) batching: generation rows join and leave a running batch every step.
+
+A static batch runs until its longest row ends: a request that arrives one step after it
+started waits for all of it, and short outputs sit idle beside long ones. Here greedy and
+sampled rows go to the engine's decode slots instead (slots.SlotDecoder). Every tick, on the
+device thread: rows waiting for a free slot are encoded and placed, then every occupied slot
+makes one token. Back on the event loop, tokens are streamed, rows that ended (EOS, their
+max_new_tokens, or their client left) free their slots and settle their futures, and the next
+tick admits whoever arrived meanwhile. A row's time to first token is its encoding plus one
+step, whatever else is running.
+
+Beam search and scoring still run as whole batches of their group (the Batcher's rule:
+full, or max_wait_ms after the oldest arrived), between two ticks. Beam search keeps its
+static batches because T5X's beam search is one compiled loop over whole beams (their
+caches reordered as beams survive), not a per-row step that could share slots.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Hashable
+
+import numpy as np
+
+from t5forge.serving.batcher import Batcher, Job, RunBatch
+from t5forge.serving.engine import Engine
+from t5forge.serving.stepwise import Decoded, RowOptions
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class _Slot:
+    """A row being decoded: its job, its options and what it has made so far."""
+
+    job: Job
+    options: RowOptions
+    result: Decoded = dataclasses.field(default_factory=lambda: Decoded([], 0.0))
+
+
+class ContinuousBatcher(Batcher):
+    """The Batcher with `continuous_group` jobs decoded in slots, joining at every step."""
+
+    def __init__(
+        self,
+        run_batch: RunBatch,
+        engine: Engine,
+        continuous_group: Hashable,
+        max_wait_ms: float,
+        max_queue: int,
+        on_batch: Callable[[Hashable, int], None] | None = None,
+        on_tokens: Callable[[int, float], None] | None = None,
+    ):
+        super().__init__(run_batch, engine.slots.slots, max_wait_ms, max_queue, on_batch)
+        self._engine = engine
+        self._group = continuous_group
+        self._on_tokens = on_tokens
+        self._slots: list[_Slot | None] = [None] * engine.slots.slots
+
+    def _batched(self, job: Job) -> bool:
+        return job.group != self._group
+
+    @property
+    def running(self) -> int:
+        """Rows in decode slots now."""
+        return sum(slot is not None for slot in self._slots)
+
+    async def _work(self) -> None:
+        while True:
+            oldest = self._oldest()  # also drops cancelled waiting jobs
+            if oldest is not None and self._due_in(oldest) == 0:
+                await self._run(oldest.group, self._next_batch(oldest.group))
+                continue
+            self._free_cancelled()
+            admitted = self._admit()
+            if admitted or self.running:
+                await self._tick(admitted)
+                continue
+            await self._until_arrival(None if oldest is None else self._due_in(oldest))
+
+    def _free_cancelled(self) -> None:
+        for index, slot in enumerate(self._slots):
+            if slot is not None and slot.job.future.cancelled():
+                self._slots[index] = None
+
+    def _admit(self) -> list[tuple[int, _Slot]]:
+        """Moves waiting rows (oldest first) into free slots: [(slot index, slot)]."""
+        free = [index for index, slot in enumerate(self._slots) if slot is None]
+        admitted, rest = [], []
+        for job in self._jobs:
+            if job.group == self._group and len(admitted) < len(free):
+                slot = _Slot(job, job.payload[1])
+                self._slots[free[len(admitted)]] = slot
+                admitted.append((free[len(admitted)], slot))
+            else:
+                rest.append(job)
+        self._jobs.clear()
+        self._jobs.extend(rest)
+        return admitted
+
+    async def _tick(self, admitted: list[tuple[int, _Slot]]) -> None:
+        live = np.array([slot is not None for slot in self._slots])
+        if self._on_batch is not None:
+            self._on_batch(self._group, int(live.sum()))
+        engine, started = self._engine, time.perf_counter()
+
+        def on_device():
+            if admitted:
+                engine.admit(
+                    [slot.job.payload[0] for _, slot in admitted],
+                    [slot.options for _, slot in admitted],
+                    [index for index, _ in admitted],
+                )
+            return engine.step(live)
+
+        try:
+            tokens, log_likelihood = await self.on_device(on_device)
+        except Exception as error:  # noqa: BLE001 - a failed step fails the rows in it only
+            logger.exception("decoding step of %d rows failed", int(live.sum()))
+            engine.pool = None  # donated to the failed call: start from empty slots
+            for index, slot in enumerate(self._slots):
+                if slot is not None and not slot.job.future.done():
+                    slot.job.future.set_exception(error)
+                self._slots[index] = None
+            return
+        for index in np.flatnonzero(live):
+            slot = self._slots[index]
+            if slot is None or slot.job.future.cancelled():
+                self._slots[index] = None
+                continue
+            token = int(tokens[index])
+            slot.result.tokens.append(token)
+            slot.result.log_likelihood += float(log_likelihood[index])
+            if slot.job.on_token is not None:
+                slot.job.on_token(token)
+            if (
+                token == engine.slots.eos_id
+                or len(slot.result.tokens) >= slot.options.max_new_tokens
+            ):
+                slot.job.future.set_result(slot.result)
+                self._slots[index] = None
+        if self._on_tokens is not None:
+            self._on_tokens(int(live.sum()), time.perf_counter() - started)

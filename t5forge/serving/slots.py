@@ -1,0 +1,142 @@
+"""Continuous batching's device side: a fixed set of decode slots that rows join and leave.
+
+An encoder-decoder's decoding state per row is two caches: the decoder's self-attention keys
+and values (written one position per step) and the cross-attention keys and values of its
+encoder output (written once). Here both live in a pool of `slots` rows on the device. `admit`
+encodes a batch of new inputs (the encoder runs on its own, at the batch's length bucket),
+pads their cross-attention entries to the pool's encoder width and writes them, with empty
+self-attention caches and the rows' options, into free slots. `step` makes the next token of
+every slot at that slot's own position: the model's one-step function is mapped over the
+slots (jax.vmap), so each row sees exactly the positions, masks and relative-position biases
+it would see in a batch of its own, and rows that started at different steps share one
+program. Two programs per (batch, length) bucket of new inputs, one for the step: the step's
+shape never changes with traffic.
+
+Decoder-only models (whose prompts are prefilled into the self-attention cache) are not
+handled here; the server decodes them in static batches.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from t5forge.models.decoding import DecodingCache
+from t5forge.serving.stepwise import RowOptions, choose_next, option_arrays
+
+
+class SlotDecoder:
+    """Decode slots for one encoder-decoder model (`t5forge.api.Model.t5x_model`)."""
+
+    def __init__(self, t5x_model, slots: int, cache_length: int, encoder_width: int):
+        self.model = t5x_model
+        self.eos_id = t5x_model.eos_id
+        self.slots = slots
+        self.cache_length = cache_length
+        self.encoder_width = encoder_width
+
+    # Static `self` in the jitted methods: equal decoders share their compilations.
+    def _key(self):
+        return (id(self.model), self.slots, self.cache_length, self.encoder_width)
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __eq__(self, other):
+        return isinstance(other, SlotDecoder) and other._key() == self._key()
+
+    def _cache_of(self, params, encoder_tokens):
+        _, cache, _ = self.model.decoding_state(
+            params, {"encoder_input_tokens": encoder_tokens}, self.cache_length
+        )
+        return cache
+
+    def empty_pool(self, params) -> dict:
+        """All slots free: zero caches of the pool's shapes, zero options."""
+        tokens = jax.ShapeDtypeStruct((self.slots, self.encoder_width), jnp.int32)
+        shapes = jax.eval_shape(self._cache_of, params, tokens)
+        return {
+            "cache": jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes),
+            "token": jnp.zeros((self.slots,), jnp.int32),
+            "step": jnp.zeros((self.slots,), jnp.int32),
+            **option_arrays([RowOptions(0)] * self.slots),
+        }
+
+    @functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(2,))
+    def _admit(self, params, pool, encoder_tokens, slot_ids, options):
+        new = self._cache_of(params, encoder_tokens)
+
+        def write(pool_leaf, new_leaf):
+            # Cross-attention entries and masks are padded from the batch's length bucket to
+            # the pool's encoder width (masked positions weigh exactly 0 in the softmax).
+            padding = [(0, 0)] + [
+                (0, p - n) for p, n in zip(pool_leaf.shape[1:], new_leaf.shape[1:])
+            ]
+            # Padding rows of the batch carry slot id `slots` and are dropped.
+            return pool_leaf.at[slot_ids].set(jnp.pad(new_leaf, padding), mode="drop")
+
+        fresh = {
+            "token": jnp.zeros_like(slot_ids),
+            "step": jnp.zeros_like(slot_ids),
+            **options,
+        }
+        updated = {
+            name: pool[name].at[slot_ids].set(value, mode="drop") for name, value in fresh.items()
+        }
+        return {"cache": jax.tree.map(write, pool["cache"], new), **updated}
+
+    def admit(
+        self, params, pool: dict, features: dict, slot_ids: list[int], rows: list[RowOptions]
+    ):
+        """Encodes `features` (a padded batch whose first len(slot_ids) rows are real) and
+        places row i in slot slot_ids[i]; the pool given is consumed (donated)."""
+        batch = features["encoder_input_tokens"].shape[0]
+        padded_ids = list(slot_ids) + [self.slots] * (batch - len(slot_ids))
+        padded_rows = list(rows) + [RowOptions(0)] * (batch - len(rows))
+        return self._admit(
+            params,
+            pool,
+            jnp.asarray(features["encoder_input_tokens"], jnp.int32),
+            jnp.asarray(padded_ids, jnp.int32),
+            option_arrays(padded_rows),
+        )
+
+    @functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(2,))
+    def _step(self, params, pool, live):
+        dummy = jnp.zeros((1, self.encoder_width), jnp.int32)
+        # Only the step function is used; XLA drops the unused encoding of the dummy row.
+        _, _, tokens_to_logits = self.model.decoding_state(
+            params, {"encoder_input_tokens": dummy}, self.cache_length
+        )
+
+        def one_row(token, cache, step):
+            cache = jax.tree.map(lambda leaf: leaf[None], cache)
+            logits, cache = tokens_to_logits(token[None, None], cache, step)
+            return logits[0], jax.tree.map(lambda leaf: leaf[0], cache)
+
+        cache = pool["cache"]
+        logits, stepped = jax.vmap(one_row)(pool["token"], cache, pool["step"])
+        keys = jax.vmap(lambda seed, step: jax.random.fold_in(jax.random.PRNGKey(seed), step))(
+            pool["seeds"], pool["step"]
+        )
+        # Free slots decode greedily (their tokens are ignored), so an all-greedy pool never
+        # pays for sampling because a sampled row once sat in a now-free slot.
+        temperature = jnp.where(live, pool["temperature"], 0.0)
+        chosen, log_likelihood = choose_next(
+            logits.astype(jnp.float32), keys, temperature, pool["top_k"], pool["top_p"]
+        )
+        pool = {
+            **pool,
+            "cache": DecodingCache(stepped.per_row, cache.per_input, cache.lineage),
+            "token": chosen,
+            # Free slots stay at the last position instead of running past the cache.
+            "step": jnp.minimum(pool["step"] + 1, self.cache_length - 1),
+        }
+        return pool, chosen, log_likelihood
+
+    def step(self, params, pool: dict, live: np.ndarray):
+        """(new pool, next token of every slot, its log-likelihood); `live` bool[slots]."""
+        return self._step(params, pool, jnp.asarray(live))
