@@ -28,6 +28,7 @@ STAND_INS = {
     "seqio.evaluation": "t5forge.data.evaluation",
     "seqio.experimental": "t5forge.seqio.experimental",
     "seqio.feature_converters": "t5forge.seqio.feature_converters",
+    "seqio.loggers": "t5forge.seqio.loggers",
     "seqio.metrics": "t5forge.data.metrics",
     "seqio.preprocessors": "t5forge.seqio.preprocessors",
     "seqio.utils": "t5forge.seqio.utils",

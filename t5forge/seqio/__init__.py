@@ -1,11 +1,11 @@
 """SeqIO's namespace over t5forge's data layer: SeqIO task modules run on t5forge.
 
-Inside t5forge's commands (and after `t5forge.compat.install()`), `import seqio` in a task
-module is this package; written by hand, `from t5forge import seqio` is the same. `Task`,
-`TaskRegistry`, `Mixture`, `MixtureRegistry`, `Feature`, the vocabularies, the data sources
-(TextLine, Function, Tfds, TFExample, File), `preprocessors`, `utils`, `experimental`,
-`evaluation`, `metrics`, the feature converters and `get_dataset` take SeqIO's arguments in
-SeqIO's order where t5forge does the same thing. What differs: there is no tf.data, so
+While t5forge imports a task module (its commands, or `t5forge.compat.stand_in_modules()`),
+`import seqio` there is this package; written by hand, `from t5forge import seqio` is the
+same. `Task`, `TaskRegistry`, `Mixture`, `MixtureRegistry`, `Feature`, the vocabularies, the
+data sources (TextLine, Function, Tfds, TFExample, File), `preprocessors`, `utils`,
+`experimental`, `loggers`, `evaluation`, `metrics`, the feature converters and `get_dataset`
+take SeqIO's arguments in SeqIO's order where t5forge does the same thing. What differs: there is no tf.data, so
 preprocessors and dataset functions work on Python dicts of numpy values and str, one example
 at a time (README 'Coming from T5X' lists the rest).
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from t5forge.data import evaluation, metrics
 from t5forge.data.evaluation import Evaluator
-from t5forge.seqio import experimental, preprocessors, utils, vocabularies
+from t5forge.seqio import experimental, loggers, preprocessors, utils, vocabularies
 from t5forge.seqio.dataset_providers import (
     SHUFFLE_BUFFER_SIZE,
     CacheDatasetPlaceholder,
@@ -42,6 +42,7 @@ from t5forge.seqio.feature_converters import (
     PassThroughFeatureConverter,
     PrefixLMFeatureConverter,
 )
+from t5forge.seqio.loggers import JSONLogger, Logger, PyLoggingLogger, TensorBoardLogger
 from t5forge.seqio.utils import (
     add_global_cache_dirs,
     get_global_cache_dirs,
@@ -70,15 +71,19 @@ __all__ = [
     "FileDataSource",
     "Feature",
     "FunctionDataSource",
+    "JSONLogger",
     "LMFeatureConverter",
+    "Logger",
     "Mixture",
     "MixtureRegistry",
     "PassThroughFeatureConverter",
     "PassThroughVocabulary",
     "PrefixLMFeatureConverter",
+    "PyLoggingLogger",
     "SentencePieceVocabulary",
     "ShardInfo",
     "TFExampleDataSource",
+    "TensorBoardLogger",
     "Task",
     "TaskRegistry",
     "TextLineDataSource",
@@ -91,6 +96,7 @@ __all__ = [
     "get_global_cache_dirs",
     "get_mixture_or_task",
     "get_subtasks",
+    "loggers",
     "map_over_dataset",
     "maybe_get_mixture_or_task",
     "metrics",

@@ -1,6 +1,7 @@
 """SeqIO's public names that task modules use, on t5forge: signatures, behaviour, and one
 error line for what t5forge does not do (tf.data preprocessors, TensorFlow ops)."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -175,3 +176,24 @@ def test_t5x_readme_user_dir_loads_and_yields_examples(test_spm_path, tmp_path):
         seqio.set_tfds_data_dir_override(None)
     assert first["inputs_pretokenized"].startswith("translate German to English: ")
     assert task.metric_fns[0](["a b c d"], ["a b c d"])["bleu"] == pytest.approx(100.0)
+
+
+def test_loggers_write_what_seqio_writes(tmp_path, caplog):
+    dataset = [{"inputs_pretokenized": "a"}, {"inputs_pretokenized": "b"}]
+    inferences = {"predictions": ["x", "b"]}
+    for logger in (
+        seqio.JSONLogger(str(tmp_path)),
+        seqio.TensorBoardLogger(str(tmp_path)),
+        seqio.PyLoggingLogger(str(tmp_path)),
+    ):
+        with caplog.at_level("INFO"):
+            logger("task_a", 7, {"accuracy": 50.0}, dataset, inferences, ["a", "b"])
+    assert (tmp_path / "task_a-metrics.jsonl").read_text() == '{"step": 7, "accuracy": 50.0}\n'
+    rows = (tmp_path / "task_a-000007.jsonl").read_text().splitlines()
+    assert [json.loads(r) for r in rows][1] == {
+        "input": {"inputs_pretokenized": "b"},
+        "target": "b",
+        "predictions": "b",
+    }
+    assert list((tmp_path / "task_a").glob("events.out.tfevents.*"))
+    assert "task_a/accuracy at step 7: 50.000" in caplog.text
