@@ -167,12 +167,6 @@ class InferenceService:
                 "the server is still compiling its models (warm-up); retry "
                 "shortly, /healthz says when it is ready",
             )
-        if len(payloads) > self.settings.max_queue:
-            raise RequestError(
-                413,
-                f"the request holds {len(payloads)} rows but at most {self.settings.max_queue} "
-                f"may wait for the device (--max_queue): split it",
-            )
         futures = self.batcher.submit(group, payloads, on_tokens)
         self.metrics.queue_depth.set(self.batcher.depth)
         return futures
