@@ -108,6 +108,7 @@ def overrides(out: Path) -> list[str]:
         "--gin.TRAIN_STEPS=2",
         "--gin.BATCH_SIZE=4",
         "--gin.DROPOUT_RATE=0.0",
+        "--gin.USE_CACHED_TASKS=False",
         f"--gin.MODEL_DIR={out / 'model'}",
         f"--gin.INITIAL_CHECKPOINT_PATH={out / 'initial' / 'checkpoint_2'}",
         f"--gin.CHECKPOINT_PATH={out / 'initial' / 'checkpoint_2'}",
