@@ -6,9 +6,9 @@ Run in a side environment with TensorFlow, tensorflow_datasets, seqio and t5 ins
 
     /tmp/side-tf/bin/python tests/seqio/reference/make_reference.py
 
-1. Tasks over the TFDS fixtures (tests/data/tfds_fixtures, written by TFDS's own writer):
-   T5's registered task with its source pointed at the fixture's version and the vocabulary
-   at SeqIO's 26-piece test model (/work/shared/data/vocab, $T5FORGE_SHARED_DATA/vocab), 100
+1. Tasks over the TFDS fixtures (tests/data/tfds_fixtures, written by TFDS's own builders):
+   every T5 task t5forge registers whose dataset the fixtures hold, its source pointed at the
+   fixture directory, and the vocabulary at SeqIO's 26-piece test model (/work/shared/data/vocab, $T5FORGE_SHARED_DATA/vocab), 100
    extra ids; the first examples of a split, unshuffled: text after preprocessing and ids.
 2. T5's text preprocessors on raw examples shaped as TFDS gives them (the GLUE/SuperGLUE
    configs, SQuAD, ReCoRD, WSC, DPR, summaries), through tf.data.
@@ -18,6 +18,7 @@ Run in a side environment with TensorFlow, tensorflow_datasets, seqio and t5 ins
 import functools
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -70,22 +71,72 @@ seqio.TaskRegistry.add(
     },
 )
 
+# XSum as google-research/transformer_modifications registers it (T5's vocabulary here).
+seqio.TaskRegistry.add(
+    "xsum_v110",
+    source=seqio.TfdsDataSource(tfds_name="xsum:1.1.0"),
+    preprocessors=[
+        functools.partial(preprocessors.summarize, article_key="document", summary_key="summary"),
+        seqio.preprocessors.tokenize,
+        seqio.CacheDatasetPlaceholder(),
+        seqio.preprocessors.append_eos_after_trim,
+    ],
+    metric_fns=[metrics.rouge],
+    output_features=t5.data.tasks.DEFAULT_OUTPUT_FEATURES,
+)
+
+# Every task t5forge registers from T5's registry whose TFDS data the fixtures hold (the random
+# c4 objectives aside: TensorFlow's stateless draws are not t5forge's), plus the README's task.
 # task -> (the fixture's tfds_name, splits read, examples taken per split)
+REGISTERED = [
+    "cnn_dailymail_v002",
+    "dpr_v001_simple",
+    "squad_v010",
+    "squad_v010_allanswers",
+    "squad_v010_context_free",
+    "super_glue_wsc_v102_simple_eval",
+    "super_glue_wsc_v102_simple_train",
+    "wmt14_ende_v003",
+    "wmt14_enfr_v003",
+    "wmt15_enfr_v003",
+    "wmt16_enro_v003",
+    "wmt19_ende_v003",
+    "wmt_t2t_ende_v003",
+    "xsum_v110",
+    *(f"glue_{c}_v002" for c in tfds.text.glue.Glue.builder_configs),
+    *(
+        f"super_glue_{c}_v102"
+        for c in tfds.text.super_glue.SuperGlue.builder_configs
+        if "wsc" not in c
+    ),
+]
 TASKS = {
-    "wmt_t2t_ende_v003": ("wmt_t2t_translate/de-en:1.0.0", ["validation", "test"], 5),
     USER_TASK: ("wmt_t2t_translate/de-en:1.0.0", ["validation"], 5),
-    "glue_sst2_v002": ("glue/sst2:2.0.0", ["validation", "test"], 5),
+    # sst2 is also written at TFDS's current version, in both file formats
+    "glue_sst2_v002@2.0.0": ("glue/sst2:2.0.0", ["validation", "test"], 5),
 }
 
 
+def fixture_tasks():
+    for name in REGISTERED:
+        task = seqio.TaskRegistry.get(name)
+        tfds_name = task.source.tfds_dataset.name
+        dataset, _, version = tfds_name.partition(":")
+        info = FIXTURES / dataset / version / "dataset_info.json"
+        if info.is_file():
+            written = [split["name"] for split in json.loads(info.read_text())["splits"]]
+            splits = [split for split in written if split in (task.source._splits or written)]
+            TASKS[name] = (tfds_name, splits, 3)
+
+
 def task_examples(name, tfds_name, splits, count):
-    task = seqio.TaskRegistry.get(name)
+    task = seqio.TaskRegistry.get(name.partition("@")[0])
     features = {
         key: seqio.Feature(VOCAB, add_eos=f.add_eos, required=f.required)
         for key, f in task.output_features.items()
     }
     on_fixture = seqio.Task(
-        f"{name}_on_fixture",
+        re.sub(r"\W", "_", name) + "_on_fixture",
         source=seqio.TfdsDataSource(tfds_name=tfds_name, tfds_data_dir=str(FIXTURES)),
         preprocessors=task.preprocessors,
         output_features=features,
@@ -335,6 +386,7 @@ def postprocessor_cases():
 
 
 def main():
+    fixture_tasks()
     reference = {
         "made_with": {"seqio": seqio.__version__, "t5": "0.9.4", "tensorflow": tf.__version__},
         "tasks": {name: task_examples(name, *spec) for name, spec in TASKS.items()},
@@ -343,7 +395,7 @@ def main():
         "postprocessors": postprocessor_cases(),
     }
     path = HERE / "t5_reference.json"
-    path.write_text(json.dumps(reference, indent=1, sort_keys=True) + "\n")
+    path.write_text(json.dumps(reference, separators=(",", ":"), sort_keys=True) + "\n")
     print(f"wrote {path} ({path.stat().st_size} bytes)", file=sys.stderr)
 
 
