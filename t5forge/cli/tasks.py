@@ -70,7 +70,11 @@ def _list() -> None:
 
     for name in TaskRegistry.names():
         task = TaskRegistry.get(name)
-        print(f"task     {name:<36} splits: {', '.join(task.splits)}")
+        try:
+            splits = ", ".join(task.splits)
+        except DataError:  # a TFDS dataset not prepared yet: `tasks show` says where
+            splits = "(data not found)"
+        print(f"task     {name:<36} splits: {splits}")
     for name in MixtureRegistry.names():
         mixture = MixtureRegistry.get(name)
         print(f"mixture  {name:<36} tasks: {', '.join(t.name for t in mixture.tasks)}")

@@ -197,3 +197,13 @@ def test_loggers_write_what_seqio_writes(tmp_path, caplog):
     }
     assert list((tmp_path / "task_a").glob("events.out.tfevents.*"))
     assert "task_a/accuracy at step 7: 50.000" in caplog.text
+
+
+def test_tasks_list_shows_t5_tasks_before_their_data_is_prepared(capsys, monkeypatch, tmp_path):
+    from commands import t5forge_in_process
+
+    monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path))
+    assert t5forge_in_process("tasks", "list", "--module_import=t5.data.mixtures") == 0
+    out = capsys.readouterr().out
+    assert "wmt_t2t_ende_v003                    splits: (data not found)" in out
+    assert "mixture  glue_v002_proportional" in out
