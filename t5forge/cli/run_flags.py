@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import tokenize
 
 from t5forge.config import (  # gin_registry: the names gin files bind
@@ -24,8 +25,11 @@ def parse_common_flags(rest: list[str], help_text: str, command: str) -> argpars
     """Handles the non-gin flags all run commands share; None means `--help` was printed.
 
     --module_import=MOD (repeatable) imports user task modules; --coordinator_address,
-    --process_count and --process_index join a multi-host run, as in T5X; --gin_strict makes
-    an unused gin binding an error.
+    --process_count and --process_index join a multi-host run (--multiprocess_gpu alone lets
+    JAX detect the cluster, --initialization_timeout bounds the wait), as in T5X;
+    --tfds_data_dir sets $TFDS_DATA_DIR, where TFDS-backed tasks read prepared datasets,
+    before task modules are imported and gin files parsed; infer's --shard_id is T5X's, and
+    t5forge runs one shard; --gin_strict makes an unused gin binding an error.
     """
     parser = argparse.ArgumentParser(
         prog=f"t5forge {command}",
@@ -44,18 +48,38 @@ def parse_common_flags(rest: list[str], help_text: str, command: str) -> argpars
         default="",
         help="comma-separated dirs written by `t5forge cache-tasks` (T5X's flag)",
     )
+    parser.add_argument(
+        "--tfds_data_dir",
+        help="directory of TensorFlow Datasets' prepared data (T5X's flag; sets $TFDS_DATA_DIR)",
+    )
+    parser.add_argument("--multiprocess_gpu", action="store_true")
     parser.add_argument("--coordinator_address")
     parser.add_argument("--process_count", type=int)
     parser.add_argument("--process_index", type=int)
+    parser.add_argument("--initialization_timeout", type=int)
+    if command == "infer":
+        parser.add_argument(
+            "--shard_id", type=int, help="T5X's shard of a sharded inference; t5forge runs one"
+        )
     if any(arg in ("-h", "--help") for arg in rest):
         parser.print_help()
         return None
     args, unknown = parser.parse_known_args(rest)
     if unknown:
         raise ConfigError(f"unknown flag {unknown[0]!r}; see --help")
-    if args.coordinator_address or args.process_count is not None:
+    if getattr(args, "shard_id", None) not in (None, 0):
+        raise ConfigError(
+            f"--shard_id={args.shard_id}: t5forge runs inference as one job over the whole "
+            "split; drop --shard_id (or pass 0)"
+        )
+    if args.tfds_data_dir:
+        os.environ["TFDS_DATA_DIR"] = args.tfds_data_dir
+    if args.multiprocess_gpu or args.coordinator_address or args.process_count is not None:
         partitioning.initialize_distributed(
-            args.coordinator_address, args.process_count, args.process_index
+            args.coordinator_address,
+            args.process_count,
+            args.process_index,
+            args.initialization_timeout,
         )
     import_task_modules(args.module_import)
     from t5forge.data.cache_dirs import add_global_cache_dirs

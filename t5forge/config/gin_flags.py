@@ -1,4 +1,5 @@
-"""T5X-style gin flags: `--gin_file` (repeatable), `--gin.NAME=VALUE`, `--gin_search_paths`.
+"""T5X-style gin flags: `--gin_file` (repeatable), `--gin.NAME=VALUE`, `--gin_search_paths`,
+and T5X's `--gin_bindings='NAME = VALUE'` (repeatable).
 
 What we add over T5X: plain string values need no inner quotes (`--gin.MODEL_DIR=/tmp/m`;
 the T5X form `--gin.MODEL_DIR="'/tmp/m'"` still works), gin files are also searched in the
@@ -42,7 +43,9 @@ def split_gin_flags(argv: list[str]) -> GinFlags:
     while i < len(argv):
         arg = argv[i]
         name, eq, value = arg.partition("=")
-        takes_value = name in ("--gin_file", "--gin_search_paths") or name.startswith("--gin.")
+        takes_value = name in ("--gin_file", "--gin_bindings", "--gin_search_paths") or (
+            name.startswith("--gin.")
+        )
         if takes_value and not eq:
             if i + 1 >= len(argv):
                 raise ConfigError(f"{name} needs a value, e.g. {name}=...")
@@ -52,6 +55,8 @@ def split_gin_flags(argv: list[str]) -> GinFlags:
             flags.files.append(value)
         elif name == "--gin_search_paths":
             flags.search_paths.extend(p for p in value.split(",") if p)
+        elif name == "--gin_bindings":  # T5X's absl flag: a gin statement as written
+            flags.bindings.append(value)
         elif name.startswith("--gin."):
             flags.bindings.append(f"{name[len('--gin.') :]} = {gin_value(value)}")
         else:
@@ -154,7 +159,7 @@ def _explain_unknown_t5x_name(message: str, where: str) -> ConfigError | None:
         )
         return ConfigError(f"{where}T5X module {name} is not available in t5forge: {reason}")
     attribute = re.match(
-        r"Couldn't resolve selector \S+; <module '((?:t5x|seqio|t5)\b[\w.]*)'> "
+        r"Couldn't resolve selector \S+; <module '((?:t5x|seqio|t5)\b[\w.]*)'[^>]*> "
         r"has no attribute (\w+)",
         message,
     )

@@ -280,8 +280,10 @@ def initialize_distributed(
     coordinator_address: str | None = None,
     num_processes: int | None = None,
     process_id: int | None = None,
+    initialization_timeout: int | None = None,
 ) -> None:
-    """Joins a multi-host run (T5X flags --coordinator_address, --process_count, --process_index).
+    """Joins a multi-host run (T5X flags --coordinator_address, --process_count, --process_index;
+    --initialization_timeout in seconds, JAX's default when None).
 
     Give all three, or none to let JAX detect the cluster (SLURM, TPU pods, ...). Must run
     before anything else touches JAX devices.
@@ -297,4 +299,7 @@ def initialize_distributed(
             f"process_index {process_id} is out of range for process_count {num_processes}; "
             f"use 0..{num_processes - 1}"
         )
-    jax.distributed.initialize(coordinator_address, num_processes, process_id)
+    timeout = (
+        {} if initialization_timeout is None else {"initialization_timeout": initialization_timeout}
+    )
+    jax.distributed.initialize(coordinator_address, num_processes, process_id, **timeout)

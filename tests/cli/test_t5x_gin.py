@@ -75,7 +75,6 @@ def test_example_train_file_becomes_t5forge_train_arguments(capsys):
         "predict_batch_with_aux.num_decodes = 4: accepted and ignored" in err
     )
     assert "gs://example-bucket/vocabs/spm.model" not in err  # object storage is supported
-    assert f"{EXAMPLES}/tiny_en_de_from_scratch.gin:6: from t5.data import mixtures" in err
     assert all(line.startswith("warning: ") for line in err.splitlines())
 
 
@@ -131,7 +130,6 @@ def test_remaining_import_forms_actions_and_microbatches(capsys):
     assert _value("models.Model.z_loss") == 0.0
     assert _value("train.train_dataset_cfg").module is None
     err = capsys.readouterr().err
-    assert f"{EXAMPLES}/tiny_test_train.gin:6: import t5.data.mixtures" in err
     assert (
         "pretrain.gin:48: train/utils.DatasetConfig.module = %MIXTURE_OR_TASK_MODULE "
         "(= 't5.data.mixtures'): accepted and ignored: T5's and SeqIO's TensorFlow task "
@@ -192,7 +190,7 @@ def test_t5x_module_names_exist_only_while_gin_parses():
     _parse(f"--gin_file={EXAMPLES}/tiny_test_train.gin", TASK, "--gin.MODEL_DIR=/tmp/m")
     assert sys.modules["__main__"] is main
     assert not [name for name in sys.modules if name.split(".")[0] in ("t5x", "seqio", "t5")]
-    assert importlib.util.find_spec("t5x") is None and importlib.util.find_spec("seqio") is None
+    assert importlib.util.find_spec("t5x") is None
     from t5forge import seqio
 
     assert seqio.__name__ == "t5forge.seqio"
@@ -217,8 +215,8 @@ def test_config_gin_uses_t5forge_names_and_parses_back(tmp_path):
             r"bad.gin:2: T5X module t5x.decoding is not available in t5forge",
         ),
         (
-            "import seqio\nseqio.PassThroughFeatureConverter.x = 1",
-            r"bad.gin:3: seqio.PassThroughFeatureConverter is not supported by t5forge",
+            "import seqio\nseqio.FewshotDataSource.x = 1",
+            r"bad.gin:3: seqio.FewshotDataSource is not supported by t5forge",
         ),
         (
             "from t5x import utils\nutils.DatasetConfig.batch_sise = 1",
