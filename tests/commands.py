@@ -75,9 +75,18 @@ def t5forge_popen(*args, env=None, stdout=subprocess.DEVNULL, stderr=subprocess.
 
 
 def t5forge_in_process(*args) -> int:
-    """Runs `t5forge ARGS` in this process through the command line's entry point; the status."""
+    """Runs `t5forge ARGS` in this process through the command line's entry point; the status.
+
+    Each command starts from an empty gin config, as in its own process: the previous
+    command's bindings are cleared and its finalized (locked) config unlocked.
+    """
+    import gin
+
     from t5forge.cli.main import main
 
+    with gin.unlock_config():
+        gin.clear_config()
+    gin.config._set_config_is_locked(False)  # gin has no public call that leaves it unlocked
     return main([str(arg) for arg in args])
 
 

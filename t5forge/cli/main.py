@@ -81,7 +81,8 @@ def _printable_anywhere() -> None:
     """Under a locale whose encoding cannot hold a text (LANG=C with PYTHONUTF8=0: ASCII),
     print such characters as \\x escapes instead of failing with UnicodeEncodeError."""
     for stream in (sys.stdout, sys.stderr):
-        if hasattr(stream, "reconfigure") and stream.errors == "strict":
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        if hasattr(stream, "reconfigure") and encoding != "utf8":
             stream.reconfigure(errors="backslashreplace")
 
 

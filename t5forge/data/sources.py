@@ -63,6 +63,8 @@ def expand_patterns(patterns: Patterns, split: str) -> list[str]:
                 f"no file matches {str(pattern)!r} (split {split!r}); check the path "
                 "or set T5FORGE_DATA_DIR"
             )
+        for match in matches:
+            storage.require_kind(match, "file", f"the {split} data file")
         files.extend(matches)
     return files
 
@@ -80,6 +82,11 @@ def numbered_lines(path: str) -> Iterator[tuple[int, str]]:
     try:
         with _open_lines(path) as f:
             for line_number, raw in enumerate(f, start=1):
+                if b"\0" in raw:
+                    raise DataError(
+                        f"{path}:{line_number}: a NUL byte at column {raw.index(0) + 1}"
+                        f"{_utf16_hint(raw)}; re-encode the file as UTF-8 or remove the NULs"
+                    )
                 try:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError as e:
@@ -87,11 +94,6 @@ def numbered_lines(path: str) -> Iterator[tuple[int, str]]:
                         f"{path}:{line_number}: not UTF-8 text (byte {raw[e.start]:#04x} at "
                         f"column {e.start + 1}{_utf16_hint(raw)}); re-encode the file as UTF-8"
                     ) from None
-                if "\0" in text:
-                    raise DataError(
-                        f"{path}:{line_number}: a NUL byte at column {text.index(chr(0)) + 1}"
-                        f"{_utf16_hint(raw)}; re-encode the file as UTF-8 or remove the NULs"
-                    )
                 yield line_number, text
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise DataError(

@@ -190,10 +190,10 @@ def infer(
         raise ConfigError(
             "set TASK_FEATURE_LENGTHS for inference, e.g. {'inputs': 512, 'targets': 128}"
         )
-    params, message = setup.load_params(restore_checkpoint_cfg.path, model)
-    print(message, file=sys.stderr)
     output = storage.path(output_dir)
     storage.make_directory(output_dir, "INFER_OUTPUT_DIR")
+    params, message = setup.load_params(restore_checkpoint_cfg.path, model)
+    print(message, file=sys.stderr)
     decode_length = max_decode_length or setup.default_max_decode_length(
         model, dataset_cfg.task_feature_lengths
     )

@@ -18,19 +18,20 @@ from t5forge.errors import ConfigError
 _CHUNK = 8 << 20
 
 
-def data_fingerprint(tasks: Iterable, split: str) -> dict[str, list[int]]:
-    """{data file: [size, CRC-32]} of every file the tasks' split reads (file-based sources;
-    a Hugging Face or function source has none to list). The files are read whole by the run
-    anyway, so hashing them costs about one more read."""
+def data_fingerprint(tasks: Iterable, split: str) -> list[list]:
+    """[file name, size, CRC-32] of every file the tasks' split reads, in reading order
+    (file-based sources; a Hugging Face or function source has none to list). Names without
+    their folder: the same files moved elsewhere (another T5FORGE_DATA_DIR) are the same data.
+    The files are read whole by the run anyway, so hashing them costs about one more read."""
     from t5forge.data.sources import expand_patterns
 
-    files: dict[str, list[int]] = {}
+    files = []
     for task in tasks:
         patterns = getattr(task.source, "split_patterns", {}).get(split)
         if patterns is None:
             continue
         for name in expand_patterns(patterns, split):
-            files[os.fspath(name)] = _size_and_crc(name)
+            files.append([os.path.basename(os.fspath(name)), *_size_and_crc(name)])
     return files
 
 
@@ -59,14 +60,18 @@ def first_difference(recorded: dict, current: dict) -> str | None:
     for name in sorted(set(recorded) | set(current)):
         if recorded.get(name) != current.get(name):
             if name == "data":
-                changed = sorted(
-                    path
-                    for path in set(recorded.get(name) or {}) | set(current.get(name) or {})
-                    if (recorded.get(name) or {}).get(path) != (current.get(name) or {}).get(path)
-                )
-                return f"data files changed ({changed[0]}{' ...' if len(changed) > 1 else ''})"
+                return _data_difference(recorded.get(name) or [], current.get(name) or [])
             return f"{name}: {_short(recorded.get(name))} -> {_short(current.get(name))}"
     return None
+
+
+def _data_difference(recorded: list, current: list) -> str:
+    for before, now in zip(recorded, current):
+        if before != now:
+            return f"data file {now[0]} changed (size {before[1]} -> {now[1]})"
+    if len(recorded) != len(current):
+        return f"data files: {len(recorded)} -> {len(current)}"
+    return "data files changed"
 
 
 def _short(value) -> str:

@@ -137,7 +137,7 @@ def check_resume(recorded: dict, current: dict, checkpoint: Path) -> None:
             {"data": recorded["data_files"]}, {"data": current.get("data_files")}
         )
         raise ConfigError(
-            f"{checkpoint} was trained on other data: {changed}; the recorded data position "
+            f"{checkpoint} was trained on other data ({changed}); the recorded data position "
             "would read other batches; restore those files, or start a new MODEL_DIR from this "
             f"checkpoint with --gin.INITIAL_CHECKPOINT_PATH={checkpoint}"
         )

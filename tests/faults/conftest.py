@@ -66,3 +66,36 @@ def checkpoint_steps(model_dir: Path) -> list[int]:
 
 def largest_file(directory: Path) -> Path:
     return max((p for p in directory.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+
+
+# A user's task over TSV files, registered through --module_import as T5X users do.
+TSV_TASK_MODULE = """
+import os
+from t5forge.data import metrics, preprocessors as pp
+from t5forge.data.sources import TsvSource
+from t5forge.data.tasks import Feature, Task, TaskRegistry
+from t5forge.data.vocabularies import EnvironmentSentencePieceVocabulary
+
+vocabulary = EnvironmentSentencePieceVocabulary(extra_ids=100)
+folder = os.path.dirname(__file__)
+TaskRegistry.add(Task(
+    "user_tsv",
+    TsvSource({split: f"{folder}/{split}.tsv" for split in ("train", "validation")}),
+    [pp.tokenize, pp.append_eos_after_trim],
+    {"inputs": Feature(vocabulary), "targets": Feature(vocabulary)},
+    metric_fns=[metrics.bleu],
+))
+"""
+ROWS = [{"en": f"Click button {i}.", "de": f"Klicken Sie auf Knopf {i}."} for i in range(6)]
+TSV_ROWS = [f"{row['en']}\t{row['de']}\n" for row in ROWS]
+
+
+@pytest.fixture
+def tsv_task(tmp_path, faults):
+    """A module dir for --module_import (as PYTHONPATH) holding the task and its TSV files."""
+    folder = tmp_path / "user_tasks"
+    folder.mkdir()
+    (folder / "user_tsv_tasks.py").write_text(TSV_TASK_MODULE)
+    (folder / "train.tsv").write_text("".join(TSV_ROWS))
+    (folder / "validation.tsv").write_text("".join(TSV_ROWS))
+    return folder

@@ -10,9 +10,7 @@ import shutil
 import pytest
 from commands import REPO, TASK
 
-from .conftest import error_line
-
-ROWS = [{"en": f"Click button {i}.", "de": f"Klicken Sie auf Knopf {i}."} for i in range(6)]
+from .conftest import ROWS, TSV_ROWS, error_line
 
 
 def _jsonl(rows) -> bytes:
@@ -246,40 +244,10 @@ def test_decoder_only_finetune_decodes_past_its_inputs_by_default(faults, tmp_pa
     assert list((tmp_path / "run" / "inference_eval").glob("*predictions*"))
 
 
-# A user's task over TSV files, registered through --module_import as T5X users do.
-TSV_TASK_MODULE = """
-import os
-from t5forge.data import metrics, preprocessors as pp
-from t5forge.data.sources import TsvSource
-from t5forge.data.tasks import Feature, Task, TaskRegistry
-from t5forge.data.vocabularies import EnvironmentSentencePieceVocabulary
-
-vocabulary = EnvironmentSentencePieceVocabulary(extra_ids=100)
-folder = os.path.dirname(__file__)
-TaskRegistry.add(Task(
-    "user_tsv",
-    TsvSource({split: f"{folder}/{split}.tsv" for split in ("train", "validation")}),
-    [pp.tokenize, pp.append_eos_after_trim],
-    {"inputs": Feature(vocabulary), "targets": Feature(vocabulary)},
-    metric_fns=[metrics.bleu],
-))
-"""
-TSV_ROWS = [f"{row['en']}\t{row['de']}\n" for row in ROWS]
 BAD_TSV_ROWS = {  # the row written as line 4 -> what the error line must say
     "no tab": ("Click button 9.\n", "train.tsv:4: expected 2 tab-separated fields"),
     "three fields": ("a\tb\tc\n", "train.tsv:4: expected 2 tab-separated fields"),
 }
-
-
-@pytest.fixture
-def tsv_task(tmp_path, faults):
-    """A module dir for --module_import (as PYTHONPATH) holding the task and its TSV files."""
-    folder = tmp_path / "user_tasks"
-    folder.mkdir()
-    (folder / "user_tsv_tasks.py").write_text(TSV_TASK_MODULE)
-    (folder / "train.tsv").write_text("".join(TSV_ROWS))
-    (folder / "validation.tsv").write_text("".join(TSV_ROWS))
-    return folder
 
 
 def _tsv_flags():

@@ -148,3 +148,41 @@ def test_eval_all_skips_a_damaged_checkpoint_and_evaluates_the_rest(faults, run_
         json.loads(line)["step"] for line in result.stdout.splitlines() if line.startswith("{")
     ]
     assert steps == [12]
+
+
+WITHOUT_CHECKSUMS = [  # damage done after checksums.json was deleted
+    "64 bytes flipped in the largest data file",
+    "largest data file truncated",
+    "largest data file deleted",
+]
+
+
+def _without_checksums(damage):
+    def spoil(ckpt):
+        (ckpt / "checksums.json").unlink()
+        CORRUPTIONS[damage](ckpt)
+
+    return spoil
+
+
+@pytest.mark.parametrize("damage", WITHOUT_CHECKSUMS)
+def test_load_without_checksums_raises_one_checkpoint_error(faults, run_copy, damage):
+    import t5forge
+    from t5forge.errors import CheckpointError
+
+    _without_checksums(damage)(run_copy / "checkpoint_12")
+    with pytest.raises(CheckpointError, match="checkpoint_12") as raised:
+        t5forge.load(run_copy / "checkpoint_12")
+    assert len(str(raised.value).splitlines()) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", WITHOUT_CHECKSUMS)
+def test_resume_without_checksums_moves_the_damaged_checkpoint_aside(faults, run_copy, damage):
+    _without_checksums(damage)(run_copy / "checkpoint_12")
+    result = faults.train(run_copy, 15)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr.count("Traceback") == 0, result.stderr[-3000:]
+    assert "skipping unreadable checkpoint" in result.stderr and "(step 10)" in result.stderr
+    assert (run_copy / "checkpoint_12.corrupt").is_dir()
+    assert checkpoint_steps(run_copy) == [5, 10, 15]

@@ -71,20 +71,33 @@ def test_second_ctrl_c_interrupts_at_once(faults, tmp_path):
 HUGE_LR = ["--gin.utils.create_learning_rate_scheduler.base_learning_rate=1e9"]
 
 
-def test_divergence_stops_at_the_first_bad_step_with_a_finite_state_kept(faults, run_copy):
+def test_divergence_keeps_the_last_state_whose_own_loss_was_finite(faults, run_copy):
+    """The step before the NaN one applied a huge update: its output is finite but diverged.
+    The state kept is that step's input, and the advised rerun with a sane rate finishes."""
     result = faults.train(run_copy, 30, *HUGE_LR)
     line = error_line(result)
     assert "non-finite loss, parameter or optimizer value" in line and "last good state" in line
     bad_step = int(line.split("step ")[1].split()[0])
-    assert bad_step > 12 and (run_copy / f"checkpoint_{bad_step - 1}").is_dir()
-    verify = faults.run("checkpoint", "verify", run_copy / f"checkpoint_{bad_step - 1}")
+    kept = bad_step - 2
+    assert f"the state of step {kept}, the last whose own loss was finite" in line, line
+    assert kept >= 12 and checkpoint_steps(run_copy)[-1] == kept
+    verify = faults.run("checkpoint", "verify", run_copy / f"checkpoint_{kept}")
     assert verify.returncode == 0 and "all finite" in verify.stdout, verify.stderr[-2000:]
-    # The message's advice: a sane rate, rerun. The state is finite but the huge rate left its
-    # parameters huge, so the rerun may diverge again; either way it resumes cleanly.
     rerun = faults.train(run_copy, bad_step + 2)
-    assert f"resumed from {run_copy / f'checkpoint_{bad_step - 1}'}" in rerun.stderr
-    assert rerun.returncode == 0 or "non-finite" in error_line(rerun)
-    assert "StepAlreadyExists" not in rerun.stderr
+    assert f"resumed from {run_copy / f'checkpoint_{kept}'}" in rerun.stderr
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+
+
+def test_divergence_from_scratch_keeps_the_initial_state(faults, tmp_path):
+    """lr 1e9 from step 0: step 1 applies a huge update and step 2's loss is NaN; the state
+    kept is step 0's (its own loss was finite), not step 1's, so a sane rerun trains."""
+    result = faults.train(tmp_path / "run", 6, *HUGE_LR)
+    line = error_line(result)
+    assert "step 2 gave a non-finite loss" in line and "the state of step 0" in line, line
+    assert checkpoint_steps(tmp_path / "run") == [0]
+    rerun = faults.train(tmp_path / "run", 3)
+    assert rerun.returncode == 0 and "resumed from" in rerun.stderr, rerun.stderr[-2000:]
+    assert checkpoint_steps(tmp_path / "run")[-1] == 3
 
 
 def test_skipping_bad_steps_is_bounded(faults, run_copy):

@@ -210,3 +210,45 @@ def test_convert_into_a_full_disk_is_one_line(faults, trained, mounts):
         disk / "hf",
     )
     assert "No space left on device" in error_line(result)
+
+
+def test_cache_tasks_into_a_full_disk_is_one_line_and_records_no_split(faults, mounts):
+    disk = mounts.tmpfs("cache", 100 * 1024)
+    result = faults.run(
+        "cache-tasks", f"--tasks={TASK}", "--splits=train", f"--output_cache_dir={disk / 'c'}"
+    )
+    assert "No space left on device" in error_line(result)
+    completed = disk / "c" / TASK / "COMPLETED"
+    assert not completed.exists() or "train" not in completed.read_text()
+
+
+def test_vocab_train_onto_a_full_disk_keeps_the_previous_model(faults, mounts, tmp_path):
+    previous = faults.vocab.read_bytes()
+    disk = mounts.tmpfs("vocab", len(previous) + 8 * 1024)
+    (disk / "spiece.model").write_bytes(previous)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"line {i} of the corpus\n" for i in range(200)))
+    result = faults.run(
+        "vocab", "train", "--input", corpus, "--vocab_size", "40", "--output", disk / "spiece.model"
+    )
+    assert "No space left on device" in error_line(result)
+    assert (disk / "spiece.model").read_bytes() == previous
+    assert sorted(p.name for p in disk.iterdir()) == ["spiece.model"]
+
+
+def test_convert_to_t5forge_onto_a_full_disk_is_one_line(faults, trained, mounts):
+    disk = mounts.tmpfs("convert", 400 * 1024)
+    output = disk / "model"
+    result = faults.run(
+        "convert",
+        "--from",
+        "t5forge",
+        "--to",
+        "t5forge",
+        "--input",
+        trained / "checkpoint_12",
+        "--output",
+        output,
+    )
+    assert "No space left on device" in error_line(result)
+    assert not (output / "checkpoint_0").exists()
