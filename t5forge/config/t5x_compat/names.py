@@ -130,6 +130,11 @@ _DATASET = {
     "use_custom_packing_ops": honoured(False, warn="t5forge packs with its own packer"),
     "use_memory_cache": equivalent(),
     "trim_output_features": honoured(True, refuse="t5forge always trims to the feature lengths"),
+    "runtime_preprocessors": honoured(
+        None, refuse="add the preprocessors to the task's preprocessors instead"
+    ),
+    "num_prefetch_threads": equivalent(),  # t5forge's loader reads ahead on its own
+    "num_workers": equivalent(),
 }
 
 _SAVE = {
@@ -281,6 +286,12 @@ NAMES: tuple[T5XName, ...] = (
             "dataset_cfg": move(),
             "inference_evaluator_cls": _EVALUATOR,
             "summarize_config_fn": equivalent(),
+            "training_evaluator_cls": honoured(
+                None,
+                refuse="t5forge's eval computes the inference metrics; teacher-forced "
+                "metrics come from train's train_eval_dataset_cfg",
+            ),
+            "train_eval_get_dataset_fn": Rule(refuse=True, accepts=lambda v: False, reason=TF_ONLY),
         },
     ),
     T5XName(
@@ -300,6 +311,12 @@ NAMES: tuple[T5XName, ...] = (
             "output_vocab_feature_name": honoured(
                 "targets", refuse="predictions are decoded with the 'targets' vocabulary"
             ),
+            "checkpoint_ds_iter": equivalent(),  # the rows written are the progress marker
+            "merge_fn": Rule(refuse=True, accepts=lambda v: False, reason=ONE_JOB),
+            "summarize_config_fn": equivalent(),
+            "verify_matching_vocabs_fn": equivalent(),
+            "file_extension": honoured("jsonl", refuse="t5forge writes JSON lines (.jsonl)"),
+            "keep_aux_as_numpy": honoured(False, warn="auxiliary values are written as JSON"),
         },
     ),
     # ---- t5x.utils
