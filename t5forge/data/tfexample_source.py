@@ -20,7 +20,7 @@ import numpy as np
 from t5forge.data.interleave import interleave
 from t5forge.data.shard_info import ShardInfo, files_for_host
 from t5forge.data.sources import Patterns, expand_patterns
-from t5forge.data.tfexample_parsing import check_description, parse_with_description
+from t5forge.data.tfexample_parsing import ExampleParser
 from t5forge.data.tfrecord import read_records
 from t5forge.errors import DataError
 
@@ -114,10 +114,10 @@ class FileDataSource:
 
 
 def _read_tfexamples(
-    path: str, description: Mapping[str, Any], reader_cls: Callable[[str], Iterable[bytes]]
+    path: str, parse: ExampleParser, reader_cls: Callable[[str], Iterable[bytes]]
 ) -> Iterator[dict[str, Any]]:
     for index, record in enumerate(reader_cls(path)):
-        yield parse_with_description(record, description, f"{path} record {index}")
+        yield parse(record, f"{path} record {index}")
 
 
 class TFExampleDataSource(FileDataSource):
@@ -137,11 +137,12 @@ class TFExampleDataSource(FileDataSource):
         cycle_length: int = 16,
         block_length: int = 16,
     ):
-        check_description(feature_description)
         self.feature_description = dict(feature_description)
         super().__init__(
             functools.partial(
-                _read_tfexamples, description=self.feature_description, reader_cls=reader_cls
+                _read_tfexamples,
+                parse=ExampleParser(self.feature_description),
+                reader_cls=reader_cls,
             ),
             split_to_filepattern,
             caching_permitted=caching_permitted,
