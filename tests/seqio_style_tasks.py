@@ -1,7 +1,7 @@
 """A task module written in SeqIO's style; porting it from SeqIO changed one line, the import
 (`import seqio` -> `from t5forge import seqio`). It registers the name T5X's WMT example gin
-files bind, `wmt_t2t_ende_v003`, on a small slice of the bundled English-German data, so the
-T5X-style gin files in tests/cli/t5x_checkout run unchanged. The vocabulary comes from
+files bind, `wmt_t2t_ende_v003`, on a small slice of the bundled English-German data
+(tests/test_seqio.py registers and runs it). The vocabulary comes from
 $T5FORGE_VOCAB (the tests' tiny SentencePiece model).
 """
 

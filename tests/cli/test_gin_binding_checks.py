@@ -2,6 +2,7 @@
 wrong types and impossible values, malformed literals, unused bindings; and no report at all
 for the configs t5forge ships, each under the command it is meant for."""
 
+import os
 from pathlib import Path
 
 import gin
@@ -13,7 +14,11 @@ from t5forge.errors import ConfigError
 from t5forge.run.configs import DatasetConfig
 
 REPO = Path(__file__).resolve().parents[2]
-T5X = ["--gin_search_paths=tests/cli/t5x_checkout", "--module_import=seqio_style_tasks"]
+# T5X's own files (../shared/t5x_gin), with the built-in task in place of T5's WMT task.
+T5X_GIN = Path(os.environ.get("T5FORGE_SHARED_DATA", REPO.parent / "shared" / "data")).parent / (
+    "t5x_gin"
+)
+T5X = [f"--gin_search_paths={T5X_GIN}", "--gin.MIXTURE_OR_TASK_NAME=en_de_lohelp_translate"]
 T5X_EXAMPLES = "t5x/examples/t5/t5_1_1/examples"
 TRAIN = [
     "--gin.MODEL_DIR=/tmp/m",
@@ -108,17 +113,19 @@ STOCK = {  # name -> (command, flags): each config as its README or test runs it
     ),
     "T5X from scratch": (
         "train",
-        [*T5X, f"--gin_file={T5X_EXAMPLES}/tiny_en_de_from_scratch.gin", "--gin.MODEL_DIR=/tmp/m"],
+        [*T5X, f"--gin_file={T5X_EXAMPLES}/base_wmt_from_scratch.gin", "--gin.MODEL_DIR=/tmp/m"],
     ),
     "T5X test train": (
         "train",
-        [*T5X, f"--gin_file={T5X_EXAMPLES}/tiny_test_train.gin", "--gin.MODEL_DIR=/tmp/m"],
+        [*T5X, f"--gin_file={T5X_EXAMPLES}/test_train_t5_tiny.gin", "--gin.MODEL_DIR=/tmp/m"],
     ),
     "T5X eval": (
         "eval",
         [
             *T5X,
-            f"--gin_file={T5X_EXAMPLES}/tiny_en_de_eval.gin",
+            "--gin_file=t5x/examples/t5/t5_1_1/small.gin",
+            "--gin_file=t5x/configs/runs/eval.gin",
+            "--gin.DROPOUT_RATE=0.0",
             "--gin.CHECKPOINT_PATH=/c",
             "--gin.EVAL_OUTPUT_DIR=/e",
         ],
@@ -127,7 +134,7 @@ STOCK = {  # name -> (command, flags): each config as its README or test runs it
         "infer",
         [
             *T5X,
-            f"--gin_file={T5X_EXAMPLES}/tiny_en_de_infer.gin",
+            f"--gin_file={T5X_EXAMPLES}/base_wmt_infer.gin",
             "--gin.CHECKPOINT_PATH=/c",
             "--gin.INFER_OUTPUT_DIR=/i",
         ],
@@ -150,7 +157,6 @@ STOCK = {  # name -> (command, flags): each config as its README or test runs it
 @pytest.fixture(autouse=True)
 def _clean_gin(monkeypatch, tiny_vocab):
     monkeypatch.chdir(REPO)
-    monkeypatch.syspath_prepend(str(REPO / "tests"))  # seqio_style_tasks, as the T5X e2e test
     monkeypatch.setenv("T5FORGE_VOCAB", str(tiny_vocab))
     gin.clear_config()
     yield
@@ -160,6 +166,8 @@ def _clean_gin(monkeypatch, tiny_vocab):
 @pytest.mark.parametrize("name", sorted(STOCK))
 def test_stock_configs_have_no_unused_or_wrong_binding(name, capsys):
     command, flags = STOCK[name]
+    if name.startswith("T5X") and not T5X_GIN.is_dir():
+        pytest.skip(f"T5X's gin files not found at {T5X_GIN}")
     assert run_flags.configure_run(flags, "", command)
     reported = [
         line

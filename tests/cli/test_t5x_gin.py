@@ -1,13 +1,14 @@
-"""T5X's gin syntax under t5forge: tests/cli/t5x_checkout stands in for a T5X checkout.
+"""T5X's own gin files (../shared/t5x_gin, T5X at cc342d4) translated onto t5forge.
 
-Every import form and T5X configurable of T5X's model, run and example files is parsed,
-translated onto t5forge's configurables, and checked by evaluating what the commands would
-get; unsupported bindings and remote paths must be one line naming the file and line.
+Each test parses real T5X files with a user's overrides and checks what the commands would
+get: values moved onto t5forge's configurables, warnings and refusals as one line naming the
+file and line. tests/t5x_files checks every file's outcome; this checks the translation.
 """
 
 import copy
 import importlib.util
 import inspect
+import os
 import sys
 from pathlib import Path
 
@@ -18,9 +19,18 @@ from t5forge.config.gin_flags import parse_gin, split_gin_flags
 from t5forge.config.t5x_compat.names import NAMES
 from t5forge.errors import ConfigError
 
-CHECKOUT = Path(__file__).resolve().parent / "t5x_checkout"
+REPO = Path(__file__).resolve().parents[2]
+SHARED_DATA = Path(os.environ.get("T5FORGE_SHARED_DATA", REPO.parent / "shared" / "data"))
+CHECKOUT = SHARED_DATA.parent / "t5x_gin"
 EXAMPLES = "t5x/examples/t5/t5_1_1/examples"
 TASK = "--gin.MIXTURE_OR_TASK_NAME=en_de_lohelp_translate"
+# After an example file, T5X's tiny sizes win (tiny.gin includes base.gin again, so the
+# example's DROPOUT_RATE is required again).
+TINY = ("--gin_file=t5x/examples/t5/t5_1_1/tiny.gin", "--gin.DROPOUT_RATE=0.0")
+
+pytestmark = pytest.mark.skipif(
+    not CHECKOUT.is_dir(), reason=f"T5X's gin files not found at {CHECKOUT}"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -40,10 +50,12 @@ def _value(binding):
 
 
 def test_example_train_file_becomes_t5forge_train_arguments(capsys):
-    _parse(f"--gin_file={EXAMPLES}/tiny_en_de_from_scratch.gin", TASK, "--gin.MODEL_DIR=/tmp/m")
+    _parse(
+        f"--gin_file={EXAMPLES}/base_wmt_from_scratch.gin", *TINY, TASK, "--gin.MODEL_DIR=/tmp/m"
+    )
     config = _value("train.model").config
     assert (config.emb_dim, config.mlp_activations, config.logits_via_embedding) == (
-        32,
+        8,
         ("gelu", "linear"),
         False,
     )
@@ -52,29 +64,30 @@ def test_example_train_file_becomes_t5forge_train_arguments(capsys):
     assert (data.mixture_or_task_name, data.split, data.batch_size, data.pack, data.seed) == (
         "en_de_lohelp_translate",
         "train",
-        8,
+        128,
         True,
         0,
     )
     assert _value("train.infer_eval_dataset_cfg").split == "validation"
     checkpoints = _value("train.checkpoint_cfg")
-    assert checkpoints.save.period == 4 and checkpoints.restore.path is None
-    assert _value("train.partitioner").num_partitions == 1
+    assert checkpoints.save.period == 5000 and checkpoints.restore.path is None
+    assert _value("train.partitioner").num_partitions == 2
     assert _value("train.num_microbatches") == 1
+    assert _value("train.relative_steps") is None
     assert float(_value("train.learning_rate_fn")(5)) == pytest.approx(0.01)
     assert hasattr(_value("train.optimizer")(0.01), "update")  # Adafactor, given the schedule
     assert gin.query_parameter("adafactor.Adafactor.decay_rate") == 0.8
-    assert (_value("train.eval_period"), _value("train.random_seed")) == (4, 0)
+    assert (_value("train.eval_period"), _value("train.random_seed")) == (500, 0)
     err = capsys.readouterr().err
     assert (
-        f"{EXAMPLES}/tiny_en_de_from_scratch.gin:44: train_script.train.use_hardware_rng = "
+        f"{EXAMPLES}/base_wmt_from_scratch.gin:43: train_script.train.use_hardware_rng = "
         "True: accepted and ignored" in err
     )
     assert (
-        f"{EXAMPLES}/tiny_en_de_from_scratch.gin:57: models.EncoderDecoderModel."
+        f"{EXAMPLES}/base_wmt_from_scratch.gin:56: models.EncoderDecoderModel."
         "predict_batch_with_aux.num_decodes = 4: accepted and ignored" in err
     )
-    assert "gs://example-bucket/vocabs/spm.model" not in err  # object storage is supported
+    assert "gs://t5-data/vocabs" not in err  # object storage is supported
     assert all(line.startswith("warning: ") for line in err.splitlines())
 
 
@@ -88,7 +101,7 @@ def test_example_train_file_becomes_t5forge_train_arguments(capsys):
 )
 def test_model_files_of_each_family_with_the_eval_run_file(family, activations, tied):
     _parse(
-        f"--gin_file=t5x/examples/t5/{family}/tiny.gin",
+        f"--gin_file=t5x/examples/t5/{family}/small.gin",  # T5X's t5_1_0/tiny.gin is T5.1.1
         "--gin_file=t5x/configs/runs/eval.gin",
         "--gin.DROPOUT_RATE=0.0",
         TASK,
@@ -104,7 +117,7 @@ def test_model_files_of_each_family_with_the_eval_run_file(family, activations, 
 
 def test_infer_run_file_and_its_float32_restore_warning(capsys):
     _parse(
-        f"--gin_file={EXAMPLES}/tiny_en_de_infer.gin",
+        f"--gin_file={EXAMPLES}/base_wmt_infer.gin",
         TASK,
         "--gin.CHECKPOINT_PATH=/tmp/c",
         "--gin.INFER_OUTPUT_DIR=/tmp/out",
@@ -112,26 +125,32 @@ def test_infer_run_file_and_its_float32_restore_warning(capsys):
     assert (_value("infer.mode"), _value("infer.checkpoint_period")) == ("predict", 100)
     data = _value("infer.dataset_cfg")
     assert (data.split, data.batch_size, data.task_feature_lengths) == (
-        "validation",
-        16,
-        {"inputs": 32, "targets": 32},
+        "test",
+        32,
+        {"inputs": 64, "targets": 64},
     )
     assert (
-        "runs/infer.gin:44: utils.RestoreCheckpointConfig.dtype = 'bfloat16': accepted "
+        "runs/infer.gin:71: utils.RestoreCheckpointConfig.dtype = 'bfloat16': accepted "
         "and ignored: t5forge keeps parameters in float32" in capsys.readouterr().err
     )
 
 
 def test_remaining_import_forms_actions_and_microbatches(capsys):
-    _parse(f"--gin_file={EXAMPLES}/tiny_test_train.gin", TASK, "--gin.MODEL_DIR=/tmp/m")
-    assert _value("train.num_microbatches") == 2
+    _parse(
+        f"--gin_file={EXAMPLES}/test_train_t5_tiny.gin",
+        TASK,
+        "--gin.MODEL_DIR=/tmp/m",
+        "--gin.trainer.Trainer.num_microbatches=0",
+    )
+    assert _value("train.num_microbatches") == 1  # T5X: 0 and None mean no microbatching
     (hook,) = _value("train.hooks")
     assert hook.key == "training_eval/en_de_lohelp_translate/loss"
     assert _value("models.Model.z_loss") == 0.0
     assert _value("train.train_dataset_cfg").module is None
+    assert _value("train.partitioner").num_partitions == 2
     err = capsys.readouterr().err
     assert (
-        "pretrain.gin:48: train/utils.DatasetConfig.module = %MIXTURE_OR_TASK_MODULE "
+        "pretrain.gin:79: train/utils.DatasetConfig.module = %MIXTURE_OR_TASK_MODULE "
         "(= 't5.data.mixtures'): accepted and ignored: T5's and SeqIO's TensorFlow task "
         "modules cannot be imported" in err
     )
@@ -139,7 +158,7 @@ def test_remaining_import_forms_actions_and_microbatches(capsys):
 
 def test_command_line_overrides_win_over_t5x_files():
     _parse(
-        f"--gin_file={EXAMPLES}/tiny_en_de_from_scratch.gin",
+        f"--gin_file={EXAMPLES}/base_wmt_from_scratch.gin",
         TASK,
         "--gin.MODEL_DIR=/tmp/m",
         "--gin.utils.SaveCheckpointConfig.period=7",
@@ -161,7 +180,7 @@ def test_refused_binding_is_one_line_with_file_line_and_reason(tmp_path):
     run = tmp_path / "run.gin"
     run.write_text(
         "from __gin__ import dynamic_registration\nfrom t5x import utils\n"
-        f"include '{EXAMPLES}/tiny_en_de_from_scratch.gin'\n"
+        f"include '{EXAMPLES}/base_wmt_from_scratch.gin'\n"
         "utils.SaveCheckpointConfig.dtype = 'bfloat16'\n"
     )
     with pytest.raises(ConfigError) as e:
@@ -176,18 +195,18 @@ def test_refused_binding_is_one_line_with_file_line_and_reason(tmp_path):
 def test_object_storage_paths_reach_the_run_as_written():
     """T5X files keep their buckets: t5forge reads and writes URLs through t5forge.storage."""
     _parse(
-        f"--gin_file={EXAMPLES}/tiny_en_de_finetune.gin",
+        f"--gin_file={EXAMPLES}/base_wmt_finetune.gin",
         TASK,
         "--gin.MODEL_DIR=gs://b/run",
     )
     assert _value("train.model_dir") == "gs://b/run"
     restore = _value("train.checkpoint_cfg").restore
-    assert restore.path == "gs://example-bucket/pretrained/checkpoint_1000000"
+    assert restore.path == "gs://t5-data/pretrained_models/t5x/t5_1_1_base/checkpoint_1000000"
 
 
 def test_t5x_module_names_exist_only_while_gin_parses():
     main = sys.modules["__main__"]
-    _parse(f"--gin_file={EXAMPLES}/tiny_test_train.gin", TASK, "--gin.MODEL_DIR=/tmp/m")
+    _parse(f"--gin_file={EXAMPLES}/test_train_t5_tiny.gin", TASK, "--gin.MODEL_DIR=/tmp/m")
     assert sys.modules["__main__"] is main
     assert not [name for name in sys.modules if name.split(".")[0] in ("t5x", "seqio", "t5")]
     assert importlib.util.find_spec("t5x") is None
@@ -197,14 +216,16 @@ def test_t5x_module_names_exist_only_while_gin_parses():
 
 
 def test_config_gin_uses_t5forge_names_and_parses_back(tmp_path):
-    _parse(f"--gin_file={EXAMPLES}/tiny_en_de_from_scratch.gin", TASK, "--gin.MODEL_DIR=/tmp/m")
+    _parse(
+        f"--gin_file={EXAMPLES}/base_wmt_from_scratch.gin", *TINY, TASK, "--gin.MODEL_DIR=/tmp/m"
+    )
     written = gin.config_str()
     assert "import" not in written and "train.num_microbatches = 1" in written
     gin.clear_config()
     (tmp_path / "config.gin").write_text(written)
     parse_gin(split_gin_flags([f"--gin_file={tmp_path / 'config.gin'}"]))
-    assert _value("train.train_dataset_cfg").batch_size == 8
-    assert _value("train.model").config.emb_dim == 32
+    assert _value("train.train_dataset_cfg").batch_size == 128
+    assert _value("train.model").config.emb_dim == 8
 
 
 @pytest.mark.parametrize(
