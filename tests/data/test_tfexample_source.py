@@ -9,7 +9,10 @@ import pytest
 
 from t5forge.data import tfexample_features as tf
 from t5forge.data.shard_info import ShardInfo
+from t5forge.data.tasks import Feature, get_mixture_or_task
 from t5forge.data.tfexample_source import FileDataSource, TFExampleDataSource
+from t5forge.data.tfexample_task import create_task_from_tfexample_file
+from t5forge.data.vocabularies import ByteVocabulary
 from t5forge.errors import DataError
 from tests.data.tf_reference import FIXTURES, assert_all_same, load_reference, untag
 
@@ -125,3 +128,28 @@ def test_file_data_source_reads_files_with_a_python_function_in_seqio_order(tmp_
         ][:4],
         [0, 20, 1, 21],
     )
+
+
+def test_t5x_create_task_from_tfexample_file_tokenizes_the_inputs_with_eos():
+    vocabulary = ByteVocabulary()
+    name = create_task_from_tfexample_file(
+        [PATTERN],
+        "tfrecord",
+        "inputs",
+        "targets",
+        {
+            "inputs": Feature(vocabulary),
+            "targets": Feature(vocabulary),
+        },
+    )
+    # The same paths and keys name the same task, registered anew.
+    assert name == create_task_from_tfexample_file(
+        [PATTERN], "tfrecord", "inputs", "targets", {"inputs": Feature(vocabulary)}
+    )
+    first_seqio = untag(load_reference("tfexample_reference.json")["seqio_train"][0])
+    example = next(iter(get_mixture_or_task(name).get_dataset("infer", shuffle=False)))
+    text = first_seqio["inputs"].decode()
+    assert example["inputs_pretokenized"] == text
+    assert example["inputs"].tolist() == [*vocabulary.encode(text), vocabulary.eos_id]
+    with pytest.raises(DataError, match="'sstable' are internal formats"):
+        create_task_from_tfexample_file([PATTERN], "sstable", "inputs", None, {})
