@@ -154,6 +154,8 @@ def test_bad_names_and_splits_are_one_line(name, splits, message):
 def test_unused_tensorflow_arguments_are_refused():
     with pytest.raises(DataError, match="decoders"):
         TfdsDataSource("glue/sst2", decoders={"sentence": object()})
+    with pytest.raises(DataError, match="TfdsSplit is not supported"):
+        TfdsDataSource("glue/sst2", splits={"train": object()})
     with pytest.raises(DataError, match="not the array_record"):
         source("glue/sst2", "tfrecord", tfds_builder_kwargs={"file_format": "array_record"}).split(
             "train"

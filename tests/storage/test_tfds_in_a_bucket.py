@@ -12,11 +12,13 @@ from tests.data.tf_reference import FIXTURES, FORMATS
 def test_tfds_directory_in_a_bucket_reads_as_from_disk(bucket, file_format, tmp_path, monkeypatch):
     monkeypatch.setenv("T5FORGE_STAGING_DIR", str(tmp_path / "staging"))
     local = FIXTURES / file_format
-    for path in (local / "glue").rglob("*"):
+    for path in (local / "glue" / "sst2" / "2.0.0").iterdir():
         if path.is_file():
             storage.copy(path, f"{bucket}/tfds/{path.relative_to(local)}")
-    remote = TfdsDataSource("glue/sst2", tfds_data_dir=f"{bucket}/tfds", splits=["validation"])
-    on_disk = TfdsDataSource("glue/sst2", tfds_data_dir=str(local), splits=["validation"])
+    remote = TfdsDataSource(
+        "glue/sst2:2.0.0", tfds_data_dir=f"{bucket}/tfds", splits=["validation"]
+    )
+    on_disk = TfdsDataSource("glue/sst2:2.0.0", tfds_data_dir=str(local), splits=["validation"])
     assert remote.num_input_examples("validation") == 24
     ours = [(x["idx"], x["sentence"], x["label"]) for x in remote.split("validation")]
     assert ours == [(x["idx"], x["sentence"], x["label"]) for x in on_disk.split("validation")]

@@ -81,6 +81,11 @@ class TfdsDataSource:
         self.file_format = (tfds_builder_kwargs or {}).get("file_format")
         if splits is not None and not isinstance(splits, Mapping):
             splits = {name: name for name in splits}
+        if splits is not None and not all(isinstance(spec, str) for spec in splits.values()):
+            raise DataError(
+                f"TfdsDataSource({tfds_name!r}, splits=...): give split names or a mapping to "
+                "TFDS split strings such as 'train[:90%]' (TfdsSplit is not supported)"
+            )
         self._split_map = dict(splits) if splits is not None else None
 
     @property
