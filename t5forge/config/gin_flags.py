@@ -188,6 +188,12 @@ def explain_gin_error(error: Exception) -> ConfigError:
     t5x_unknown = _explain_unknown_t5x_name(message, at)
     if t5x_unknown:
         return t5x_unknown
+    missing = re.match(r"No module named '([\w.]+)'", message)
+    if missing:
+        return ConfigError(
+            f"{at}the gin file imports {missing.group(1)}, which is not importable here; put "
+            "the folder holding it on PYTHONPATH, or register its tasks with --module_import"
+        )
     macro = re.search(r"No bindings specified for '([^'/]+)/gin.macro'", message)
     if macro:
         name = macro.group(1)
@@ -245,7 +251,11 @@ def parse_gin(flags: GinFlags, extra_bindings: list[str] | None = None, finalize
     quiet = _DropGinPathNotFound()
     root_logger.addFilter(quiet)
     try:
-        with t5x_compat.t5x_module_names(), gin_internals.RecordFilesRead() as files_read:
+        with (
+            t5x_compat.t5x_module_names(),
+            gin_internals.extra_parameters(t5x_compat.shadowed_parameters()),
+            gin_internals.RecordFilesRead() as files_read,
+        ):
             try:
                 gin.parse_config_files_and_bindings(files, bindings, finalize_config=False)
             except RecursionError:

@@ -21,9 +21,15 @@ private name, so a gin upgrade that moves them breaks here, nowhere else.
    `T5Config` that every t5forge gin file writes would be ambiguous; an exact `T5Config`
    entry for t5forge's keeps it unique (gin prefers an exact match). config.gin then
    names it `configs.T5Config`, which parses back to the same configurable.
+6. Parameters gin checks at parse time (`gin.config._might_have_parameter`): T5X's files
+   without imports bind T5X's parameters under a name that is t5forge's
+   (`utils.SaveCheckpointConfig.dtype`); while T5X files parse, t5forge's configurable
+   accepts its T5X namesake's parameters too, which translation then takes over.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import gin
 import gin.config
@@ -163,3 +169,22 @@ def selectors_ending_with(name: str) -> list[str]:
 def short_name(selector: str) -> str:
     """The shortest selector naming a complete one unambiguously (`train`), for messages."""
     return gin.config._REGISTRY.minimal_selector(selector)
+
+
+@contextlib.contextmanager
+def extra_parameters(extra: dict[str, set[str]]):
+    """Inside the block, the configurables named (partial selectors) also accept `extra`'s
+    parameter names at parse time (see 6 above)."""
+    accepted = {
+        gin.config._REGISTRY.get_match(name).wrapper: params for name, params in extra.items()
+    }
+    original = gin.config._might_have_parameter
+
+    def might_have(fn_or_cls, arg_name):
+        return original(fn_or_cls, arg_name) or arg_name in accepted.get(fn_or_cls, ())
+
+    gin.config._might_have_parameter = might_have
+    try:
+        yield
+    finally:
+        gin.config._might_have_parameter = original

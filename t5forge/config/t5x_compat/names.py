@@ -320,10 +320,15 @@ NAMES: tuple[T5XName, ...] = (
         },
     ),
     # ---- t5x.utils
-    T5XName("t5x.utils", "DatasetConfig", twin="utils.DatasetConfig", rules=_DATASET),
-    T5XName("t5x.utils", "SaveCheckpointConfig", twin="utils.SaveCheckpointConfig", rules=_SAVE),
-    T5XName(
-        "t5x.utils", "RestoreCheckpointConfig", twin="utils.RestoreCheckpointConfig", rules=_RESTORE
+    # T5X's files without imports (contrib/gpu's pretrain_pile.gin) bind these under the
+    # spelling that is t5forge's: those bindings are T5X's.
+    *(
+        T5XName("t5x.utils", name, twin=f"utils.{name}", rules=rules, shadowed_by=f"utils.{name}")
+        for name, rules in (
+            ("DatasetConfig", _DATASET),
+            ("SaveCheckpointConfig", _SAVE),
+            ("RestoreCheckpointConfig", _RESTORE),
+        )
     ),
     T5XName("t5x.utils", "CheckpointConfig", twin="utils.CheckpointConfig", same_object=True),
     T5XName(
@@ -616,3 +621,8 @@ MODULE_ALIASES = {
     "t5x.contrib.gpu.t5.network": "t5x.examples.t5.network",
     "t5x.examples.scalable_t5.network": "t5x.examples.t5.network",
 }
+
+
+def shadowed_parameters() -> dict[str, set[str]]:
+    """t5forge's configurable -> the T5X parameters it accepts while T5X files parse."""
+    return {entry.shadowed_by: set(entry.rules) for entry in NAMES if entry.shadowed_by}

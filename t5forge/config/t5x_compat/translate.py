@@ -61,7 +61,9 @@ def _take_over_shadowing_bindings(entry: T5XName) -> None:
         return
     shadow = gin_internals.complete_selector(entry.shadowed_by)
     for scope, params in gin_internals.bindings_of(shadow).items():
-        for param, value in params.items():
+        for param, value in list(params.items()):
+            if param not in entry.rules:
+                continue  # t5forge's own parameter (DatasetConfig's ...): stays t5forge's
             gin.bind_parameter(_key(scope, entry.gin_selector, param), value)
             gin_internals.unbind(scope, shadow, param)
 
