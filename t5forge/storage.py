@@ -10,6 +10,11 @@ Credentials and endpoints come from each store's own configuration: for S3 the u
 application-default credentials. The errors a user can fix (no such bucket, no credentials, a
 store that does not answer, a missing fsspec backend) become one `StorageError` line naming the
 URL and the fix.
+
+Every file t5forge writes whole goes through `write_atomically` / `replaced_atomically`
+(a temporary file beside the target, fsync, rename: a crash or a full disk leaves the old file),
+and every path a command reads or writes is checked by `require_kind` first (a file where a
+directory belongs, or the reverse, is one line instead of a traceback).
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from t5forge import storage
 from t5forge.errors import CheckpointError, ConfigError
 from t5forge.models.configs import T5Config
 from t5forge.models.param_layout import stack_layers, unstack_layers
@@ -455,10 +456,18 @@ def save_hf_dir(params: dict, config: T5Config, path, vocab_path=None, extra_ids
     path = Path(path)
     state_dict = params_to_hf_state_dict(params, config)
     path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(config_to_hf(config), indent=2) + "\n")
-    save_file(state_dict, str(path / "model.safetensors"), metadata={"format": "pt"})
+    # Each file whole or not at all: a full disk never leaves a truncated model.safetensors.
+    with storage.replaced_atomically(path / "model.safetensors") as temporary:
+        save_file(state_dict, str(temporary), metadata={"format": "pt"})
     if vocab_path is not None:
-        shutil.copyfile(vocab_path, path / "spiece.model")
+        with storage.replaced_atomically(path / "spiece.model") as temporary:
+            shutil.copyfile(vocab_path, temporary)
         tokenizer_config = {"tokenizer_class": "T5Tokenizer", "extra_ids": extra_ids}
-        (path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
+        storage.write_atomically(
+            path / "tokenizer_config.json", json.dumps(tokenizer_config, indent=2) + "\n"
+        )
+    # config.json last: a directory without it is not taken for a model.
+    storage.write_atomically(
+        path / "config.json", json.dumps(config_to_hf(config), indent=2) + "\n"
+    )
     return path

@@ -45,6 +45,7 @@ def cache_tasks(
     """
     wanted = list(splits) if splits else None
     jobs = []
+    storage.require_kind(output_cache_dir, "directory", "--output_cache_dir")
     for task in _tasks_to_cache(tasks):
         done = completed_splits(task_cache_dir(output_cache_dir, task.name))
         for split in _splits_to_cache(task, wanted):

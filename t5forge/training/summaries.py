@@ -79,7 +79,7 @@ def write_model_info(
     if optimizer_state_shapes:
         opt_lines, _ = _variable_lines(optimizer_state_shapes, None, None, prefix="state/")
         lines.extend(opt_lines)
-    storage.path(path).write_text("\n".join(lines) + "\n")
+    storage.write_atomically(path, "\n".join(lines) + "\n")
     return total
 
 

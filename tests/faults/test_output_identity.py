@@ -23,8 +23,8 @@ PROGRESS = f".{TASK}-predict.progress.json"
 # The real command, dying without any handler (as SIGKILL) right after its first chunk is
 # recorded: the output holds one chunk and its marker.
 DIE_AFTER_FIRST_CHUNK = """
-import os, sys
-from t5forge.run import infer
+import importlib, os, sys
+infer = importlib.import_module("t5forge.run.infer")  # the module: t5forge.run.infer is also a function
 real_flush = infer._flush
 def flush_then_die(*args, **kwargs):
     real_flush(*args, **kwargs)

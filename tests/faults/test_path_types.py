@@ -132,6 +132,15 @@ def test_the_convert_output_of_the_wrong_type(capsys, trained, tmp_path, wrong):
     assert f"--output {output}" in line and words in line, line
 
 
+@pytest.mark.parametrize("wrong", sorted(WRONG))
+def test_the_cache_directory_of_the_wrong_type(capsys, tiny_env, tmp_path, wrong):
+    make, words = WRONG[wrong]
+    output = make(tmp_path / "spoilt" / "cache")
+    args = ["cache-tasks", f"--tasks={TASK}", "--splits=validation"]
+    line = _one_error(*_run(capsys, *args, f"--output_cache_dir={output}"))
+    assert f"--output_cache_dir {output}" in line and words in line, line
+
+
 def test_a_data_file_that_is_a_directory(faults, tsv_task):
     (tsv_task / "train.tsv").unlink()
     _directory(tsv_task / "train.tsv")
