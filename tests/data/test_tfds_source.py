@@ -192,3 +192,19 @@ def test_damaged_array_record_shard_is_one_line(tmp_path):
     with pytest.raises(DataError) as error:
         list(TfdsDataSource("glue/sst2", tfds_data_dir=str(data_dir)).split("train"))
     assert "\n" not in str(error.value) and "glue" in str(error.value)
+
+
+@pytest.mark.parametrize("form", ["proto_cls", "type_content"])
+@pytest.mark.parametrize("name", DATASETS)
+def test_features_json_of_older_tfds_decodes_the_same(name, form, reference, tmp_path):
+    """Datasets prepared before TFDS 4.6 hold features.json in an older form
+    (legacy_features/, each checked by TFDS's own from_json)."""
+    dataset, _, version = name.partition(":")
+    shutil.copytree(FIXTURES / "tfrecord" / dataset / version, tmp_path / dataset / version)
+    shutil.copy(
+        FIXTURES / "legacy_features" / f"{dataset.split('/')[0]}.{form}.json",
+        tmp_path / dataset / version / "features.json",
+    )
+    tfds = TfdsDataSource(name, tfds_data_dir=str(tmp_path))
+    for split, examples in reference[name, "tfrecord"].items():
+        assert_all_same(list(tfds.split(split)), examples, f"{name} {form} {split}")

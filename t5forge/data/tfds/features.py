@@ -5,11 +5,13 @@ TFDS stores each example as a tf.Example whose keys are the flattened feature pa
 bytes / float / int64 lists; `features.json` says how to rebuild the nested structure, the
 dtypes and the shapes. The values come back as `tfds.as_numpy` gives them - numpy scalars and
 arrays, nested dicts - with one difference that t5forge's preprocessors rely on: Text is a
-Python `str` (TFDS gives UTF-8 `bytes`); a string Tensor stays `bytes`.
+Python `str` (TFDS gives UTF-8 `bytes`); a string Tensor stays `bytes`. Both forms of
+features.json are read: today's (TFDS 4.6 and later) and the `{"type", "content"}` one.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -89,8 +91,53 @@ def _dimensions(tensor: Mapping[str, Any]) -> tuple[int, ...]:
     return tuple(int(size) for size in tensor.get("shape", {}).get("dimensions", []))
 
 
+_PROTO_FIELDS = {
+    "FeaturesDict": "featuresDict",
+    "Text": "text",
+    "ClassLabel": "classLabel",
+    "Tensor": "tensor",
+    "Scalar": "tensor",
+    "Sequence": "sequence",
+    "Translation": "translation",
+    "TranslationVariableLanguages": "translation",
+}
+
+
+def _current_form(node: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A node as TFDS before 4.6 wrote it (`{"type", "content"}`, what datasets prepared in
+    2020-2022 hold) in today's form; today's nodes pass through."""
+    if "type" not in node:
+        return node
+    kind = node["type"].rsplit(".", 1)[-1]
+    content = node.get("content") or {}
+    current: dict[str, Any] = {"pythonClassName": node["type"]}
+    if kind not in _PROTO_FIELDS:
+        return current
+    if node.get("proto_cls"):  # the content is already today's message for that kind
+        current[_PROTO_FIELDS[kind]] = json.loads(content) if isinstance(content, str) else content
+    elif kind == "FeaturesDict":
+        current["featuresDict"] = {"features": dict(content)}
+    elif kind in ("Tensor", "Scalar"):
+        dimensions = [-1 if size is None else size for size in content.get("shape", [])]
+        current["tensor"] = {
+            "shape": {"dimensions": dimensions},
+            "dtype": content["dtype"],
+            "encoding": content.get("encoding", "none"),
+        }
+    elif kind == "Sequence":
+        length = content.get("length")
+        current["sequence"] = {
+            "feature": content["feature"],
+            "length": -1 if length is None else length,
+        }
+    else:
+        current[_PROTO_FIELDS[kind]] = dict(content)
+    return current
+
+
 def build_decoder(spec: Mapping[str, Any], key: str = "", outer: tuple[int, ...] = ()):
     """The decoder of one features.json node; `outer` holds the axes of enclosing Sequences."""
+    spec = _current_form(spec)
     kind = spec.get("pythonClassName", "").rsplit(".", 1)[-1]
     if kind == "FeaturesDict":
         features = spec["featuresDict"]["features"]
@@ -124,11 +171,8 @@ def build_decoder(spec: Mapping[str, Any], key: str = "", outer: tuple[int, ...]
     if kind == "Sequence":
         sequence = spec["sequence"]
         return build_decoder(sequence["feature"], key, outer + (int(sequence.get("length", -1)),))
-    name = spec.get("pythonClassName") or "an old-style feature description"
-    raise DataError(
-        f"TFDS feature {key or '(top level)'!r} is {name}; t5forge reads {_KINDS} "
-        "(re-prepare the dataset with TFDS 4.9 or later if features.json lacks pythonClassName)"
-    )
+    name = spec.get("pythonClassName") or "a feature features.json does not name"
+    raise DataError(f"TFDS feature {key or '(top level)'!r} is {name}; t5forge reads {_KINDS}")
 
 
 class ExampleDecoder:

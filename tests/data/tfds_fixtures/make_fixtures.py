@@ -16,6 +16,8 @@ both file formats under tfrecord/ and array_record/:
 It also writes, TFRecord only, the datasets T5's task registry reads (T5_DATASETS: GLUE,
 SuperGLUE, DPR, C4, CNN/DailyMail, SQuAD, XSum, WMT) with TFDS's own builder classes
 (their features, configs and split names) and a few generated examples each.
+It writes each of those three datasets' features.json in the forms TFDS before 4.6 used
+(legacy_features/), checked by TFDS's own from_json.
 Then it records what TFDS itself reads back (`as_dataset` + `as_numpy` on the TFRecord copy,
 `as_data_source` on the ArrayRecord copy, slices, per-host reads) in reference.json, and
 writes tfexample/*.tfrecord with tf.io.TFRecordWriter and what SeqIO's TFExampleDataSource
@@ -34,6 +36,7 @@ import numpy as np
 import seqio
 import tensorflow as tf
 import tensorflow_datasets as tfds
+from google.protobuf import json_format
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHARED = os.environ.get("T5FORGE_SHARED_DATA", "/work/shared/data")
@@ -440,6 +443,63 @@ def write_tfexamples():
     return {"seqio_train": examples}
 
 
+_TENSOR = "tensorflow_datasets.core.features.tensor_feature.Tensor"
+_SCALAR = "tensorflow_datasets.core.features.scalar.Scalar"
+
+
+def legacy_form(node):
+    """A features.json node in the form TFDS before 4.6 wrote ({"type", "content"})."""
+    kind = node["pythonClassName"].rsplit(".", 1)[-1]
+    if kind == "FeaturesDict":
+        content = {k: legacy_form(v) for k, v in node["featuresDict"]["features"].items()}
+    elif kind == "ClassLabel":
+        content = {"num_classes": int(node["classLabel"]["numClasses"])}
+    elif kind in ("Tensor", "Scalar"):  # Scalar came later: a scalar was a Tensor of shape ()
+        node = {**node, "pythonClassName": _TENSOR}
+        tensor = node["tensor"]
+        dimensions = [int(d) for d in tensor["shape"].get("dimensions", [])]
+        content = {
+            "shape": [None if d == -1 else d for d in dimensions],
+            "dtype": tensor["dtype"],
+            "encoding": tensor["encoding"],
+        }
+    elif kind == "Sequence":
+        length = int(node["sequence"].get("length", -1))
+        content = {
+            "feature": legacy_form(node["sequence"]["feature"]),
+            "length": None if length == -1 else length,
+        }
+    elif kind in ("Translation", "TranslationVariableLanguages"):
+        content = {"languages": node["translation"]["languages"]}
+    else:
+        content = {}
+    return {"type": node["pythonClassName"], "content": content}
+
+
+def write_legacy_features():
+    """Each two-format dataset's features.json in the two older forms: TFDS's own to_json()
+    ({"type", "content", "proto_cls"}, TFDS 4.5) and the one before it, checked by TFDS's
+    from_json, which reads both back as exactly today's features."""
+    folder = os.path.join(HERE, "legacy_features")
+    os.makedirs(folder, exist_ok=True)
+    for builder_cls in BUILDERS:
+        config = builder_cls.BUILDER_CONFIGS[0].name
+        version = str(builder_cls.VERSION)
+        version_dir = os.path.join(HERE, "tfrecord", builder_cls.name, config, version)
+        with open(os.path.join(version_dir, "features.json")) as f:
+            current = json.load(f)
+        features = tfds.features.FeatureConnector.from_json(current)
+        forms = {"proto_cls": features.to_json(), "type_content": legacy_form(current)}
+        for form, legacy in forms.items():
+            read_back = tfds.features.FeatureConnector.from_json(copy.deepcopy(legacy)).to_proto()
+            expected = current
+            if form == "type_content":
+                expected = json.loads(json.dumps(current).replace(_SCALAR, _TENSOR))
+            assert json_format.MessageToDict(read_back) == expected, (builder_cls.name, form)
+            with open(os.path.join(folder, f"{builder_cls.name}.{form}.json"), "w") as f:
+                json.dump(legacy, f, indent=1, sort_keys=True)
+
+
 def main():
     reference = {}
     for builder_cls in BUILDERS:
@@ -450,6 +510,7 @@ def main():
         splits = list(builder_cls.SIZES)
         name = f"{builder_cls.name}/{builder_cls.BUILDER_CONFIGS[0].name}:{builder_cls.VERSION}"
         reference[name] = tfds_reads(dirs["tfrecord"], dirs["array_record"], splits)
+    write_legacy_features()
     reference.update(prepare_t5_datasets())
     for file_format in FORMATS:  # TFDS's empty download folders
         shutil.rmtree(os.path.join(HERE, file_format, "downloads"), ignore_errors=True)
