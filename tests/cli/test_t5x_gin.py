@@ -232,8 +232,9 @@ def test_config_gin_uses_t5forge_names_and_parses_back(tmp_path):
     "text, message",
     [
         (
-            "from t5x import decoding\ndecoding.temperature_sample.topk = 40",
-            r"bad.gin:2: T5X module t5x.decoding is not available in t5forge",
+            "from t5x import export_lib\nexport_lib.save.model = 1",
+            r"bad.gin:2: T5X module t5x.export_lib is not available in t5forge: T5X's export "
+            r"writes a TensorFlow SavedModel.*`t5forge serve`",
         ),
         (
             "import seqio\nseqio.FewshotDataSource.x = 1",

@@ -66,6 +66,15 @@ T5X_SIGNATURES = {
         "feature_converter_cls label_smoothing z_loss loss_normalizing_factor "
         "default_decoder_params"
     ),
+    "t5x.models.DecoderOnlyModel": (
+        "module vocabulary optimizer_def decode_fn inputs_bidirectional_attention "
+        "feature_converter_cls label_smoothing z_loss loss_normalizing_factor"
+    ),
+    "t5x.examples.decoder_only.network.TransformerConfig": (
+        "vocab_size dtype emb_dim num_heads num_layers head_dim mlp_dim mlp_activations "
+        "dropout_rate logits_via_embedding"
+    ),
+    "t5x.examples.decoder_only.network.DecoderWrapper": "config",
     # params, batch and rng are passed by the code that decodes.
     "t5x.models.EncoderDecoderModel.predict_batch_with_aux": (
         "decoder_params return_all_decodes num_decodes prompt_with_targets"

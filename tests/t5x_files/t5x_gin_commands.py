@@ -28,7 +28,10 @@ TINY_NETWORK = {
     "mlp_dim": 64,
     "dtype": "'float32'",
 }
-DECODER_ONLY_TINY = {"vocab_size": 1152, "emb_dim": 32, "num_heads": 4, "num_layers": 2}
+DECODER_ONLY_TINY = {
+    **{k: v for k, v in TINY_NETWORK.items() if "layers" not in k},
+    "num_layers": 2,
+}
 
 T5_MODEL = "t5x/examples/t5/t5_1_1/tiny.gin"
 GPU_MODEL = "t5x/contrib/gpu/t5/t5_1_1/tiny.gin"

@@ -42,10 +42,6 @@ SCALED_ATTENTION = Refused(
     "scale_attn_logits = True: not supported",
 )
 MOE = Refused("mixture of experts (t5x.contrib.moe) is not built in t5forge", "mixture-of-experts")
-DECODER_ONLY = Refused(
-    "decoder-only models through t5x.decoding and DecoderWrapper are not mapped yet",
-    "T5X module t5x.decoding",
-)
 UMT5_INCLUDE = Refused(
     "T5X's own file includes t5x/configs/runs/pretrain_deterministic.gin, which T5X does "
     "not have (broken in T5X too)",
@@ -144,11 +140,11 @@ STATES = {
     "t5x/contrib/moe/configs/runs/precompile.gin": MOE,
     "t5x/contrib/moe/configs/runs/pretrain.gin": MOE,
     "t5x/contrib/moe/configs/runs/sparse_upcycle.gin": MOE,
-    "t5x/examples/decoder_only/examples/base_wmt_from_scratch.gin": DECODER_ONLY,
-    "t5x/examples/decoder_only/models/base.gin": DECODER_ONLY,
-    "t5x/examples/decoder_only/models/large.gin": DECODER_ONLY,
-    "t5x/examples/decoder_only/models/xl.gin": DECODER_ONLY,
-    "t5x/examples/decoder_only/models/xxl.gin": DECODER_ONLY,
+    "t5x/examples/decoder_only/examples/base_wmt_from_scratch.gin": RUNS,
+    "t5x/examples/decoder_only/models/base.gin": RUNS,
+    "t5x/examples/decoder_only/models/large.gin": RUNS,
+    "t5x/examples/decoder_only/models/xl.gin": RUNS,
+    "t5x/examples/decoder_only/models/xxl.gin": RUNS,
     "t5x/examples/scalable_t5/local_tiny.gin": RUNS,
     "t5x/examples/scalable_t5/mt5/base.gin": RUNS,
     "t5x/examples/scalable_t5/mt5/large.gin": RUNS,

@@ -3,7 +3,8 @@
 
 The seed examples train from scratch, fine-tune that checkpoint (TRAIN_STEPS_RELATIVE),
 evaluate and infer it; test_train_t5_tiny.gin, the scanned-layers network and the optax
-AdamW example (with a 1-step warm-up: its cosine decay lasts TRAIN_STEPS) train too. T5X's WMT task is T5's TensorFlow task: the built-in
+AdamW example (with a 1-step warm-up: its cosine decay lasts TRAIN_STEPS) and the
+decoder-only WMT example train too. T5X's WMT task is T5's TensorFlow task: the built-in
 en_de_lohelp_translate stands in for it (MIXTURE_OR_TASK_NAME), and its validation split for
 WMT's test split. Training evaluates one batch and runs no inference evaluation; eval and
 infer decode the 400 examples in two batches. test_train_t5_tiny.gin binds
@@ -81,6 +82,7 @@ def test_eval_and_infer_the_checkpoint(tiny_runs, from_scratch):
         f"{EXAMPLES}/test_train_t5_tiny.gin",  # T5X's README test command: num_partitions = 2
         "t5x/examples/scalable_t5/t5_1_1/small.gin",  # scanned layers, with runs/pretrain.gin
         f"{EXAMPLES}/base_wmt_from_scratch_adamw.gin",  # optax through optimizers.chain
+        "t5x/examples/decoder_only/examples/base_wmt_from_scratch.gin",  # a prefix LM
     ],
 )
 def test_trains_two_steps(tiny_runs, path, tmp_path):

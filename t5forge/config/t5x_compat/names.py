@@ -429,16 +429,43 @@ NAMES: tuple[T5XName, ...] = (
     ),
     T5XName(
         "t5x.models",
-        "EncoderDecoderModel.predict_batch_with_aux",
-        build=objects.configured_elsewhere(
-            "models.EncoderDecoderModel.predict_batch_with_aux", "its num_decodes"
-        ),
+        "DecoderOnlyModel",
+        twin="models.Model",
+        shadowed_by="models.DecoderOnlyModel",
         rules={
-            "num_decodes": honoured(1, warn=GREEDY),
-            "return_all_decodes": honoured(False, warn=GREEDY),
-            "decoder_params": honoured(None, warn=GREEDY),
-            "prompt_with_targets": honoured(False, refuse=GREEDY),
+            "module": move("models.Model.config"),
+            **{
+                p: move(f"models.Model.{p}")
+                for p in ("z_loss", "label_smoothing", "loss_normalizing_factor")
+            },
+            "optimizer_def": move("train.optimizer"),
+            "vocabulary": equivalent(),
+            "decode_fn": Rule(accepts=lambda v: False, reason=GREEDY),
+            "inputs_bidirectional_attention": honoured(
+                True,
+                refuse="t5forge's decoder-only model trains on inputs as a prefix LM, attending "
+                "to the whole inputs (T5X's inputs_bidirectional_attention = True)",
+            ),
+            "feature_converter_cls": honoured(
+                None, refuse="t5forge picks the feature converter from the architecture"
+            ),
         },
+    ),
+    *(
+        T5XName(
+            "t5x.models",
+            f"{model}.predict_batch_with_aux",
+            build=objects.configured_elsewhere(
+                f"models.{model}.predict_batch_with_aux", "its num_decodes"
+            ),
+            rules={
+                "num_decodes": honoured(1, warn=GREEDY),
+                "return_all_decodes": honoured(False, warn=GREEDY),
+                "decoder_params": honoured(None, warn=GREEDY),
+                "prompt_with_targets": honoured(False, refuse=GREEDY),
+            },
+        )
+        for model in ("EncoderDecoderModel", "DecoderOnlyModel")
     ),
     # ---- t5x.adafactor
     T5XName(
@@ -483,6 +510,46 @@ NAMES: tuple[T5XName, ...] = (
         "t5x.adafactor",
         "standard_logical_factor_rules",
         build=objects.standard_logical_factor_rules,
+    ),
+    # ---- t5x.examples.decoder_only.network
+    T5XName(
+        "t5x.examples.decoder_only.network",
+        "TransformerConfig",
+        build=objects.decoder_only_config,
+        rules={
+            p: keep()
+            for p in (
+                "vocab_size",
+                "dtype",
+                "emb_dim",
+                "num_heads",
+                "num_layers",
+                "head_dim",
+                "mlp_dim",
+                "mlp_activations",
+                "dropout_rate",
+                "logits_via_embedding",
+            )
+        },
+    ),
+    T5XName(
+        "t5x.examples.decoder_only.network",
+        "DecoderWrapper",
+        build=objects.decoder_wrapper,
+        rules={"config": keep()},
+    ),
+    # ---- t5x.decoding: named by decode_fn; their settings are the decoding t5forge skips
+    *(
+        T5XName(
+            "t5x.decoding",
+            name,
+            build=objects.decoding_function(name),
+            rules={p: honoured(default, warn=GREEDY) for p, default in defaults.items()},
+        )
+        for name, defaults in (
+            ("temperature_sample", {"num_decodes": 1, "temperature": 1.0, "topk": 1, "topp": 0.0}),
+            ("beam_search", {"num_decodes": 4, "alpha": 0.6}),
+        )
     ),
     # ---- t5x.optimizers (optax's transformations are gin's own `import optax`)
     T5XName(

@@ -24,6 +24,52 @@ def transformer(config: T5Config | None = None) -> T5Config:
     return config or config_from_gin()
 
 
+def decoder_only_config(
+    vocab_size: int,
+    dtype="float32",
+    emb_dim: int = 512,
+    num_heads: int = 8,
+    num_layers: int = 6,
+    head_dim: int = 64,
+    mlp_dim: int = 2048,
+    mlp_activations: Sequence[str] = ("relu",),
+    dropout_rate: float = 0.1,
+    logits_via_embedding: bool = False,
+) -> T5Config:
+    """T5X's decoder-only `network.TransformerConfig` (defaults T5X's): t5forge's T5Config
+    of the decoder-only architecture, `num_layers` decoder layers."""
+    return T5Config(
+        architecture="decoder_only",
+        vocab_size=vocab_size,
+        dtype=dtype,
+        emb_dim=emb_dim,
+        num_heads=num_heads,
+        num_encoder_layers=0,
+        num_decoder_layers=num_layers,
+        head_dim=head_dim,
+        mlp_dim=mlp_dim,
+        mlp_activations=tuple(mlp_activations),
+        dropout_rate=dropout_rate,
+        logits_via_embedding=logits_via_embedding,
+    )
+
+
+def decoder_wrapper(config: T5Config) -> T5Config:
+    """T5X's `network.DecoderWrapper(config=...)`: t5forge builds the network from its config."""
+    return config
+
+
+def decoding_function(name: str):
+    """T5X's `decoding.temperature_sample` / `beam_search`, named as a model's decode_fn: the
+    model's rule reports what t5forge decodes with; the function itself is never called."""
+
+    def decode(**unused):
+        raise ConfigError(f"decoding.{name} is named by a model's decode_fn, not called")
+
+    decode.__name__ = decode.__qualname__ = name
+    return decode
+
+
 def model_based_pjit_partitioner(
     num_partitions: int = 1,
     model_parallel_submesh=None,
