@@ -6,10 +6,11 @@ import inspect
 from collections.abc import Mapping
 
 from t5forge.data.preprocessor_framework import CacheDatasetPlaceholder, example_preprocessor
+from t5forge.data.task_with_sentinels import add_task_with_sentinels
 from t5forge.data.tasks import Task, TaskRegistry
 from t5forge.errors import DataError
 
-__all__ = ["add_fully_cached_task", "fully_cached_name"]
+__all__ = ["add_fully_cached_task", "add_task_with_sentinels", "fully_cached_name"]
 
 
 def fully_cached_name(original_name: str, sequence_length: Mapping[str, int]) -> str:

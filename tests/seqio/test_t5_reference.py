@@ -15,6 +15,7 @@ from t5x_user_dir_setup import load_user_tasks
 
 from t5forge.compat import stand_in_modules
 from t5forge.data.preprocessor_framework import PipelineContext
+from t5forge.data.task_with_sentinels import add_task_with_sentinels
 from t5forge.data.tasks import Feature, Task, TaskRegistry
 from t5forge.data.tfds import TfdsDataSource
 from t5forge.seqio import SentencePieceVocabulary
@@ -183,3 +184,23 @@ def test_postprocessors_equal_t5():
         if isinstance(value, dict) and isinstance(value.get("group"), tuple):
             value = {**value, "group": list(value["group"])}
         assert value == expected, (name, text)
+
+
+def test_sentinel_task_postprocessor_equals_seqio(test_spm_path):
+    vocabulary = SentencePieceVocabulary(str(test_spm_path), extra_ids=100)
+    boolq = TaskRegistry.get("super_glue_boolq_v102")
+    features = {"inputs": Feature(vocabulary), "targets": Feature(vocabulary)}
+    TaskRegistry.remove("boolq_fixture_vocabulary")
+    TaskRegistry.add(
+        Task(
+            "boolq_fixture_vocabulary",
+            boolq.source,
+            boolq.preprocessors,
+            features,
+            postprocess_fn=boolq.postprocess_fn,
+        )
+    )
+    task = add_task_with_sentinels("boolq_fixture_vocabulary", num_sentinels=1)
+    assert task.name == "boolq_fixture_vocabulary_1_sentinel"
+    for text, expected in REFERENCE["sentinel_postprocessor"]:
+        assert task.postprocess_fn(text, example={}, is_target=False) == expected, text

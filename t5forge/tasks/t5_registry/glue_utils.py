@@ -24,6 +24,21 @@ SUPER_GLUE_WEIGHT_MAPPING = {
     "super_glue_axg_v102": 0.0,
 }
 
+SUPER_GLUE_WEIGHT_MAPPING_SENTINEL = {
+    "dpr_v001_simple_1_sentinel": 1_322.0,
+    "super_glue_wsc_v102_simple_1_sentinel_train": 259.0,
+    "super_glue_wsc_v102_simple_1_sentinel_eval": 0.0,
+    "super_glue_boolq_v102_1_sentinel": 9_427.0,
+    "super_glue_cb_v102_1_sentinel": 250.0,
+    "super_glue_copa_v102_1_sentinel": 400.0,
+    "super_glue_multirc_v102_1_sentinel": 27_243.0,
+    "super_glue_record_v102_1_sentinel": 138_854.0,
+    "super_glue_rte_v102_1_sentinel": 2_490.0,
+    "super_glue_wic_v102_1_sentinel": 5_428.0,
+    "super_glue_axb_v102_1_sentinel": 0.0,
+    "super_glue_axg_v102_1_sentinel": 0.0,
+}
+
 GLUE_WEIGHT_MAPPING = {
     "glue_cola_v002": 8_551.0,
     "glue_sst2_v002": 67_349.0,
@@ -45,6 +60,10 @@ def get_glue_weight_mapping() -> dict[str, float]:
 
 def get_super_glue_weight_mapping() -> dict[str, float]:
     return SUPER_GLUE_WEIGHT_MAPPING
+
+
+def get_super_glue_weight_mapping_sentinel() -> dict[str, float]:
+    return SUPER_GLUE_WEIGHT_MAPPING_SENTINEL
 
 
 def get_glue_text_preprocessor(builder_config):

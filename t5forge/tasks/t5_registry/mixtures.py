@@ -8,11 +8,13 @@ from t5forge.tasks.t5_registry import tasks  # noqa: F401  (registers the tasks 
 from t5forge.tasks.t5_registry.glue_utils import (
     GLUE_WEIGHT_MAPPING,
     SUPER_GLUE_WEIGHT_MAPPING,
+    SUPER_GLUE_WEIGHT_MAPPING_SENTINEL,
 )
 
 _MIXTURES = {
     "glue_v002_proportional": list(GLUE_WEIGHT_MAPPING.items()),
     "super_glue_v102_proportional": list(SUPER_GLUE_WEIGHT_MAPPING.items()),
+    "super_glue_v102_proportional_sentinel": list(SUPER_GLUE_WEIGHT_MAPPING_SENTINEL.items()),
     "glue_mnli_and_dev_v002": [(name, 1.0) for name in GLUE_WEIGHT_MAPPING if "mnli" in name],
 }
 

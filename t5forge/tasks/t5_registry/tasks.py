@@ -3,7 +3,8 @@
 Importing this module registers them, as importing T5's does. Each task reads its TFDS
 dataset through t5forge's TensorFlow-free TfdsDataSource ($TFDS_DATA_DIR, T5X's
 --tfds_data_dir), runs T5's preprocessors (t5forge.data.t5_preprocessors) and is scored with
-T5's postprocessors and metrics. xsum_v110 is the T5-paper follow-up's XSum task, here with
+T5's postprocessors and metrics; the SuperGLUE, DPR and WSC tasks also get T5's
+`_1_sentinel` copies. xsum_v110 is the T5-paper follow-up's XSum task, here with
 T5's default vocabulary. Registered: the c4 objectives, every GLUE and SuperGLUE config
 T5 registers (WSC as T5's simplified train/eval pair, with DPR), CNN/DailyMail, SQuAD, XSum
 and the WMT pairs T5 registers.
@@ -15,6 +16,7 @@ from t5forge.data import t5_metrics as metrics
 from t5forge.data import t5_postprocessors as postprocessors
 from t5forge.data import t5_preprocessors as preprocessors
 from t5forge.data.preprocessors import CacheDatasetPlaceholder, append_eos_after_trim, tokenize
+from t5forge.data.task_with_sentinels import add_task_with_sentinels
 from t5forge.data.tasks import Feature, Task, TaskRegistry
 from t5forge.data.tfds import TfdsDataSource
 from t5forge.tasks.t5_registry import glue_utils, tfds_configs
@@ -132,6 +134,7 @@ for _config in tfds_configs.super_glue.SuperGlue.builder_configs.values():
         metric_fns=glue_utils.get_super_glue_metric(_config.name),
         postprocess_fn=glue_utils.get_glue_postprocess_fn(_config),
     )
+    add_task_with_sentinels(f"super_glue_{_config.name}_v102", num_sentinels=1)
 
 _add(
     "dpr_v001_simple",
@@ -153,6 +156,12 @@ _add(
     postprocess_fn=postprocessors.wsc_simple,
     metric_fns=[metrics.accuracy],
 )
+for _name in (
+    "dpr_v001_simple",
+    "super_glue_wsc_v102_simple_train",
+    "super_glue_wsc_v102_simple_eval",
+):
+    add_task_with_sentinels(_name, num_sentinels=1)
 
 _add(
     "squad_v010_allanswers",

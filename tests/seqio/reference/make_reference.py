@@ -109,6 +109,7 @@ REGISTERED = [
         for c in tfds.text.super_glue.SuperGlue.builder_configs
         if "wsc" not in c
     ),
+    *glue_utils.get_super_glue_weight_mapping_sentinel(),
 ]
 TASKS = {
     USER_TASK: ("wmt_t2t_translate/de-en:1.0.0", ["validation"], 5),
@@ -385,6 +386,25 @@ def postprocessor_cases():
     }
 
 
+def sentinel_postprocessor_cases():
+    """add_task_with_sentinels's postprocessor: the decoded sentinel stripped, then boolq's."""
+    boolq = seqio.TaskRegistry.get("super_glue_boolq_v102")
+    seqio.TaskRegistry.add(
+        "boolq_fixture_vocabulary",
+        source=boolq.source,
+        preprocessors=boolq.preprocessors,
+        output_features={"inputs": seqio.Feature(VOCAB), "targets": seqio.Feature(VOCAB)},
+        postprocess_fn=boolq.postprocessor,
+    )
+    seqio.experimental.add_task_with_sentinels("boolq_fixture_vocabulary", num_sentinels=1)
+    task = seqio.TaskRegistry.get("boolq_fixture_vocabulary_1_sentinel")
+    sentinel = VOCAB.decode([VOCAB.vocab_size - 1])
+    texts = [f"{sentinel} True", f"{sentinel}False", "True", f"x {sentinel} True", sentinel]
+    return [
+        [text, as_json(task.postprocessor(text, example={}, is_target=False))] for text in texts
+    ]
+
+
 def main():
     fixture_tasks()
     reference = {
@@ -393,6 +413,7 @@ def main():
         "text_preprocessors": text_preprocessors(),
         "metrics": metric_cases(),
         "postprocessors": postprocessor_cases(),
+        "sentinel_postprocessor": sentinel_postprocessor_cases(),
     }
     path = HERE / "t5_reference.json"
     path.write_text(json.dumps(reference, separators=(",", ":"), sort_keys=True) + "\n")
