@@ -18,5 +18,6 @@ HELP = "evaluate checkpoints on a task's eval split (T5X flags)"
 
 def main(argv: list[str]) -> int:
     if run_flags.configure_run(argv, HELP, "eval"):
-        gin_registry.evaluate()
+        with run_flags.configured_calls():
+            gin_registry.evaluate()
     return 0

@@ -17,5 +17,6 @@ HELP = "write predictions or scores for a task's split (T5X flags)"
 
 def main(argv: list[str]) -> int:
     if run_flags.configure_run(argv, HELP, "infer"):
-        gin_registry.infer()
+        with run_flags.configured_calls():
+            gin_registry.infer()
     return 0

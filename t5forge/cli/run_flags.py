@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import re
 import tokenize
 
 from t5forge.config import (  # gin_registry: the names gin files bind
@@ -105,6 +107,27 @@ def configure_run(argv: list[str], help_text: str, command: str) -> bool:
         raise
     binding_checks.check(ROOTS[command], command, flags.bindings, args.gin_strict)
     return True
+
+
+@contextlib.contextmanager
+def configured_calls():
+    """An error raised inside another library's function that a gin file configures (optax's
+    warmup_cosine_decay_schedule with decay_steps < 1) is the configuration's: one line naming
+    the configurable and its scope, in place of a traceback through gin."""
+    try:
+        yield
+    except (ValueError, TypeError) as error:
+        call = re.search(
+            r"In call to configurable '([\w.]+)' \(.*?\)(?: in scope '([^']*)')?", str(error)
+        )
+        if call is None or isinstance(error, ConfigError):
+            raise
+        name, scope = call.groups()
+        if any(m.startswith("t5forge") for m in gin_internals.configurable_modules(name)):
+            raise
+        where = f"{scope}/{name}" if scope else name
+        first = str(error).splitlines()[0]
+        raise ConfigError(f"{where}: {first}; fix its gin bindings") from None
 
 
 def write_gin_config(model_dir) -> None:

@@ -21,7 +21,8 @@ def main(argv: list[str]) -> int:
     if not run_flags.configure_run(argv, HELP, "train"):
         return 0
     try:
-        gin_registry.train(summarize_config_fn=run_flags.write_gin_config)
+        with run_flags.configured_calls():
+            gin_registry.train(summarize_config_fn=run_flags.write_gin_config)
     except TypeError as e:
         if "missing" in str(e) and "required" in str(e):
             missing = str(e).splitlines()[0].split(":", 1)[-1].strip()

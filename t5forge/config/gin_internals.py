@@ -21,6 +21,9 @@ private name, so a gin upgrade that moves them breaks here, nowhere else.
    `T5Config` that every t5forge gin file writes would be ambiguous; an exact `T5Config`
    entry for t5forge's keeps it unique (gin prefers an exact match). config.gin then
    names it `configs.T5Config`, which parses back to the same configurable.
+7. Which module a configurable named in gin's "In call to configurable 'NAME'" comes from
+   (`gin.config._REGISTRY`): an error raised inside another library's function a gin file
+   configures (optax's schedules) is a configuration error, one inside t5forge's is not.
 6. Parameters gin checks at parse time (`gin.config._might_have_parameter`): T5X's files
    without imports bind T5X's parameters under a name that is t5forge's
    (`utils.SaveCheckpointConfig.dtype`); while T5X files parse, t5forge's configurable
@@ -188,3 +191,12 @@ def extra_parameters(extra: dict[str, set[str]]):
         yield
     finally:
         gin.config._might_have_parameter = original
+
+
+def configurable_modules(name: str) -> set[str]:
+    """The modules of the registered functions or classes called `name` (see 7 above)."""
+    return {
+        getattr(info.wrapped, "__module__", "") or ""
+        for selector, info in gin.config._REGISTRY.items()
+        if selector.rsplit(".", 1)[-1] == name
+    }

@@ -60,3 +60,26 @@ def test_a_bad_gin_file_is_one_line_naming_it(case, tmp_path, capsys):
     (line,) = [line for line in err.splitlines() if line.startswith("error:")]
     assert line.startswith(f"error: {tmp_path}/"), line
     assert expected.format(tmp=tmp_path) in line
+
+
+def test_a_bad_value_for_another_librarys_configurable_is_one_line(shared_data, tmp_path, capsys):
+    """T5X's AdamW example with TRAIN_STEPS=2: its optax cosine decay lasts TRAIN_STEPS minus
+    1000 warm-up steps, which optax refuses inside gin's call; a configuration error."""
+    t5x_gin = shared_data.parent / "t5x_gin"
+    if not t5x_gin.is_dir():
+        pytest.skip(f"T5X's gin files not found at {t5x_gin}")
+    status = t5forge_in_process(
+        "train",
+        f"--gin_search_paths={t5x_gin}",
+        "--gin_file=t5x/examples/t5/t5_1_1/examples/base_wmt_from_scratch_adamw.gin",
+        "--gin.MIXTURE_OR_TASK_NAME=en_de_lohelp_translate",
+        f"--gin.MODEL_DIR={tmp_path}",
+        "--gin.TRAIN_STEPS=2",
+    )
+    err = capsys.readouterr().err
+    assert status == 2 and "Traceback" not in err, err
+    (line,) = [line for line in err.splitlines() if line.startswith("error:")]
+    assert line == (
+        "error: OPTIMIZER/warmup_cosine_decay_schedule: The cosine_decay_schedule requires "
+        "positive decay_steps, got decay_steps=-998.; fix its gin bindings"
+    )
