@@ -1,8 +1,8 @@
 """`import tensorflow as tf` in a task module: the few TensorFlow names a task module uses to
-describe data (tf.io.FixedLenFeature, tf.io.VarLenFeature, dtypes such as tf.int32), and for
-every other name one error, when it is called, naming the task-module function that called it
-and what to write instead (t5forge runs no TensorFlow graph: preprocessors are plain Python
-over dicts of numpy values and str)."""
+describe data (tf.io.FixedLenFeature, tf.io.VarLenFeature, dtypes such as tf.int32,
+tf.data.TFRecordDataset as a reader), and for every other name one error, when it is called,
+naming the task-module function that called it and what to write instead (t5forge runs no
+TensorFlow graph: preprocessors are plain Python over dicts of numpy values and str)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,9 @@ _DTYPE_NAMES = (
 )
 
 _COMPAT_NAMES = ("v1", "v2")
+# TensorFlow names a task module passes as values, with the t5forge function doing that job:
+# tf.data.TFRecordDataset as TFExampleDataSource's reader_cls reads records from a path.
+_FORWARDED = {"tf.data.TFRecordDataset": ("t5forge.data.tfrecord", "read_records")}
 
 
 __path__: list[str] = []  # a package to the import system: its submodules are stand-ins too
@@ -54,10 +57,14 @@ class TensorFlowOp:
     def __init__(self, path: str):
         self._path = path
 
-    def __getattr__(self, name: str) -> TensorFlowOp:
+    def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
-        return TensorFlowOp(f"{self._path}.{name}")
+        path = f"{self._path}.{name}"
+        if path in _FORWARDED:
+            module, attribute = _FORWARDED[path]
+            return getattr(importlib.import_module(module), attribute)
+        return TensorFlowOp(path)
 
     def __call__(self, *args, **kwargs):
         raise DataError(

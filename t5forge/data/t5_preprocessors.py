@@ -9,6 +9,7 @@ iid_denoising, prefix_lm) and rekey are t5forge's, re-exported under T5's names.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
@@ -76,6 +77,7 @@ def _string_join(parts: Sequence) -> str:
     return _WHITESPACE.sub(" ", _join(parts))
 
 
+@functools.cache
 def _language_name(code: str) -> str:
     """English name of a language code's first two letters (T5 asks babel; these are the
     languages of T5's tasks, and babel names them the same)."""

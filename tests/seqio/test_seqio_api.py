@@ -25,11 +25,11 @@ def rows(split, shuffle_files=False):
     return [{"text": f"row {i} of {split}", "ids": [5, 6, 7][: i + 1]} for i in range(3)]
 
 
-def _task(name, vocab, preprocessors, features=None):
+def _task(name, vocab, preprocessors, features=None, source=None):
     seqio.TaskRegistry.remove(name)
     return seqio.TaskRegistry.add(
         name,
-        source=seqio.FunctionDataSource(rows, splits=["train"]),
+        source=source or seqio.FunctionDataSource(rows, splits=["train"]),
         preprocessors=preprocessors,
         output_features=features
         or {
@@ -207,3 +207,22 @@ def test_tasks_list_shows_t5_tasks_before_their_data_is_prepared(capsys, monkeyp
     out = capsys.readouterr().out
     assert "wmt_t2t_ende_v003                    splits: (data not found)" in out
     assert "mixture  glue_v002_proportional" in out
+
+
+def test_tf_example_source_written_with_tensorflow_names(vocab):
+    """A task module's TFExampleDataSource as SeqIO users write it: tf.io features, tf dtypes
+    and tf.data.TFRecordDataset as the reader."""
+    with stand_in_modules():
+        import tensorflow as tf
+    source = seqio.TFExampleDataSource(
+        {"train": str(FIXTURES / "tfexample" / "reviews-*.tfrecord")},
+        feature_description={
+            "inputs": tf.io.FixedLenFeature([], tf.string),
+            "targets": tf.io.FixedLenFeature([], tf.string),
+        },
+        reader_cls=tf.data.TFRecordDataset,
+    )
+    task = _task("seqio_api_tfexample", vocab, [seqio.preprocessors.tokenize], source=source)
+    first = next(iter(task.get_dataset("train", shuffle=False)))
+    assert first["inputs_pretokenized"].startswith("The film is all a little Lit Crit 101")
+    assert first["targets_pretokenized"] == "fresh"
