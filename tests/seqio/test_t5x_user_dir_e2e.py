@@ -1,7 +1,7 @@
 """The T5X README's custom-task example as a T5X user runs it: the user directory with its
 tasks.py and gin file as written there (the vocabulary path aside), T5X's own gin files on
---gin_search_paths, PYTHONPATH at the user directory and the TFDS data prepared by TFDS's
-writer; a tiny network and 2 steps are the only command-line overrides."""
+--gin_search_paths, PYTHONPATH at the user directory and --tfds_data_dir at data prepared by
+TFDS's writer; a tiny network and 2 steps are the only command-line overrides."""
 
 import json
 import os
@@ -45,7 +45,8 @@ def test_user_dir_trains_and_evaluates_bleu(test_spm_path, tmp_path):
         "--gin.train.eval_period=2",
         "--gin.train.eval_steps=1",
         *(f"--gin.network.T5Config.{k}={v}" for k, v in TINY.items()),
-        env=command_env(PYTHONPATH=user_dir, TFDS_DATA_DIR=FIXTURES / "tfrecord"),
+        f"--tfds_data_dir={FIXTURES / 'tfrecord'}",
+        env=command_env(PYTHONPATH=user_dir),
     )
     assert result.returncode == 0, result.stderr[-2000:]
     rows = [json.loads(line) for line in (model_dir / "metrics.jsonl").read_text().splitlines()]
