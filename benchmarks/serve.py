@@ -71,7 +71,7 @@ def _config(name: str):
     return resolve_config(DEMO_GIN)
 
 
-def _write_model(name: str, directory: Path, vocab: Path) -> Path:
+def write_model(name: str, directory: Path, vocab: Path) -> Path:
     """A Hugging Face dir with random weights whose rows never emit EOS."""
     import jax
 
@@ -84,7 +84,7 @@ def _write_model(name: str, directory: Path, vocab: Path) -> Path:
     return save_hf_dir(params, config, directory / name, vocab_path=vocab, extra_ids=100)
 
 
-def _vocabulary(directory: Path) -> Path:
+def vocabulary(directory: Path) -> Path:
     from t5forge.data.vocab_trainer import file_texts, train_vocabulary
 
     path = directory / "spiece.model"
@@ -94,53 +94,24 @@ def _vocabulary(directory: Path) -> Path:
     return path
 
 
-def _sentences() -> list[str]:
+def validation_sentences() -> list[str]:
     with gzip.open(DATA / "validation.jsonl.gz", "rt") as lines:
         return [f"translate English to German: {json.loads(line)['en']}" for line in lines]
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 
 
 @contextlib.contextmanager
-def _server(model_dir: Path, max_batch_size: int, args):
-    """A `t5forge serve` process; yields (base url, seconds until ready, pid)."""
-    port = _free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "t5forge",
-        "serve",
-        "--checkpoint",
-        str(model_dir),
-        "--port",
-        str(port),
-        "--max_batch_size",
-        str(max_batch_size),
-        "--max_wait_ms",
-        str(args.max_wait_ms),
-        "--max_queue",
-        "1024",
-        "--max_input_length",
-        "64",
-        "--max_new_tokens",
-        str(args.new_tokens),
-        "--max_new_tokens_limit",
-        str(args.new_tokens),
-        "--max_target_length",
-        "16",
-        "--warmup_num_beams",
-        "0",
-        "--input_length_policy",
-        "truncate",
-        "--log_level",
-        "warning",
-    ]
+def server_process(model_dir: Path, flags: list[str]):
+    """A `t5forge serve` process with `flags`; yields (base url, seconds until ready, pid)."""
+    port = free_port()
+    command = [sys.executable, "-m", "t5forge", "serve", "--checkpoint", str(model_dir)]
     started = time.perf_counter()
-    process = subprocess.Popen(command, cwd=ROOT)
+    process = subprocess.Popen(command + ["--port", str(port), *flags], cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
     try:
         while True:
@@ -154,6 +125,35 @@ def _server(model_dir: Path, max_batch_size: int, args):
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=120)
+
+
+def _server(model_dir: Path, max_batch_size: int, args):
+    """This benchmark's server: greedy requests of exactly --new_tokens."""
+    return server_process(
+        model_dir,
+        [
+            "--max_batch_size",
+            str(max_batch_size),
+            "--max_wait_ms",
+            str(args.max_wait_ms),
+            "--max_queue",
+            "1024",
+            "--max_input_length",
+            "64",
+            "--max_new_tokens",
+            str(args.new_tokens),
+            "--max_new_tokens_limit",
+            str(args.new_tokens),
+            "--max_target_length",
+            "16",
+            "--warmup_num_beams",
+            "0",
+            "--input_length_policy",
+            "truncate",
+            "--log_level",
+            "warning",
+        ],
+    )
 
 
 def _batch_stats(url: str) -> tuple[float, float]:
@@ -320,13 +320,13 @@ def main() -> int:
     args = parser.parse_args()
 
     bench = harness.Benchmark.from_args("serve", args)
-    sentences = _sentences()
+    sentences = validation_sentences()
     levels = {}
     with tempfile.TemporaryDirectory() as scratch:
-        vocab = _vocabulary(Path(scratch))
+        vocab = vocabulary(Path(scratch))
         for name in args.models:
             print(f"{name}: {MODELS[name]}", flush=True)
-            model_dir = _write_model(name, Path(scratch), vocab)
+            model_dir = write_model(name, Path(scratch), vocab)
             modes = {}
             for mode, batch in (
                 (f"batching on (max {args.max_batch_size})", args.max_batch_size),

@@ -59,6 +59,13 @@ class ContinuousBatcher(Batcher):
         self._on_tokens = on_tokens
         self._slots: list[_Slot | None] = [None] * engine.slots.slots
 
+    async def stop(self) -> None:
+        """Also cancels rows still in slots (none after a graceful drain)."""
+        for slot in self._slots:
+            if slot is not None:
+                slot.job.future.cancel()
+        await super().stop()
+
     def _batched(self, job: Job) -> bool:
         return job.group != self._group
 

@@ -61,10 +61,14 @@ class Engine:
         self.decoder = StepDecoder(model.t5x_model)
         self.batch_buckets = Buckets()
         self.input_buckets = length_buckets(model.max_input_length)
-        # Beam outputs are rescored as targets, so targets reach max_new_tokens_limit too.
-        self.target_buckets = length_buckets(
-            max(settings.max_target_length, settings.max_new_tokens_limit)
+        # Beam outputs are rescored as targets: those of the warmed beam program, or of any
+        # length when the operator allows new beam shapes (compiled on request anyway).
+        beam_outputs = (
+            settings.max_new_tokens_limit
+            if settings.allow_new_beam_shapes
+            else settings.max_new_tokens * bool(settings.warmup_num_beams)
         )
+        self.target_buckets = length_buckets(max(settings.max_target_length, beam_outputs))
         # Continuous batching (encoder-decoders): one slot per row of a full batch, each with
         # room for the longest output and the longest input.
         self.slots = None
@@ -127,8 +131,13 @@ class Engine:
         return self.pool
 
     def step(self, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """One token for every slot: (tokens int32[slots], log-likelihoods float32[slots])."""
-        self.pool, tokens, log_likelihood = self.slots.step(self.params, self._slot_pool(), live)
+        """One token for every occupied slot (`live` bool[slots]): (tokens, log-likelihoods)
+        of the first slots up to the batch bucket holding the last occupied one."""
+        occupied = np.flatnonzero(live)
+        rows = self.batch_buckets.fit(int(occupied[-1]) + 1 if len(occupied) else 1)
+        self.pool, tokens, log_likelihood = self.slots.step(
+            self.params, self._slot_pool(), live[:rows]
+        )
         return jax.device_get((tokens, log_likelihood))
 
     def beam(self, rows: list[list[int]], num_beams: int, max_new_tokens: int) -> list[Decoded]:
@@ -169,14 +178,16 @@ class Engine:
 
     def warmup_shapes(self) -> list[WarmupShape]:
         """Every program traffic can need, smallest first (the buckets most requests fit, and
-        the quickest to compile): continuous batching's step and admission of each (batch,
-        length) bucket (static generation's batches instead under the static scheduler), beam
+        the quickest to compile): continuous batching's step of each batch bucket of slots and
+        its admission of each (batch, length) bucket (static generation's batches instead under the static scheduler), beam
         search with `warmup_num_beams` at the default max_new_tokens, and scoring."""
         settings, shapes = self.settings, []
-        if self.slots is not None:
-            live = np.zeros((self.slots.slots,), bool)
-            shapes.append(WarmupShape(f"step {self.slots.slots} slots", 0, lambda: self.step(live)))
         for batch in self.batch_buckets.sizes(settings.max_batch_size):
+            if self.slots is not None:
+                live = np.zeros((self.slots.slots,), bool)
+                live[batch - 1] = True  # a step of the first `batch` slots
+                run = functools.partial(self.step, live)
+                shapes.append(WarmupShape(f"step {batch}", batch, run))
             for length in self.input_buckets.sizes():
                 rows, size = [[1] * length] * batch, batch * length
                 options = [RowOptions(max_new_tokens=1)] * batch

@@ -104,8 +104,11 @@ class SlotDecoder:
             option_arrays(padded_rows),
         )
 
-    @functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(2,))
-    def _step(self, params, pool, live):
+    @functools.partial(jax.jit, static_argnums=(0,), static_argnames=("rows",), donate_argnums=(2,))
+    def _step(self, params, full_pool, live, *, rows):
+        # Only the first `rows` slots are stepped (the occupied ones are kept at the front):
+        # a light load pays for the rows it has, not for every slot.
+        pool = jax.tree.map(lambda leaf: leaf[:rows], full_pool)
         dummy = jnp.zeros((1, self.encoder_width), jnp.int32)
         # Only the step function is used; XLA drops the unused encoding of the dummy row.
         _, _, tokens_to_logits = self.model.decoding_state(
@@ -135,8 +138,14 @@ class SlotDecoder:
             # Free slots stay at the last position instead of running past the cache.
             "step": jnp.minimum(pool["step"] + 1, self.cache_length - 1),
         }
-        return pool, chosen, log_likelihood
+        full_pool = jax.tree.map(
+            lambda full, part: jax.lax.dynamic_update_slice_in_dim(full, part, 0, axis=0),
+            full_pool,
+            pool,
+        )
+        return full_pool, chosen, log_likelihood
 
     def step(self, params, pool: dict, live: np.ndarray):
-        """(new pool, next token of every slot, its log-likelihood); `live` bool[slots]."""
-        return self._step(params, pool, jnp.asarray(live))
+        """(new pool, next token of each of the first len(live) slots, its log-likelihood);
+        `live` bool[rows] says which of them are occupied (the rest are not stepped)."""
+        return self._step(params, pool, jnp.asarray(live), rows=len(live))

@@ -116,8 +116,8 @@ def test_health_metrics_and_openapi(server):
     url, service = server
     health = httpx.get(f"{url}/healthz").json()
     assert health["status"] == "ready" and health["compiled"] == len(service.shapes)
-    # Smallest first: continuous batching's step, then the one-row shortest-input admission.
-    assert list(health["shapes"])[:2] == ["step 4 slots", "admit 1x16"]
+    # Smallest first: continuous batching's steps of 1, 2 and 4 slots, then admitting one row.
+    assert list(health["shapes"])[:4] == ["step 1", "step 2", "step 4", "admit 1x16"]
     assert set(health["shapes"].values()) == {"ready"}
     post(url, "/v1/score", {"inputs": TEXTS[:1], "targets": ["x"]})
     metrics = httpx.get(f"{url}/metrics").text

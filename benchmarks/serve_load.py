@@ -1,0 +1,287 @@
+"""Serving under open-loop traffic: continuous vs static batching at several offered loads.
+
+Requests arrive as a Poisson process at each offered rate (requests/s) whether or not the
+earlier ones were answered (open loop: an overloaded server is not given the breaks that
+closed-loop clients give it). Each streams a greedy continuation of one to three sentences of
+the bundled en-de validation split (inputs truncated to 64 tokens) with max_new_tokens drawn
+log-uniformly from 8 to 128; the arrival times, inputs and lengths come from one seeded stream,
+identical for both schedulers. The models are benchmarks/serve.py's (the `make demo` model's
+config and T5 1.1 small, random weights, float32, the EOS logit's column zeroed so that every
+request makes exactly its max_new_tokens). For each (model, scheduler, rate): completed
+requests/s and new tokens/s over the window from the first arrival to the last answer, p50 and
+p99 time to first token (TTFT) and latency, and requests not answered within --timeout. Each
+scheduler runs in its own `t5forge serve` process, one after the other; the continuous one is
+started twice, first with an empty compilation cache and then with the cache that start
+filled, and both ready times are recorded (what an operator's first start and restart cost).
+
+Results go to benchmarks/results/serve_load.json (labelled "shared CPU" when the 1-minute
+load average was above 0.3 at the start: such numbers are not for publishing) and a plot to
+docs/images/serve_load.png. A quick check that it runs (demo model, two rates, ~5 minutes;
+writes under /tmp only):
+
+    python benchmarks/serve_load.py --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import harness  # noqa: E402  (same directory)
+import serve  # noqa: E402  (same directory: the models, vocabulary, sentences, server process)
+
+PLOT = ROOT / "docs" / "images" / "serve_load.png"
+SCHEDULERS = ("continuous", "static")
+# Offered loads (requests/s) per model: from light to past what static batching sustains
+# on a 2-core CPU.
+RATES = {"demo": [2.0, 4.0, 8.0, 16.0], "t5_1_1_small": [0.5, 1.0, 2.0, 4.0]}
+MIN_NEW_TOKENS, MAX_NEW_TOKENS = 8, 128
+MAX_INPUT_LENGTH = 64
+
+
+def workload(rate: float, seconds: float, sentences: list[str], seed: int) -> list[dict]:
+    """The requests of one level: arrival time (s), text and max_new_tokens of each."""
+    rng = random.Random(seed)
+    requests, arrival = [], rng.expovariate(rate)
+    while arrival < seconds:
+        text = " ".join(rng.choice(sentences) for _ in range(rng.randint(1, 3)))
+        span = np.log(MAX_NEW_TOKENS / MIN_NEW_TOKENS)
+        new_tokens = int(round(MIN_NEW_TOKENS * np.exp(rng.random() * span)))
+        requests.append({"at": arrival, "text": text, "max_new_tokens": new_tokens})
+        arrival += rng.expovariate(rate)
+    return requests
+
+
+async def _one(client: httpx.AsyncClient, request: dict, began: float, timeout: float) -> dict:
+    """Streams one request; its TTFT, latency and tokens (None latency: failed or too slow)."""
+    body = {
+        "inputs": [request["text"]],
+        "max_new_tokens": request["max_new_tokens"],
+        "stream": True,
+    }
+    sent, first, tokens = time.perf_counter(), None, 0
+    try:
+        async with asyncio.timeout(timeout):
+            async with client.stream("POST", "/v1/predict", json=body) as response:
+                if response.status_code != 200:
+                    return {"latency": None, "status": response.status_code}
+                async for line in response.aiter_lines():
+                    if line.startswith("data: {") and '"token"' in line:
+                        first = first or time.perf_counter()
+                        tokens += 1
+    except (TimeoutError, httpx.TransportError) as error:
+        return {"latency": None, "status": type(error).__name__}
+    done = time.perf_counter()
+    return {
+        "latency": done - sent,
+        "ttft": (first or done) - sent,
+        "tokens": tokens,
+        "finished": done - began,
+    }
+
+
+async def _offer(url: str, requests: list[dict], timeout: float) -> list[dict]:
+    """Sends each request at its arrival time, answered or not; every request's outcome."""
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+    async with httpx.AsyncClient(base_url=url, timeout=None, limits=limits) as client:
+        began, tasks = time.perf_counter(), []
+        for request in requests:
+            await asyncio.sleep(max(0.0, began + request["at"] - time.perf_counter()))
+            tasks.append(asyncio.create_task(_one(client, request, began, timeout)))
+        return await asyncio.gather(*tasks)
+
+
+def _level(bench, side: str, url: str, pid: int, requests: list[dict], args) -> dict:
+    cpu = harness.pid_cpu_seconds(pid)
+    cpu_before = cpu()
+    outcomes = asyncio.run(_offer(url, requests, args.timeout))
+    answered = [o for o in outcomes if o["latency"] is not None]
+    window = max((o["finished"] for o in answered), default=args.seconds)
+    samples = harness.Samples(seconds=[window], cpu_seconds=[cpu() - cpu_before])
+
+    def percentile(name: str, q: float) -> float | None:
+        return float(np.percentile([o[name] for o in answered], q) * 1000) if answered else None
+
+    summary = bench.record(
+        side,
+        samples,
+        len(answered),
+        "requests/s",
+        offered=len(requests),
+        failed=len(outcomes) - len(answered),
+        new_tokens_per_s=sum(o["tokens"] for o in answered) / window,
+        p50_ttft_ms=percentile("ttft", 50),
+        p99_ttft_ms=percentile("ttft", 99),
+        p50_ms=percentile("latency", 50),
+        p99_ms=percentile("latency", 99),
+    )
+    print(
+        f"    {len(answered)}/{len(requests)} answered, {summary['new_tokens_per_s']:.0f} new "
+        f"tokens/s, TTFT p50/p99 {summary['p50_ttft_ms'] or 0:.0f}/"
+        f"{summary['p99_ttft_ms'] or 0:.0f} ms, latency p50/p99 {summary['p50_ms'] or 0:.0f}/"
+        f"{summary['p99_ms'] or 0:.0f} ms",
+        flush=True,
+    )
+    return summary
+
+
+def _flags(scheduler: str, compile_cache: Path, args) -> list[str]:
+    return [
+        "--scheduler", scheduler,
+        "--max_batch_size", str(args.max_batch_size),
+        "--max_queue", "4096",
+        "--max_input_length", str(MAX_INPUT_LENGTH),
+        "--input_length_policy", "truncate",
+        "--max_new_tokens", str(MAX_NEW_TOKENS),
+        "--max_new_tokens_limit", str(MAX_NEW_TOKENS),
+        "--max_target_length", "16",
+        "--warmup_num_beams", "0",
+        "--compile_cache", str(compile_cache),
+        "--log_level", "warning",
+    ]  # fmt: skip
+
+
+def _model(bench, name: str, model_dir: Path, scratch: Path, rates: list[float], sentences, args):
+    """Every scheduler at every rate for one model; {scheduler: [level summaries]}."""
+    levels = {}
+    for scheduler in SCHEDULERS:
+        cache = scratch / f"compile_cache_{name}_{scheduler}"
+        starts = 2 if scheduler == "continuous" else 1
+        for start in range(starts):
+            with serve.server_process(model_dir, _flags(scheduler, cache, args)) as (
+                url,
+                ready,
+                pid,
+            ):
+                kind = "restart, compile cache filled" if start else "first start, empty cache"
+                print(f"{name}, {scheduler}: ready in {ready:.1f} s ({kind})", flush=True)
+                bench.settings[f"ready_s {name} {scheduler} {'restart' if start else 'first'}"] = (
+                    ready
+                )
+                if start + 1 < starts:
+                    continue
+                levels[scheduler] = [
+                    _level(
+                        bench,
+                        f"{name}, {scheduler}, {rate:g} requests/s offered",
+                        url,
+                        pid,
+                        workload(rate, args.seconds, sentences, args.seed),
+                        args,
+                    )
+                    for rate in rates
+                ]
+    for rate, ours, theirs in zip(rates, levels["continuous"], levels["static"]):
+        sides = (f"{name}, {s}, {rate:g} requests/s offered" for s in SCHEDULERS)
+        bench.compare(
+            f"serve_load {name}, {rate:g} requests/s offered", *sides, peer_label="static"
+        )
+        if ours["p99_ms"] and theirs["p99_ms"]:
+            print(
+                f"  {rate:g}/s: continuous/static requests/s {ours['throughput']:.2f}/"
+                f"{theirs['throughput']:.2f}, p99 latency {ours['p99_ms']:.0f}/"
+                f"{theirs['p99_ms']:.0f} ms, p50 TTFT {ours['p50_ttft_ms']:.0f}/"
+                f"{theirs['p50_ttft_ms']:.0f} ms",
+                flush=True,
+            )
+    return levels
+
+
+def _plot(levels: dict, rates: dict, label: str, path: Path) -> None:
+    """Per model: completed requests/s, p99 latency and p50 TTFT against the offered load."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = (("throughput", "completed requests/s"), ("p99_ms", "p99 latency (ms)"),
+              ("p50_ttft_ms", "p50 time to first token (ms)"))  # fmt: skip
+    figure, axes = plt.subplots(
+        len(levels), len(panels), figsize=(13, 3.4 * len(levels)), squeeze=False
+    )
+    for row, (model, schedulers) in enumerate(levels.items()):
+        for column, (key, title) in enumerate(panels):
+            axis = axes[row][column]
+            for scheduler, runs in schedulers.items():
+                axis.plot(rates[model], [r[key] for r in runs], "o-", label=scheduler)
+            if key == "throughput":
+                axis.plot(rates[model], rates[model], ":", color="grey", label="offered")
+            axis.set_xlabel("offered requests/s")
+            axis.set_title(f"{model}: {title}", fontsize=9)
+            axis.legend(fontsize=7)
+    figure.suptitle(
+        f"t5forge serve, open-loop Poisson arrivals, {MIN_NEW_TOKENS}-{MAX_NEW_TOKENS} new "
+        f"tokens ({label})",
+        fontsize=9,
+    )
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser.add_argument("--models", nargs="+", default=list(serve.MODELS), choices=serve.MODELS)
+    parser.add_argument(
+        "--rates", nargs="+", type=float, help="offered requests/s (default: per model, RATES)"
+    )
+    parser.add_argument("--seconds", type=float, default=60, help="arrivals per level, seconds")
+    parser.add_argument("--timeout", type=float, default=300, help="a request's longest wait")
+    parser.add_argument("--max_batch_size", type=int, default=32, help="decode slots / batch")
+    parser.add_argument("--seed", type=int, default=0, help="of the arrivals and lengths")
+    parser.add_argument("--plot", type=Path, default=PLOT)
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a check that it runs: demo model, 2 and 8 requests/s, 15 s each, results and "
+        "plot under /tmp unless given",
+    )
+    harness.add_arguments(parser, "serve_load")
+    args = parser.parse_args()
+    if args.quick:
+        given = set(sys.argv[1:])
+        if "--models" not in given:
+            args.models = ["demo"]
+        if "--rates" not in given:
+            args.rates = [2.0, 8.0]
+        if "--seconds" not in given:
+            args.seconds = 15
+        if "--results" not in given:
+            args.results = Path("/tmp/serve_load.json")
+        if "--plot" not in given:
+            args.plot = Path("/tmp/serve_load.png")
+        if "--settle_seconds" not in given:
+            args.settle_seconds = 0
+
+    bench = harness.Benchmark.from_args("serve_load", args)
+    sentences = serve.validation_sentences()
+    rates = {name: args.rates or RATES[name] for name in args.models}
+    levels = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        vocab = serve.vocabulary(Path(scratch))
+        for name in args.models:
+            print(f"{name}: {serve.MODELS[name]}", flush=True)
+            model_dir = serve.write_model(name, Path(scratch), vocab)
+            levels[name] = _model(
+                bench, name, model_dir, Path(scratch), rates[name], sentences, args
+            )
+    bench.finish()
+    label = harness.SHARED_LABEL if bench.shared else "idle CPU"
+    _plot(levels, rates, label, args.plot)
+    print(f"wrote {args.plot}; results in {args.results}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
