@@ -150,22 +150,23 @@ def test_eval_all_skips_a_damaged_checkpoint_and_evaluates_the_rest(faults, run_
     assert steps == [12]
 
 
-WITHOUT_CHECKSUMS = [  # damage done after checksums.json was deleted
-    "64 bytes flipped in the largest data file",
-    "largest data file truncated",
-    "largest data file deleted",
-]
+# Damage done after checksums.json was deleted: only what makes the arrays unreadable can be
+# found without it (a flipped bit inside a value reads back as another value; hence checksums).
+WITHOUT_CHECKSUMS = {
+    "largest data file cut to 1 KB": lambda path: path.write_bytes(path.read_bytes()[:1024]),
+    "largest data file deleted": lambda path: path.unlink(),
+}
 
 
 def _without_checksums(damage):
     def spoil(ckpt):
         (ckpt / "checksums.json").unlink()
-        CORRUPTIONS[damage](ckpt)
+        WITHOUT_CHECKSUMS[damage](largest_file(ckpt / "state"))
 
     return spoil
 
 
-@pytest.mark.parametrize("damage", WITHOUT_CHECKSUMS)
+@pytest.mark.parametrize("damage", sorted(WITHOUT_CHECKSUMS))
 def test_load_without_checksums_raises_one_checkpoint_error(faults, run_copy, damage):
     import t5forge
     from t5forge.errors import CheckpointError
@@ -177,7 +178,7 @@ def test_load_without_checksums_raises_one_checkpoint_error(faults, run_copy, da
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("damage", WITHOUT_CHECKSUMS)
+@pytest.mark.parametrize("damage", sorted(WITHOUT_CHECKSUMS))
 def test_resume_without_checksums_moves_the_damaged_checkpoint_aside(faults, run_copy, damage):
     _without_checksums(damage)(run_copy / "checkpoint_12")
     result = faults.train(run_copy, 15)

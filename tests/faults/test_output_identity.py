@@ -101,13 +101,14 @@ def test_infer_rerun_with_other_settings_is_refused(
     faults, trained, killed_copy, changed_data, change
 ):
     flags, checkpoint, named = RERUNS[change]
-    before = {p.name: p.read_bytes() for p in killed_copy.iterdir()}
+    before = {name: (killed_copy / name).read_bytes() for name in (OUTPUT, PROGRESS)}
     env = faults.env(T5FORGE_DATA_DIR=changed_data) if change == "changed data" else None
     result = faults.run(*_infer_args(faults, trained / checkpoint, killed_copy, *flags), env=env)
     line = error_line(result)
     assert "was written by another run" in line and named in line, line
     assert "INFER_OUTPUT_DIR" in line
-    assert {p.name: p.read_bytes() for p in killed_copy.iterdir()} == before
+    assert {name: (killed_copy / name).read_bytes() for name in (OUTPUT, PROGRESS)} == before
+    assert not (killed_copy / "infer.lock").exists()  # the dead run's lock, taken over, released
 
 
 def test_infer_rerun_with_the_same_settings_finishes_every_row_once(faults, trained, killed_copy):
@@ -146,10 +147,12 @@ def test_infer_into_a_directory_in_use_is_refused(faults, trained, killed_copy, 
 @pytest.mark.slow
 def test_two_infers_started_into_one_directory(faults, trained, tmp_path):
     output = tmp_path / "out"
-    first = faults.popen(*_infer_args(faults, trained / "checkpoint_12", output))
+    slow = ["--gin.BATCH_SIZE=1"]  # 400 chunks, each flushed: still running when the second starts
+    first = faults.popen(*_infer_args(faults, trained / "checkpoint_12", output, *slow))
     while not (output / "infer.lock").exists():
         assert first.poll() is None, first.stderr.read()[-2000:]
-    second = faults.run(*_infer_args(faults, trained / "checkpoint_12", output))
+    second = faults.run(*_infer_args(faults, trained / "checkpoint_12", output, *slow))
+    assert first.poll() is None, "the first infer ended before the second started"
     assert "in use by another infer" in error_line(second)
     assert first.wait() == 0
     assert len((output / OUTPUT).read_text().splitlines()) == 400
