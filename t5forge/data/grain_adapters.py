@@ -1,6 +1,7 @@
 """grain datasets for the two sources grain has no adapter for, both checkpointable.
 
-`IterableSplitDataset` reads a re-iterable (streaming) split in order, sharded by position;
+`IterableSplitDataset` reads a re-iterable (streaming) split in order, sharded by position
+(a split with `for_epoch(epoch)` gives each epoch its own re-iterable: a shuffled file order);
 its state is (epoch, position), and restore skips ahead. `MixtureDataset` samples its parents
 with an RNG seeded by (seed, element index), so a restored iterator continues exactly.
 """
@@ -25,7 +26,8 @@ class IterableSplitIterator(grain.DatasetIterator):
     def __next__(self):
         while self._num_epochs is None or self._epoch < self._num_epochs:
             if self._iterator is None:
-                self._iterator = iter(self._data)
+                for_epoch = getattr(self._data, "for_epoch", None)
+                self._iterator = iter(for_epoch(self._epoch) if for_epoch else self._data)
                 for _ in range(self._position):
                     next(self._iterator)
             try:

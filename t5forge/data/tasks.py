@@ -4,7 +4,9 @@ A Task ties a source, a list of preprocessors and the output features (with thei
 vocabularies) under a name that training, evaluation, caching and the CLI all share. Its
 `get_dataset` is a grain pipeline that is deterministic for a seed (each task derives its
 own seed from md5(task name) + the base seed, as seqio does) and whose iterator state
-restores exactly. A Mixture samples its tasks by rate with a per-element RNG, so it is just
+restores exactly. A random-access split is shuffled whole by index; a streaming one as SeqIO
+shuffles it (data/shuffle_buffer.py: file order per epoch, then a `shuffle_buffer_size`
+buffer). A Mixture samples its tasks by rate with a per-element RNG, so it is just
 as deterministic and checkpointable.
 """
 
@@ -31,6 +33,13 @@ from t5forge.data.preprocessor_framework import (
     as_preprocessor,
 )
 from t5forge.data.regroup import READ_OPTIONS
+from t5forge.data.shuffle_buffer import (
+    SHUFFLE_BUFFER_SIZE,
+    EpochShuffledFiles,
+    ShuffleBufferDataset,
+    derived_seed,
+    shuffles_files,
+)
 from t5forge.data.sources import DataSource, is_random_access
 from t5forge.data.vocabularies import Vocabulary
 from t5forge.errors import DataError
@@ -105,6 +114,14 @@ class _KeepFeatures:
 # ---------------------------------------------------------------- Task
 
 
+def _check_buffer_size(task_name: str, size: int | None) -> None:
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        raise DataError(
+            f"task {task_name!r}: shuffle_buffer_size must be a whole number >= 1 or None, "
+            f"got {size!r}"
+        )
+
+
 _NAME_PATTERN = re.compile(r"^[\w.:/-]+$")
 
 
@@ -153,6 +170,10 @@ class Task(DatasetProvider):
     is one target token; evaluation and `t5forge infer` then pick the best label on device
     (the model's method 'labels') instead of decoding.
 
+    `shuffle_buffer_size` (SeqIO's argument and default) is the buffer a streaming split's
+    examples pass when shuffled; None forbids shuffling such a split, as in SeqIO. A
+    random-access split is shuffled whole and does not use it.
+
     `dropped_example_counts` counts, per preprocessor, the examples it dropped (returned
     None) in this process; grain worker processes keep their own counts.
     """
@@ -167,9 +188,11 @@ class Task(DatasetProvider):
         metric_fns: Sequence[Callable] = (),
         score_metric_fns: Sequence[Callable] = (),
         single_token_labels: Sequence[str] = (),
+        shuffle_buffer_size: int | None = SHUFFLE_BUFFER_SIZE,
     ):
         if not isinstance(name, str) or not _NAME_PATTERN.match(name):
             raise DataError(f"task name {name!r} must be letters, digits and _ . : / - only")
+        _check_buffer_size(name, shuffle_buffer_size)
         if not output_features:
             raise DataError(
                 f"task {name!r} needs output_features, e.g. "
@@ -199,6 +222,7 @@ class Task(DatasetProvider):
         self.metric_fns = tuple(metric_fns)
         self.score_metric_fns = tuple(score_metric_fns)
         self.single_token_labels = tuple(single_token_labels)
+        self.shuffle_buffer_size = shuffle_buffer_size
         self.dropped_example_counts: collections.Counter = collections.Counter()
 
     def __repr__(self):
@@ -276,6 +300,8 @@ class Task(DatasetProvider):
             data = self.source.split(split)
             where = f"task {self.name!r} split {split!r}"
         if not is_random_access(data):
+            if shuffle and not use_cached and shuffles_files(self.source):
+                data = EpochShuffledFiles(self.source, split, seed)
             return IterableSplitDataset(data, shard_index, num_shards, num_epochs, where)
         if len(data) == 0:
             raise DataError(f"{where} is empty; check the data files")
@@ -312,15 +338,19 @@ class Task(DatasetProvider):
         num_shards: int = 1,
         num_epochs: int | None = 1,
         use_cached: bool = False,
+        shuffle_buffer_size: int | None = None,
     ) -> grain.IterDataset:
         """The preprocessed split as a grain IterDataset (checkpointable iterator).
 
         seed None means 0: runs are reproducible unless a different seed is asked for.
         num_epochs None repeats forever. With use_cached the examples come from the cache
         written by `t5forge cache-tasks` and only the steps after the placeholder run.
-        Streaming (iterable) sources are read in order: only random-access splits shuffle.
+        A random-access split shuffles by index; a streaming one reads its files in a
+        seeded order per epoch and passes a buffer of `shuffle_buffer_size` (None: the
+        task's) after the preprocessors, as SeqIO does.
         """
         self._check_sharding(shard_index, num_shards)
+        _check_buffer_size(self.name, shuffle_buffer_size)
         base_seed = task_seed(self.name, seed)
         ds = self._raw_dataset(
             split,
@@ -331,6 +361,7 @@ class Task(DatasetProvider):
             num_epochs=num_epochs,
             use_cached=use_cached,
         )
+        streaming = isinstance(ds, IterableSplitDataset)
         if use_cached:
             ds = self._apply(
                 ds, self.uncached_preprocessors, self._cache_index + 1, base_seed, sequence_length
@@ -341,7 +372,19 @@ class Task(DatasetProvider):
         ds = ds.map(_FinalizeExample(self.name, self.output_features, sequence_length))
         if isinstance(ds, grain.MapDataset):
             ds = ds.to_iter_dataset(READ_OPTIONS)
+        if shuffle and streaming:
+            ds = self._shuffle_buffer(ds, shuffle_buffer_size, base_seed)
         return ds
+
+    def _shuffle_buffer(self, ds, shuffle_buffer_size, base_seed):
+        size = shuffle_buffer_size or self.shuffle_buffer_size
+        if size is None:
+            raise DataError(
+                f"task {self.name!r} has shuffle_buffer_size=None, which forbids shuffling "
+                "its streaming split; give the Task a shuffle_buffer_size (SeqIO's default "
+                "is 1000) or read it with shuffle=False"
+            )
+        return ShuffleBufferDataset(ds, size, derived_seed(base_seed, 2))
 
     def cached_steps_dataset(
         self, split: str, shard_index: int = 0, num_shards: int = 1

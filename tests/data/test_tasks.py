@@ -148,11 +148,11 @@ def test_empty_split_is_one_line_error(features):
 
 def test_streaming_source_resumes(features):
     task = Task("test_stream", FunctionSource(_stream, ["train"]), [pp.tokenize], features)
-    iterator = iter(task.get_dataset("train", num_epochs=None))
+    iterator = iter(task.get_dataset("train", num_epochs=None, shuffle=False))
     _take(iterator, 13)
     state = iterator.get_state()
     expected = _take(iterator, 4)
-    resumed = iter(task.get_dataset("train", num_epochs=None))
+    resumed = iter(task.get_dataset("train", num_epochs=None, shuffle=False))
     resumed.set_state(state)
     assert (
         [e["inputs_pretokenized"] for e in _take(resumed, 4)]
