@@ -20,9 +20,8 @@ from t5forge.data import preprocessor_framework as _framework
 from t5forge.data import sources as _sources
 from t5forge.data import tasks as _tasks
 from t5forge.data.shard_info import ShardInfo
+from t5forge.data.shuffle_buffer import SHUFFLE_BUFFER_SIZE
 from t5forge.errors import ConfigError, DataError
-
-SHUFFLE_BUFFER_SIZE = 1000
 
 # TensorFlow-free readers another module of t5forge.data provides, by SeqIO's name.
 _READERS = {
@@ -97,8 +96,9 @@ def _checked_preprocessors(task_name: str, preprocessors) -> list:
 
 class Task(_tasks.Task):
     """SeqIO's `Task(name, source, output_features, preprocessors, postprocess_fn,
-    metric_fns, ...)`; `shuffle_buffer_size` has no effect (t5forge shuffles the whole split
-    by index), `metric_objs` (clu metrics) are not supported."""
+    metric_fns, ...)`; `shuffle_buffer_size` shuffles streaming splits as SeqIO does (a
+    random-access split is shuffled whole by index), `metric_objs` (clu metrics) are not
+    supported."""
 
     def __init__(
         self,
@@ -124,6 +124,7 @@ class Task(_tasks.Task):
             output_features,
             postprocess_fn=postprocess_fn,
             metric_fns=metric_fns or (),
+            shuffle_buffer_size=shuffle_buffer_size,
         )
 
     @property
