@@ -25,10 +25,12 @@ install: $(VENV)/.installed
 
 install-test: $(VENV)/.installed-test
 
+# Two workers, a test file each at a time (module fixtures train once): most tests wait on
+# one single-threaded XLA compile or a tiny subprocess run, so a 2-core machine runs two.
 test: install-test
 	$(PY) -m ruff check t5forge tests benchmarks examples
 	$(PY) -m ruff format --check t5forge tests benchmarks examples
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=25 tests
 
 demo: install
 	$(VENV)/bin/t5forge demo --model_dir=$(DEMO_DIR)
