@@ -51,10 +51,17 @@ def _tolerant(existence_check):
     return check
 
 
+# gin follows `include` without looking for loops, to Python's recursion limit (seconds of
+# parsing); a file read this often in one parse is in a loop, which parse_gin names.
+_READS_IN_A_LOOP = 32
+
+
 def _recording(reader):
     def read(path):
         if _files_read is not None:
             _files_read.append(str(path))
+            if _files_read.count(str(path)) > _READS_IN_A_LOOP:
+                raise RecursionError(f"{path} is included in a loop")
         return reader(path)
 
     return read
