@@ -12,7 +12,7 @@ import time
 import httpx
 import jax
 import pytest
-from server_helpers import TINY_CONFIG, free_port, wait_ready
+from server_helpers import TINY_CONFIG, free_port, metric_value, wait_ready
 
 from t5forge.checkpoints.checkpointer import Checkpointer
 from t5forge.models.model import build_model
@@ -112,6 +112,11 @@ def test_serve_command_checks_the_key_and_drains_on_sigterm(t5forge_run):
         for client in clients:
             client.start()
             time.sleep(0.5)
+        deadline = time.monotonic() + 60  # until the greedy rows wait behind the beam
+        while "greedy" not in in_flight and time.monotonic() < deadline:
+            if metric_value(url, "t5forge_queue_depth", headers=auth) >= 2:
+                break
+            time.sleep(0.1)
         process.send_signal(signal.SIGTERM)
         time.sleep(0.5)
         with pytest.raises(httpx.TransportError):  # no longer accepting
