@@ -117,6 +117,7 @@ class Checkpointer:
         if keep is not None and keep < 1:
             raise CheckpointError(f"keep={keep} would delete every checkpoint; use keep >= 1")
         self.model_dir = Path(model_dir).absolute()
+        self.damaged: list[int] = []  # steps `restore_latest` skipped as damaged, moved aside
         self.keep_best_metric = keep_best_metric
         policies = [preservation_policy.LatestN(n=keep)]
         best_fn = None
@@ -316,6 +317,7 @@ class Checkpointer:
 
     def _skip_damaged(self, step: int, error: Exception) -> None:
         """Warns naming the damage and moves the checkpoint aside (process 0 renames it)."""
+        self.damaged.append(step)
         lines = str(error).strip().splitlines()
         where = self.step_dir(step)
         if where.is_dir():

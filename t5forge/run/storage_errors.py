@@ -135,6 +135,13 @@ class StorageFailureEcho:
         for name in self._LOGGERS:
             logging.getLogger(name).addFilter(self)
 
+    def expect_failures(self) -> None:
+        """Drops the echoes of failures the caller has already reported (a damaged checkpoint
+        skipped with a warning: TensorStore's reads of it post to a closed event loop), now
+        and through exit, as a storage failure's."""
+        with self._lock:
+            self._fail()
+
     def remove(self) -> None:
         """Ends the run. Called from train's `finally`, so the exception ending the run, if
         any, is the one being handled: a storage failure there drops the held echoes."""

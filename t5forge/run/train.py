@@ -176,7 +176,14 @@ def train(
     train_iter = _batch_iterator(model, train_dataset_cfg, random_seed, shuffle=True)
     abstract_state = trainer.abstract_state()
     trainer.state_shardings = trainer.shardings_for(abstract_state)
-    restored = ckpt.restore_latest(abstract_state, trainer.state_shardings)
+    reads = StorageFailureEcho()  # a damaged checkpoint is one warning, not its reads' echoes
+    reads.install()
+    try:
+        restored = ckpt.restore_latest(abstract_state, trainer.state_shardings)
+    finally:
+        if ckpt.damaged:
+            reads.expect_failures()
+        reads.remove()
     metadata = setup.model_metadata(model, train_dataset_cfg, model_dir)
     if restored is not None:
         setup.check_resume(restored.metadata, metadata, restored.path)
