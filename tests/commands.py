@@ -30,11 +30,6 @@ QUIET_TRAIN = [
 ]
 
 
-def command(*args) -> list[str]:
-    """`python -m t5forge ARGS` with this interpreter."""
-    return [sys.executable, "-m", "t5forge", *map(str, args)]
-
-
 def command_env(**extra) -> dict[str, str]:
     """The environment of a user's shell (this process's): CPU JAX, unbuffered output, `extra`."""
     return {
@@ -45,14 +40,16 @@ def command_env(**extra) -> dict[str, str]:
     }
 
 
-def t5forge(*args, env=None, timeout=600, check=False, **kwargs) -> subprocess.CompletedProcess:
-    """Runs `t5forge ARGS` from the repository root; text stdout and stderr are captured.
+def python(*args, env=None, timeout=600, check=False, **kwargs) -> subprocess.CompletedProcess:
+    """Runs `python ARGS` with this interpreter from the repository root; text stdout and stderr
+    are captured. For what needs a process of its own: a command, a script that sets JAX's
+    device count, kills itself or joins another host.
 
     `env` is the whole environment (default `command_env()`); `check` fails the test unless the
-    command exits 0.
+    process exits 0.
     """
     result = subprocess.run(
-        command(*args),
+        [sys.executable, *map(str, args)],
         cwd=REPO,
         env=env or command_env(),
         capture_output=True,
@@ -62,16 +59,35 @@ def t5forge(*args, env=None, timeout=600, check=False, **kwargs) -> subprocess.C
     )
     if check:
         assert result.returncode == 0, (
-            f"t5forge {args[0]} exited {result.returncode}:\n{result.stderr[-3000:]}"
+            f"python {' '.join(map(str, args))[:200]} exited {result.returncode}:\n"
+            f"{result.stderr[-3000:]}"
         )
     return result
 
 
-def t5forge_popen(*args, env=None, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE):
-    """Starts `t5forge ARGS` from the repository root and returns the Popen (text stderr)."""
+def python_popen(*args, env=None, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE):
+    """Starts `python ARGS` from the repository root and returns the Popen (text output).
+
+    `stdout` and `stderr` are Popen's: PIPE, DEVNULL or an open file (a log the test reads).
+    """
     return subprocess.Popen(
-        command(*args), cwd=REPO, env=env or command_env(), stdout=stdout, stderr=stderr, text=True
+        [sys.executable, *map(str, args)],
+        cwd=REPO,
+        env=env or command_env(),
+        stdout=stdout,
+        stderr=stderr,
+        text=True,
     )
+
+
+def t5forge(*args, env=None, timeout=600, check=False, **kwargs) -> subprocess.CompletedProcess:
+    """Runs `t5forge ARGS` (`python -m t5forge`) as `python` does."""
+    return python("-m", "t5forge", *args, env=env, timeout=timeout, check=check, **kwargs)
+
+
+def t5forge_popen(*args, env=None, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE):
+    """Starts `t5forge ARGS` as `python_popen` does: for a command a test signals, kills or races."""
+    return python_popen("-m", "t5forge", *args, env=env, stdout=stdout, stderr=stderr)
 
 
 def t5forge_in_process(*args) -> int:
@@ -108,14 +124,7 @@ class TinyRuns:
         return t5forge_popen(*args, env=env or self.env(), **kwargs)
 
     def run_python(self, script: str, *args, timeout=600) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-c", script, *map(str, args)],
-            cwd=REPO,
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        return python("-c", script, *args, env=self.env(), timeout=timeout)
 
     def train_args(
         self, model_dir, steps, *extra, period=5, batch=8, lengths=(32, 32), quiet=True

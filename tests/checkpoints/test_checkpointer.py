@@ -1,24 +1,21 @@
 """Checkpoints: round trip, keep-N, best-by-metric, async, corrupt/killed saves, partial init."""
 
 import logging
-import os
 import signal
 import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from commands import REPO, command_env, python
 
 from t5forge.checkpoints.checkpointer import Checkpointer, check_params_match, restore_params
 from t5forge.errors import CheckpointError
 from t5forge.training.optimizers import adafactor
 from t5forge.training.train_state import TrainState
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 TX = adafactor(0.01, min_dim_size_to_factor=4)
 
 
@@ -169,13 +166,7 @@ KILLED_SAVE = textwrap.dedent("""
 
 def _run_script(script: str, model_dir) -> subprocess.CompletedProcess:
     """`script` in a fresh interpreter with `model_dir` as its argument."""
-    return subprocess.run(
-        [sys.executable, "-c", script, str(model_dir)],
-        env=dict(os.environ, PYTHONPATH=str(REPO_ROOT), JAX_PLATFORMS="cpu"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return python("-c", script, model_dir, env=command_env(PYTHONPATH=REPO), timeout=120)
 
 
 def test_killed_save_never_yields_a_bad_checkpoint(tmp_path):

@@ -4,13 +4,9 @@ English+German vocabulary (`t5forge vocab train`, two inputs) -> span-corruption
 fine-tuning from that checkpoint and from scratch -> the BLEU table of both runs.
 """
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from commands import python
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
@@ -76,16 +72,10 @@ def test_vocab_pretrain_then_finetune_vs_scratch_bleu_table(
         env=env,
     )
 
-    table = subprocess.run(
-        [
-            sys.executable,
-            "examples/finetune_en_de/bleu_table.py",
-            f"pretrained={finetuned}",
-            f"scratch={scratch}",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
+    table = python(
+        "examples/finetune_en_de/bleu_table.py",
+        f"pretrained={finetuned}",
+        f"scratch={scratch}",
         timeout=60,
         check=True,
     )

@@ -1,10 +1,8 @@
 """Logical-axis rules, meshes and batch checks; sharded training on 8 virtual devices."""
 
 import json
-import os
 import socket
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -12,6 +10,7 @@ import jax
 import numpy as np
 import optax
 import pytest
+from commands import REPO, command_env, python, python_popen
 from jax.sharding import PartitionSpec as P
 
 from t5forge.errors import ConfigError
@@ -20,21 +19,12 @@ from t5forge.training.optimizers import adafactor, adamw
 from t5forge.training.train_state import TrainState, train_state_logical_axes
 
 CHECK_SCRIPT = Path(__file__).with_name("multidevice_partitioning_check.py")
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def eight_device_report():
-    env = dict(
-        os.environ,
-        XLA_FLAGS="--xla_force_host_platform_device_count=8",
-        JAX_PLATFORMS="cpu",
-        PYTHONPATH=str(REPO_ROOT),
-    )
-    result = subprocess.run(
-        [sys.executable, str(CHECK_SCRIPT)], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    env = command_env(XLA_FLAGS="--xla_force_host_platform_device_count=8", PYTHONPATH=REPO)
+    result = python(CHECK_SCRIPT, env=env, timeout=300, check=True)
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -179,20 +169,9 @@ def test_two_processes_build_one_global_batch():
     with socket.socket() as probe:
         probe.bind(("localhost", 0))
         port = probe.getsockname()[1]
-    env = dict(
-        os.environ,
-        XLA_FLAGS="--xla_force_host_platform_device_count=2",
-        JAX_PLATFORMS="cpu",
-        PYTHONPATH=str(REPO_ROOT),
-    )
+    env = command_env(XLA_FLAGS="--xla_force_host_platform_device_count=2", PYTHONPATH=REPO)
     workers = [
-        subprocess.Popen(
-            [sys.executable, "-c", TWO_HOST_WORKER, str(port), str(i)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        python_popen("-c", TWO_HOST_WORKER, port, i, env=env, stdout=subprocess.PIPE)
         for i in range(2)
     ]
     outputs = [worker.communicate(timeout=120) for worker in workers]

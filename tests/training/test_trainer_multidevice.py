@@ -1,32 +1,24 @@
 """The real Trainer and a real T5 give 1-device losses on 8 devices, model parallel and FSDP."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from commands import REPO, command_env, python
 
 CHECK_SCRIPT = Path(__file__).with_name("multidevice_trainer_check.py")
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def eight_device_report():
     # -O0 halves XLA's CPU compile time; every layout compiles the same way, so the comparison
     # between layouts is unaffected.
-    env = dict(
-        os.environ,
-        JAX_PLATFORMS="cpu",
-        PYTHONPATH=str(REPO_ROOT),
+    env = command_env(
+        PYTHONPATH=REPO,
         XLA_FLAGS="--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0",
     )
-    result = subprocess.run(
-        [sys.executable, str(CHECK_SCRIPT)], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = python(CHECK_SCRIPT, env=env, timeout=300, check=True)
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
