@@ -4,9 +4,9 @@ import dataclasses
 
 import numpy as np
 import pytest
+from commands import t5forge_in_process
 
 import t5forge
-from t5forge.cli.main import main as cli
 from t5forge.errors import T5ForgeError
 from t5forge.models.configs import get_config
 
@@ -40,52 +40,46 @@ def test_t5x_to_t5forge_to_hf_to_t5forge_changes_nothing(t5x_checkpoint, tmp_pat
     original = _outputs(t5forge.load(t5x_checkpoint, config=gin_file))
     ours, hf, back = tmp_path / "ours", tmp_path / "hf", tmp_path / "back"
     assert (
-        cli(
-            [
-                "convert",
-                "--from",
-                "t5x",
-                "--to",
-                "t5forge",
-                f"--gin_file={gin_file}",
-                "--input",
-                str(t5x_checkpoint),
-                "--output",
-                str(ours),
-            ]
+        t5forge_in_process(
+            "convert",
+            "--from",
+            "t5x",
+            "--to",
+            "t5forge",
+            f"--gin_file={gin_file}",
+            "--input",
+            str(t5x_checkpoint),
+            "--output",
+            str(ours),
         )
         == 0
     )
     assert "converted 52 tensors (518,240 parameters)" in capsys.readouterr().out
     assert (
-        cli(
-            [
-                "convert",
-                "--from",
-                "t5forge",
-                "--to",
-                "hf",
-                "--input",
-                str(ours),
-                "--output",
-                str(hf),
-            ]
+        t5forge_in_process(
+            "convert",
+            "--from",
+            "t5forge",
+            "--to",
+            "hf",
+            "--input",
+            str(ours),
+            "--output",
+            str(hf),
         )
         == 0
     )
     assert (
-        cli(
-            [
-                "convert",
-                "--from",
-                "hf",
-                "--to",
-                "t5forge",
-                "--input",
-                str(hf),
-                "--output",
-                str(back),
-            ]
+        t5forge_in_process(
+            "convert",
+            "--from",
+            "hf",
+            "--to",
+            "t5forge",
+            "--input",
+            str(hf),
+            "--output",
+            str(back),
         )
         == 0
     )
@@ -97,18 +91,16 @@ def test_t5x_to_t5forge_to_hf_to_t5forge_changes_nothing(t5x_checkpoint, tmp_pat
 
 def test_convert_t5x_without_config_infers_it(t5x_checkpoint, tmp_path):
     assert (
-        cli(
-            [
-                "convert",
-                "--from",
-                "t5x",
-                "--to",
-                "hf",
-                "--input",
-                str(t5x_checkpoint),
-                "--output",
-                str(tmp_path / "hf"),
-            ]
+        t5forge_in_process(
+            "convert",
+            "--from",
+            "t5x",
+            "--to",
+            "hf",
+            "--input",
+            str(t5x_checkpoint),
+            "--output",
+            str(tmp_path / "hf"),
         )
         == 0
     )
@@ -120,18 +112,16 @@ def test_convert_t5x_without_config_infers_it(t5x_checkpoint, tmp_path):
 def test_unknown_input_is_one_line(tmp_path, capsys):
     (tmp_path / "junk").write_text("not a checkpoint")
     assert (
-        cli(
-            [
-                "convert",
-                "--from",
-                "t5x",
-                "--to",
-                "hf",
-                "--input",
-                str(tmp_path / "junk"),
-                "--output",
-                str(tmp_path / "out"),
-            ]
+        t5forge_in_process(
+            "convert",
+            "--from",
+            "t5x",
+            "--to",
+            "hf",
+            "--input",
+            str(tmp_path / "junk"),
+            "--output",
+            str(tmp_path / "out"),
         )
         == 2
     )

@@ -5,11 +5,11 @@ import dataclasses
 import jax
 import numpy as np
 import pytest
+from commands import t5forge_in_process
 
 import t5forge
 from t5forge.checkpoints import formats
 from t5forge.checkpoints.checkpointer import Checkpointer, read_metadata
-from t5forge.cli.main import main as cli
 from t5forge.errors import CheckpointError, ConfigError
 from t5forge.models.configs import get_config
 from t5forge.models.model import build_model
@@ -80,18 +80,16 @@ def test_mesh_tf_checkpoints_load_through_the_same_list(tmp_path):
 
 def test_convert_refuses_a_source_format_the_input_is_not(t5x_checkpoint, tmp_path, capsys):
     assert (
-        cli(
-            [
-                "convert",
-                "--from",
-                "hf",
-                "--to",
-                "t5forge",
-                "--input",
-                str(t5x_checkpoint),
-                "--output",
-                str(tmp_path / "out"),
-            ]
+        t5forge_in_process(
+            "convert",
+            "--from",
+            "hf",
+            "--to",
+            "t5forge",
+            "--input",
+            str(t5x_checkpoint),
+            "--output",
+            str(tmp_path / "out"),
         )
         == 2
     )
