@@ -37,6 +37,11 @@ T5X_SIGNATURES = {
         "summarize_config_fn verify_matching_vocabs_fn output_vocab_feature_name "
         "file_extension keep_aux_as_numpy use_orbax"
     ),
+    "__main__.create_task_from_tfexample_file": (
+        "paths file_type inputs_key targets_key features task_id"
+    ),
+    "t5x.models.get_input_vocabulary": "model",
+    "t5x.models.get_output_vocabulary": "model",
     "t5x.utils.DatasetConfig": (
         "mixture_or_task_name task_feature_lengths split batch_size shuffle seed use_cached "
         "pack use_custom_packing_ops module use_memory_cache trim_output_features "

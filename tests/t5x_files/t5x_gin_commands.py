@@ -15,6 +15,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 SHARED_DATA = Path(os.environ.get("T5FORGE_SHARED_DATA", REPO.parent / "shared" / "data"))
 T5X_GIN = SHARED_DATA.parent / "t5x_gin"  # T5X's 149 files, never edited (its README)
+TFEXAMPLE_DIR = REPO / "tests" / "data" / "tfds_fixtures" / "tfexample"
 
 TASK = "en_de_lohelp_translate"
 # The tiny model of tests/tiny_model.py, written the way a T5X user overrides T5X's network.
@@ -120,6 +121,17 @@ def overrides(out: Path) -> list[str]:
     ]
 
 
+def tfexample_overrides() -> list[str]:
+    """What infer_from_tfexample_file.gin leaves to the user: the files (tf.Examples written
+    by TensorFlow, with the `inputs` text feature the file's task reads), their type, lengths."""
+    files = sorted(str(p) for p in TFEXAMPLE_DIR.glob("*.tfrecord"))
+    return [
+        f"--gin.TF_EXAMPLE_FILE_PATHS={files}",
+        "--gin.TF_EXAMPLE_FILE_TYPE='tfrecord'",
+        "--gin.FEATURE_LENGTHS={'inputs': 16, 'targets': 16}",
+    ]
+
+
 def argv(path: str, out: Path) -> tuple[str, list[str]]:
     """(command, its arguments) as a T5X user would type them, from --gin_search_paths."""
     command, files = gin_files(path)
@@ -129,4 +141,5 @@ def argv(path: str, out: Path) -> tuple[str, list[str]]:
         *(f"--gin_file={f}" for f in files),
         *overrides(out),
         *network_overrides(decoder_only),
+        *(tfexample_overrides() if "infer_from_tfexample_file" in path else []),
     ]

@@ -24,10 +24,6 @@ EXPORT = Refused(
     "`t5forge convert --to hf`",
     "`t5forge serve`",
 )
-TFEXAMPLE = Refused(
-    "reads TFRecord files through seqio.TFExampleDataSource (issue 25, T5X users' tasks and data)",
-    "create_task_from_tfexample_file",
-)
 PRECOMPILE = Refused(
     "T5X's precompile (compile the train step and exit) is not built yet",
     "train_script.precompile",
@@ -64,7 +60,7 @@ STATES = {
     "t5x/configs/runs/export_seqio.gin": EXPORT,
     "t5x/configs/runs/finetune.gin": RUNS,
     "t5x/configs/runs/infer.gin": RUNS,
-    "t5x/configs/runs/infer_from_tfexample_file.gin": TFEXAMPLE,
+    "t5x/configs/runs/infer_from_tfexample_file.gin": RUNS,
     "t5x/configs/runs/precompile.gin": PRECOMPILE,
     "t5x/configs/runs/pretrain.gin": RUNS,
     "t5x/contrib/gpu/scripts_gpu/dummy_wikipedia_config/small_pretrain_dummy_wikipedia.gin": (
@@ -83,7 +79,7 @@ STATES = {
     "t5x/contrib/gpu/t5/configs/runs/finetune_mnli.gin": RUNS,
     "t5x/contrib/gpu/t5/configs/runs/finetune_squad1.gin": RUNS,
     "t5x/contrib/gpu/t5/configs/runs/infer.gin": RUNS,
-    "t5x/contrib/gpu/t5/configs/runs/infer_from_tfexample_file.gin": TFEXAMPLE,
+    "t5x/contrib/gpu/t5/configs/runs/infer_from_tfexample_file.gin": RUNS,
     "t5x/contrib/gpu/t5/configs/runs/precompile.gin": PRECOMPILE,
     "t5x/contrib/gpu/t5/configs/runs/pretrain.gin": RUNS,
     "t5x/contrib/gpu/t5/configs/runs/pretrain_pile.gin": RUNS,

@@ -2,7 +2,8 @@
 --gin_search_paths=../shared/t5x_gin with a T5X user's command-line overrides only.
 
 The seed examples train from scratch, fine-tune that checkpoint (TRAIN_STEPS_RELATIVE),
-evaluate and infer it; test_train_t5_tiny.gin, the scanned-layers network and the optax
+evaluate and infer it, and infer_from_tfexample_file.gin infers it over TFRecord files of
+tf.Examples written by TensorFlow; test_train_t5_tiny.gin, the scanned-layers network and the optax
 AdamW example (with a 1-step warm-up: its cosine decay lasts TRAIN_STEPS) and the
 decoder-only WMT example train too. T5X's WMT task is T5's TensorFlow task: the built-in
 en_de_lohelp_translate stands in for it (MIXTURE_OR_TASK_NAME), and its validation split for
@@ -14,10 +15,11 @@ num_partitions = 2, as the WMT examples do: every command gets two host CPU devi
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
-from t5x_gin_commands import T5X_GIN, argv
+from t5x_gin_commands import T5X_GIN, TFEXAMPLE_DIR, argv
 
 pytestmark = [
     pytest.mark.slow,
@@ -74,6 +76,28 @@ def test_eval_and_infer_the_checkpoint(tiny_runs, from_scratch):
     _run(tiny_runs, f"{EXAMPLES}/base_wmt_infer.gin", from_scratch, *VALIDATION)
     (predictions,) = (from_scratch / "infer").glob("*-predict.jsonl")
     assert len(predictions.read_text().splitlines()) == 400  # the whole validation split
+
+
+def test_infer_from_tfexample_files(tiny_runs, from_scratch):
+    """T5X's infer_from_tfexample_file.gin over the 40 tf.Examples TensorFlow wrote; the
+    task tokenizes `inputs` with the model file's vocabulary (here the tiny one)."""
+    vocab = f"--gin.seqio.SentencePieceVocabulary.sentencepiece_model_file='{tiny_runs.vocab}'"
+    out = from_scratch / "tfexample"
+    _run(
+        tiny_runs,
+        "t5x/configs/runs/infer_from_tfexample_file.gin",
+        from_scratch,
+        vocab,
+        "--gin.utils.DatasetConfig.batch_size=40",
+        f"--gin.INFER_OUTPUT_DIR={out}",
+    )
+    (predictions,) = out.glob("*-predict.jsonl")
+    rows = [json.loads(line) for line in predictions.read_text().splitlines()]
+    written = json.loads((TFEXAMPLE_DIR.parent / "tfexample_reference.json").read_text())
+    reviews = [base64.b64decode(x["inputs"]["bytes"]).decode() for x in written["seqio_train"]]
+    assert len(rows) == len(reviews) == 40
+    for row, review in zip(rows, reviews, strict=True):  # 16 tokens of each review, in order
+        assert row["inputs"] and review.startswith(row["inputs"]), (row, review)
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ from t5forge.config.t5x_compat.rules import (
     reference,
     resolve_macros,
 )
+from t5forge.data.tfexample_task import create_task_from_tfexample_file
 
 _T5_TASK_MODULES = ("t5.", "t5x.", "seqio")
 
@@ -296,6 +297,15 @@ NAMES: tuple[T5XName, ...] = (
     ),
     T5XName(
         "__main__",
+        "create_task_from_tfexample_file",
+        build=create_task_from_tfexample_file,
+        rules={
+            p: keep()
+            for p in ("paths", "file_type", "inputs_key", "targets_key", "features", "task_id")
+        },
+    ),
+    T5XName(
+        "__main__",
         "infer",
         twin="infer",
         rules={
@@ -415,8 +425,9 @@ NAMES: tuple[T5XName, ...] = (
                 for p in ("z_loss", "label_smoothing", "loss_normalizing_factor")
             },
             "optimizer_def": move("train.optimizer"),
-            "input_vocabulary": equivalent(),
-            "output_vocabulary": equivalent(),
+            # Read back by models.get_input_vocabulary (infer_from_tfexample_file.gin).
+            "input_vocabulary": move("t5x.models.get_input_vocabulary.vocabulary"),
+            "output_vocabulary": move("t5x.models.get_output_vocabulary.vocabulary"),
             "feature_converter_cls": honoured(
                 None,
                 refuse="t5forge picks the feature converter "
@@ -466,6 +477,16 @@ NAMES: tuple[T5XName, ...] = (
             },
         )
         for model in ("EncoderDecoderModel", "DecoderOnlyModel")
+    ),
+    *(
+        T5XName(
+            "t5x.models",
+            f"get_{side}_vocabulary",
+            build=objects.model_vocabulary(side),
+            # t5forge's model holds no vocabulary: the one MODEL's file binds moves here.
+            rules={"model": equivalent(), "vocabulary": keep()},
+        )
+        for side in ("input", "output")
     ),
     # ---- t5x.adafactor
     T5XName(

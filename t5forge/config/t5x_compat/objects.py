@@ -126,6 +126,21 @@ def sentencepiece_vocabulary(
     return SentencePieceVocabulary(sentencepiece_model_file, extra_ids)
 
 
+def model_vocabulary(side: str):
+    """T5X's `models.get_{side}_vocabulary(model)`: the vocabulary MODEL's file binds
+    (`models.EncoderDecoderModel.{side}_vocabulary`), which translation moves here."""
+
+    def get(model=None, vocabulary=None):
+        if vocabulary is None:
+            raise ConfigError(
+                f"models.get_{side}_vocabulary: MODEL binds no {side} vocabulary; bind "
+                f"models.EncoderDecoderModel.{side}_vocabulary (e.g. = %VOCABULARY)"
+            )
+        return vocabulary
+
+    return get
+
+
 def byte_vocabulary(extra_ids: int = 0):
     """`seqio.ByteVocabulary` in a gin file (ByT5)."""
     from t5forge.data.vocabularies import ByteVocabulary
