@@ -5,28 +5,23 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from commands import QUIET_TRAIN, REPO, TASK, command_env, t5forge, t5forge_popen
 
 from t5forge import storage
 from t5forge.checkpoints.integrity import CHECKSUMS_FILE
 from t5forge.checkpoints.remote_model_dir import complete_steps, local_copy
 
-REPO = Path(__file__).resolve().parents[2]
 EN_DE = REPO / "t5forge" / "tasks" / "data" / "en_de_lohelp"
-TASK = "en_de_lohelp_translate"
 STEPS = 200
 
 
-def _command(model_dir, gin, *extra) -> list[str]:
+def _train_args(model_dir, gin, *extra) -> list[str]:
+    """`train` of `gin`'s model from scratch, a checkpoint every 10 steps, no evaluation."""
     return [
-        sys.executable,
-        "-m",
-        "t5forge",
         "train",
         f"--gin_file={gin}",
         "--gin_file=runs/finetune.gin",
@@ -36,12 +31,8 @@ def _command(model_dir, gin, *extra) -> list[str]:
         f"--gin.TRAIN_STEPS={STEPS}",
         "--gin.BATCH_SIZE=4",
         "--gin.INITIAL_CHECKPOINT_PATH=None",
-        "--gin.EVAL_PERIOD=0",
         "--gin.CHECKPOINT_PERIOD=10",
-        "--gin.train.stats_period=1",
-        "--gin.train.infer_eval_dataset_cfg=None",
-        "--gin.train.train_eval_dataset_cfg=None",
-        "--gin.utils.SaveCheckpointConfig.async_save=False",
+        *QUIET_TRAIN,
         *extra,
     ]
 
@@ -63,37 +54,25 @@ def test_killed_run_resumes_from_the_bucket_on_a_fresh_machine(
         storage.path(f"{bucket}/data/en_de_lohelp/{split}.jsonl.gz").write_bytes(
             (EN_DE / f"{split}.jsonl.gz").read_bytes()
         )
-    env = {**s3_env, "T5FORGE_VOCAB": vocab, "T5FORGE_DATA_DIR": f"{bucket}/data"}
-    env["JAX_PLATFORMS"] = "cpu"
+    env = command_env(T5FORGE_VOCAB=vocab, T5FORGE_DATA_DIR=f"{bucket}/data")  # and s3_env's
 
     straight = tmp_path / "straight"
-    done = subprocess.run(
-        _command(straight, tiny_model_gin), env=env, capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    t5forge(*_train_args(straight, tiny_model_gin), env=env, check=True)
     expected = _losses((straight / "metrics.jsonl").read_text())
 
     # The task preprocessed once into the bucket (as `t5forge cache-tasks` on a preprocessing
     # machine), then read from there by the runs below: the cache holds the examples in their
     # uncached order, so the losses must still equal the uncached local run's.
     cache = f"{bucket}/cache"
-    cached = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "t5forge",
-            "cache-tasks",
-            f"--tasks={TASK}",
-            f"--output_cache_dir={cache}",
-            "--splits=train",
-            "--no_progress",
-        ],
+    t5forge(
+        "cache-tasks",
+        f"--tasks={TASK}",
+        f"--output_cache_dir={cache}",
+        "--splits=train",
+        "--no_progress",
         env={**env, "T5FORGE_STAGING_DIR": str(tmp_path / "preprocessing")},
-        capture_output=True,
-        text=True,
-        timeout=600,
+        check=True,
     )
-    assert cached.returncode == 0, cached.stderr[-3000:]
     assert json.loads(storage.path(f"{cache}/{TASK}/COMPLETED").read_text())["splits"] == ["train"]
     use_cache = (f"--seqio_additional_cache_dirs={cache}", "--gin.USE_CACHED_TASKS=True")
 
@@ -101,12 +80,7 @@ def test_killed_run_resumes_from_the_bucket_on_a_fresh_machine(
     first_machine = {**env, "T5FORGE_STAGING_DIR": str(tmp_path / "machine_a")}
     log = tmp_path / "killed.log"
     with log.open("w") as stderr:
-        process = subprocess.Popen(
-            _command(run, tiny_model_gin),
-            env=first_machine,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )
+        process = t5forge_popen(*_train_args(run, tiny_model_gin), env=first_machine, stderr=stderr)
     deadline = time.time() + 600
     while not complete_steps(run) and time.time() < deadline:
         assert process.poll() is None, log.read_text()[-3000:]
@@ -117,14 +91,7 @@ def test_killed_run_resumes_from_the_bucket_on_a_fresh_machine(
     assert copied and copied[-1] < STEPS, copied
 
     second_machine = {**env, "T5FORGE_STAGING_DIR": str(tmp_path / "machine_b")}
-    resumed = subprocess.run(
-        _command(run, tiny_model_gin, *use_cache),
-        env=second_machine,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    resumed = t5forge(*_train_args(run, tiny_model_gin, *use_cache), env=second_machine, check=True)
     assert f"fetching {run}/checkpoint_{copied[-1]}" in resumed.stderr
     assert list((tmp_path / "machine_b").glob(f"*_cache_{TASK}/train.array_record-*"))
     assert complete_steps(run)[-1] == STEPS
@@ -139,24 +106,16 @@ def test_killed_run_resumes_from_the_bucket_on_a_fresh_machine(
     assert complete_steps(run)[-1] < STEPS
     assert Path(local_copy(run)).name == f"checkpoint_{complete_steps(run)[-1]}"
 
-    inferred = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "t5forge",
-            "infer",
-            f"--gin_file={tiny_model_gin}",
-            "--gin_file=runs/infer.gin",
-            f"--gin.CHECKPOINT_PATH={run}",
-            f"--gin.INFER_OUTPUT_DIR={bucket}/infer",
-            f"--gin.MIXTURE_OR_TASK_NAME={TASK}",
-            "--gin.TASK_FEATURE_LENGTHS={'inputs': 24, 'targets': 8}",
-        ],
+    t5forge(
+        "infer",
+        f"--gin_file={tiny_model_gin}",
+        "--gin_file=runs/infer.gin",
+        f"--gin.CHECKPOINT_PATH={run}",
+        f"--gin.INFER_OUTPUT_DIR={bucket}/infer",
+        f"--gin.MIXTURE_OR_TASK_NAME={TASK}",
+        "--gin.TASK_FEATURE_LENGTHS={'inputs': 24, 'targets': 8}",
         env={**env, "T5FORGE_STAGING_DIR": str(tmp_path / "machine_c")},
-        capture_output=True,
-        text=True,
-        timeout=600,
+        check=True,
     )
-    assert inferred.returncode == 0, inferred.stderr[-3000:]
     rows = storage.path(f"{bucket}/infer/{TASK}-predict.jsonl").read_text().splitlines()
     assert rows and all("prediction" in json.loads(row) for row in rows)

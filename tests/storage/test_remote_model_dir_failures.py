@@ -3,18 +3,15 @@ taken for a checkpoint."""
 
 from __future__ import annotations
 
-import subprocess
 import time
 import uuid
-from pathlib import Path
 
 import boto3
 import pytest
+from commands import REPO, command_env, t5forge, t5forge_popen
 
 from .conftest import S3_ENV, MotoServer
-from .test_remote_model_dir import _command
-
-REPO = Path(__file__).resolve().parents[2]
+from .test_remote_model_dir import _train_args
 
 
 def _copied_checkpoints(client) -> list[str]:
@@ -31,15 +28,15 @@ def _error_lines(stderr: str) -> list[str]:
 def test_a_model_dir_that_cannot_be_reached_is_one_line(
     case, s3_env, tiny_vocab, tiny_model_gin, tmp_path
 ):
-    env = {**s3_env, "T5FORGE_VOCAB": str(tiny_vocab), "JAX_PLATFORMS": "cpu"}
-    env["T5FORGE_STAGING_DIR"] = str(tmp_path / "staging")
-    env["T5FORGE_DATA_DIR"] = str(REPO / "t5forge" / "tasks" / "data")
+    env = command_env(  # and s3_env's
+        T5FORGE_VOCAB=tiny_vocab,
+        T5FORGE_STAGING_DIR=tmp_path / "staging",
+        T5FORGE_DATA_DIR=REPO / "t5forge" / "tasks" / "data",
+    )
     if case == "no credentials":
         del env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]
     run = f"s3://t5forge-missing-{uuid.uuid4().hex[:8]}/run"
-    result = subprocess.run(
-        _command(run, tiny_model_gin), env=env, capture_output=True, text=True, timeout=300
-    )
+    result = t5forge(*_train_args(run, tiny_model_gin), env=env, timeout=300)
     (line,) = _error_lines(result.stderr)
     assert result.returncode == 2, result.stderr[-3000:]
     expected = "bucket does not exist" if case == "no bucket" else "no credentials"
@@ -52,19 +49,17 @@ def test_the_store_going_away_mid_run_is_one_line_naming_the_last_complete_check
 ):
     with MotoServer(tmp_path) as server:
         boto3.client("s3", endpoint_url=server.url).create_bucket(Bucket="t5forge-outage")
-        env = {**s3_env, "AWS_ENDPOINT_URL": server.url, "JAX_PLATFORMS": "cpu"}
-        env.update(
-            T5FORGE_VOCAB=str(tiny_vocab),
-            T5FORGE_STAGING_DIR=str(tmp_path / "staging"),
-            T5FORGE_DATA_DIR=str(REPO / "t5forge" / "tasks" / "data"),
+        env = command_env(
+            AWS_ENDPOINT_URL=server.url,
+            T5FORGE_VOCAB=tiny_vocab,
+            T5FORGE_STAGING_DIR=tmp_path / "staging",
+            T5FORGE_DATA_DIR=REPO / "t5forge" / "tasks" / "data",
             **S3_ENV,
         )
         run = "s3://t5forge-outage/run"
         log = tmp_path / "run.log"
         with log.open("w") as stderr:
-            process = subprocess.Popen(
-                _command(run, tiny_model_gin), env=env, stdout=subprocess.DEVNULL, stderr=stderr
-            )
+            process = t5forge_popen(*_train_args(run, tiny_model_gin), env=env, stderr=stderr)
         client = boto3.client("s3", endpoint_url=server.url)
         deadline = time.time() + 300
         while not _copied_checkpoints(client) and time.time() < deadline:
