@@ -9,8 +9,11 @@ self-attention caches and the rows' options, into free slots. `step` makes the n
 every slot at that slot's own position: the model's one-step function is mapped over the
 slots (jax.vmap), so each row sees exactly the positions, masks and relative-position biases
 it would see in a batch of its own, and rows that started at different steps share one
-program. Two programs per (batch, length) bucket of new inputs, one for the step: the step's
-shape never changes with traffic.
+program. One admission program per (batch, length) bucket of new inputs, one step program per
+bucket of leading slots (1, 2, 4, ...: the occupied slots are kept at the front). A step still
+has a fixed cost that does not shrink with the occupied slots and dominates light loads on CPU
+(README, "Continuous batching"), most likely the write-back into the whole pool; splitting the
+pool into per-bucket segments would make any such copy proportional to the occupied slots.
 
 Decoder-only models (whose prompts are prefilled into the self-attention cache) are not
 handled here; the server decodes them in static batches.

@@ -14,7 +14,8 @@ from t5forge.serving import InferenceService, ServerSettings, create_app
 from t5forge.serving.server import uvicorn_config
 
 # Small limits so every limit is reachable; max_wait_ms long enough that concurrent test
-# requests always meet in one batch.
+# requests always meet in one batch; continuous batching (the static scheduler has a
+# server of its own, conftest.static_server).
 TEST_SETTINGS = ServerSettings(
     max_batch_size=4,
     max_wait_ms=200,
@@ -27,6 +28,7 @@ TEST_SETTINGS = ServerSettings(
     max_num_beams=4,
     warmup_num_beams=2,
     max_input_length=16,
+    scheduler="continuous",
 )
 
 

@@ -63,6 +63,8 @@ def test_serve_command_checks_the_key_and_drains_on_sigterm(t5forge_run):
             "--warmup_num_beams",
             "0",
             "--allow_new_beam_shapes",
+            "--scheduler",
+            "continuous",
             "--max_new_tokens",
             "6",
             "--max_new_tokens_limit",
