@@ -121,6 +121,11 @@ def config_to_hf(config: T5Config) -> dict:
             "Hugging Face T5 has no decoder-only model; only encoder_decoder "
             "configs export to transformers"
         )
+    if config.scale_attn_logits:
+        raise ConfigError(
+            "scale_attn_logits = True has no Hugging Face T5 equivalent (HF T5 never scales "
+            "attention logits); export a config without it"
+        )
     activations = tuple(config.mlp_activations)
     if activations not in _ACTIVATIONS_TO_HF:
         raise ConfigError(

@@ -53,6 +53,9 @@ class T5Config:
     remat_policy: str = "none"
     architecture: str = "encoder_decoder"
     attention_implementation: str = "auto"
+    # Divide attention logits by sqrt(head_dim), as T5X's GPU network (contrib/gpu) can; T5
+    # folds that factor into the query initializer instead, so it is off for every T5.
+    scale_attn_logits: bool = False
 
     def __post_init__(self):
         # gin and JSON hand us lists; the config must stay hashable (it is a static jit argument).

@@ -259,6 +259,7 @@ class MultiHeadAttention(nn.Module):
     dropout_rate: float = 0.0
     dtype: jnp.dtype = jnp.float32
     implementation: str = "auto"
+    scale_logits: bool = False  # T5Config.scale_attn_logits: queries times head_dim**-0.5
 
     def setup(self):
         inner = self.num_heads * self.head_dim
@@ -276,10 +277,13 @@ class MultiHeadAttention(nn.Module):
     def _heads(self, x, names: tuple[str, ...]) -> list:
         """Projections of x [B, T, E] by the `names` kernels, each [B, heads, T, head_dim]."""
         projections = fused_projections(self, x, {n: getattr(self, n) for n in names}, self.dtype)
-        return [
+        heads = [
             self._split_heads(checkpoint_name(y, f"{name}_proj"))
             for name, y in zip(names, projections, strict=True)
         ]
+        if self.scale_logits and names[0] == "query":  # q k^T / sqrt(head_dim), every path
+            heads[0] = heads[0] * jnp.asarray(self.head_dim**-0.5, heads[0].dtype)
+        return heads
 
     def _split_heads(self, y):
         """A projection [B, T, heads * head_dim] -> [B, heads, T, head_dim]."""

@@ -65,6 +65,7 @@ def _attention(config: T5Config, name: str) -> MultiHeadAttention:
         config.dropout_rate,
         _dtype(config),
         config.attention_implementation,
+        config.scale_attn_logits,
         name=name,
     )
 

@@ -5,7 +5,8 @@ The seed examples train from scratch, fine-tune that checkpoint (TRAIN_STEPS_REL
 evaluate and infer it, and infer_from_tfexample_file.gin infers it over TFRecord files of
 tf.Examples written by TensorFlow; test_train_t5_tiny.gin, the scanned-layers network and the optax
 AdamW example (with a 1-step warm-up: its cosine decay lasts TRAIN_STEPS) and the
-decoder-only WMT example train too. T5X's WMT task is T5's TensorFlow task: the built-in
+decoder-only WMT example train too, and so does the GPU network's AdamW overlay, which
+scales attention logits (scale_attn_logits = True) in 7 of T5X's GPU examples. T5X's WMT task is T5's TensorFlow task: the built-in
 en_de_lohelp_translate stands in for it (MIXTURE_OR_TASK_NAME), and its validation split for
 WMT's test split. Training evaluates one batch and runs no inference evaluation; eval and
 infer decode the 400 examples in two batches. test_train_t5_tiny.gin binds
@@ -31,6 +32,8 @@ VALIDATION = [
     "--gin.utils.DatasetConfig.split='validation'",
     "--gin.utils.DatasetConfig.batch_size=200",
 ]
+# The GPU network's AdamW overlay, as its 7 example files include it: scale_attn_logits = True.
+GPU_SCALED_ATTENTION = "t5x/contrib/gpu/t5/t5_1_1/adamw_opt.gin"
 BRIEF_TRAINING = ["--gin.train.infer_eval_dataset_cfg=None", "--gin.train.eval_steps=1"]
 
 
@@ -107,10 +110,13 @@ def test_infer_from_tfexample_files(tiny_runs, from_scratch):
         "t5x/examples/scalable_t5/t5_1_1/small.gin",  # scanned layers, with runs/pretrain.gin
         f"{EXAMPLES}/base_wmt_from_scratch_adamw.gin",  # optax through optimizers.chain
         "t5x/examples/decoder_only/examples/base_wmt_from_scratch.gin",  # a prefix LM
+        GPU_SCALED_ATTENTION,
     ],
 )
 def test_trains_two_steps(tiny_runs, path, tmp_path):
     warm_up = "--gin.optax.warmup_cosine_decay_schedule.warmup_steps=1"
-    extra = [warm_up] if "adamw" in path else []
+    extra = [warm_up] if path.endswith("_adamw.gin") else []
     _run(tiny_runs, path, tmp_path, f"--gin.MODEL_DIR={tmp_path / 'run'}", *extra)
     assert _train_steps(tmp_path / "run")[-1] == 2
+    if path == GPU_SCALED_ATTENTION:
+        assert "T5Config.scale_attn_logits = True" in (tmp_path / "run" / "config.gin").read_text()

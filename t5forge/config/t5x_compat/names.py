@@ -619,11 +619,7 @@ NAMES: tuple[T5XName, ...] = (
             "float32_attention_logits": honoured(
                 False, warn="attention logits are computed in T5Config.dtype"
             ),
-            "scale_attn_logits": honoured(
-                False,
-                refuse="T5 folds 1/sqrt(head_dim) into its "
-                "initialisation; t5forge's layers never scale logits",
-            ),
+            "scale_attn_logits": move(),
         },
     ),
     T5XName(
