@@ -209,7 +209,7 @@ def test_t5x_module_names_exist_only_while_gin_parses():
     _parse(f"--gin_file={EXAMPLES}/test_train_t5_tiny.gin", TASK, "--gin.MODEL_DIR=/tmp/m")
     assert sys.modules["__main__"] is main
     assert not [name for name in sys.modules if name.split(".")[0] in ("t5x", "seqio", "t5")]
-    assert importlib.util.find_spec("t5x") is None
+    assert [importlib.util.find_spec(name) for name in ("t5x", "seqio", "t5")] == [None] * 3
     from t5forge import seqio
 
     assert seqio.__name__ == "t5forge.seqio"

@@ -1,5 +1,5 @@
 """T5's tasks, preprocessors, postprocessors and metrics on t5forge give what the real seqio
-0.0.20 + t5 0.9.4 give (tests/seqio/reference/t5_reference.json, made by make_reference.py
+0.0.20 + t5 0.9.4 give (tests/seqio_port/reference/t5_reference.json, made by make_reference.py
 beside it in an environment with TensorFlow): the first examples of T5's registered tasks
 over TFDS-written fixtures in both file formats, text and token ids."""
 

@@ -1,10 +1,10 @@
-"""Computes, with the real seqio 0.0.20 and t5 0.9.4, what tests/seqio/test_t5_reference.py
+"""Computes, with the real seqio 0.0.20 and t5 0.9.4, what tests/seqio_port/test_t5_reference.py
 compares t5forge against; writes t5_reference.json beside this file.
 
 Run in a side environment with TensorFlow, tensorflow_datasets, seqio and t5 installed
 (never a dependency of t5forge), from the repository root:
 
-    /tmp/side-tf/bin/python tests/seqio/reference/make_reference.py
+    /tmp/side-tf/bin/python tests/seqio_port/reference/make_reference.py
 
 1. Tasks over the TFDS fixtures (tests/data/tfds_fixtures, written by TFDS's own builders):
    every T5 task t5forge registers whose dataset the fixtures hold, its source pointed at the

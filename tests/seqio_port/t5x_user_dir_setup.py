@@ -1,4 +1,4 @@
-"""The T5X README's custom-task user directory (tests/seqio/t5x_user_dir, copied from the
+"""The T5X README's custom-task user directory (tests/seqio_port/t5x_user_dir, copied from the
 README at T5X cc342d4), made runnable here by the one change the README leaves to the
 user's machine: the vocabulary path."""
 
