@@ -22,6 +22,9 @@ def main(argv: list[str]) -> int:
         return 0
     try:
         with run_flags.configured_calls():
+            if gin_registry.precompile_requested():  # T5X's precompile.gin: compile, no steps
+                gin_registry.precompile()
+                return 0
             gin_registry.train(summarize_config_fn=run_flags.write_gin_config)
     except TypeError as e:
         if "missing" in str(e) and "required" in str(e):

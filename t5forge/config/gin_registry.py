@@ -20,6 +20,7 @@ from t5forge.models.model import DecoderOnlyModel, EncoderDecoderModel, build_mo
 from t5forge.run import configs
 from t5forge.run.evaluate import evaluate as run_evaluate
 from t5forge.run.infer import infer as run_infer
+from t5forge.run.precompile import precompile as run_precompile
 from t5forge.run.train import train as run_train
 from t5forge.training import optimizers, partitioning, schedules
 
@@ -65,3 +66,12 @@ create_learning_rate_scheduler = gin.external_configurable(
 train = gin.external_configurable(run_train, name="train")
 evaluate = gin.external_configurable(run_evaluate, name="evaluate")
 infer = gin.external_configurable(run_infer, name="infer")
+# T5X's precompile.gin (`train_script.precompile`): `t5forge train` compiles and exits.
+precompile = gin.external_configurable(run_precompile, name="precompile")
+
+
+def precompile_requested() -> bool:
+    """Whether the files bind precompile (T5X's precompile.gin), which train then runs."""
+    from t5forge.config import gin_internals
+
+    return bool(gin_internals.bindings_of(gin_internals.complete_selector("precompile")))

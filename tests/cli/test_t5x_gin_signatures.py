@@ -37,6 +37,9 @@ T5X_SIGNATURES = {
         "summarize_config_fn verify_matching_vocabs_fn output_vocab_feature_name "
         "file_extension keep_aux_as_numpy use_orbax"
     ),
+    "__main__.precompile": (
+        "model train_dataset_cfg partitioner model_dir random_seed get_dataset_fn"
+    ),
     "__main__.create_task_from_tfexample_file": (
         "paths file_type inputs_key targets_key features task_id"
     ),

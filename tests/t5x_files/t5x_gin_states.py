@@ -24,10 +24,6 @@ EXPORT = Refused(
     "`t5forge convert --to hf`",
     "`t5forge serve`",
 )
-PRECOMPILE = Refused(
-    "T5X's precompile (compile the train step and exit) is not built yet",
-    "train_script.precompile",
-)
 USER_TASK_MODULE = Refused(
     "imports dummy_wikipedia_seqio, a task module of T5X's GPU scripts folder, not a package; "
     "the line says to put its folder on PYTHONPATH",
@@ -57,7 +53,7 @@ STATES = {
     "t5x/configs/runs/finetune.gin": RUNS,
     "t5x/configs/runs/infer.gin": RUNS,
     "t5x/configs/runs/infer_from_tfexample_file.gin": RUNS,
-    "t5x/configs/runs/precompile.gin": PRECOMPILE,
+    "t5x/configs/runs/precompile.gin": RUNS,
     "t5x/configs/runs/pretrain.gin": RUNS,
     "t5x/contrib/gpu/scripts_gpu/dummy_wikipedia_config/small_pretrain_dummy_wikipedia.gin": (
         USER_TASK_MODULE
@@ -76,7 +72,7 @@ STATES = {
     "t5x/contrib/gpu/t5/configs/runs/finetune_squad1.gin": RUNS,
     "t5x/contrib/gpu/t5/configs/runs/infer.gin": RUNS,
     "t5x/contrib/gpu/t5/configs/runs/infer_from_tfexample_file.gin": RUNS,
-    "t5x/contrib/gpu/t5/configs/runs/precompile.gin": PRECOMPILE,
+    "t5x/contrib/gpu/t5/configs/runs/precompile.gin": RUNS,
     "t5x/contrib/gpu/t5/configs/runs/pretrain.gin": RUNS,
     "t5x/contrib/gpu/t5/configs/runs/pretrain_pile.gin": RUNS,
     "t5x/contrib/gpu/t5/local_tiny.gin": RUNS,

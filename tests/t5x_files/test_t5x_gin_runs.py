@@ -2,11 +2,12 @@
 --gin_search_paths=../shared/t5x_gin with a T5X user's command-line overrides only.
 
 The seed examples train from scratch, fine-tune that checkpoint (TRAIN_STEPS_RELATIVE),
-evaluate and infer it, and infer_from_tfexample_file.gin infers it over TFRecord files of
-tf.Examples written by TensorFlow; test_train_t5_tiny.gin, the scanned-layers network and the optax
-AdamW example (with a 1-step warm-up: its cosine decay lasts TRAIN_STEPS) and the
-decoder-only WMT example train too, and so does the GPU network's AdamW overlay, which
-scales attention logits (scale_attn_logits = True) in 7 of T5X's GPU examples. T5X's WMT task is T5's TensorFlow task: the built-in
+evaluate and infer it; infer_from_tfexample_file.gin infers it over TFRecord files of
+tf.Examples written by TensorFlow. test_train_t5_tiny.gin, the scanned-layers network, the
+optax AdamW example (with a 1-step warm-up: its cosine decay lasts TRAIN_STEPS), the
+decoder-only WMT example and the GPU network's AdamW overlay (scale_attn_logits = True, as 7
+of T5X's GPU examples) train too; precompile.gin compiles the train step and exits.
+T5X's WMT task is T5's TensorFlow task: the built-in
 en_de_lohelp_translate stands in for it (MIXTURE_OR_TASK_NAME), and its validation split for
 WMT's test split. Training evaluates one batch and runs no inference evaluation; eval and
 infer decode the 400 examples in two batches. test_train_t5_tiny.gin binds
@@ -79,6 +80,13 @@ def test_eval_and_infer_the_checkpoint(tiny_runs, from_scratch):
     _run(tiny_runs, f"{EXAMPLES}/base_wmt_infer.gin", from_scratch, *VALIDATION)
     (predictions,) = (from_scratch / "infer").glob("*-predict.jsonl")
     assert len(predictions.read_text().splitlines()) == 400  # the whole validation split
+
+
+def test_precompile_compiles_the_train_step_and_exits(tiny_runs, tmp_path):
+    _run(tiny_runs, "t5x/configs/runs/precompile.gin", tmp_path)
+    model_dir = tmp_path / "model"
+    assert "HloModule" in (model_dir / "train_step.hlo.txt").read_text()
+    assert not list(model_dir.glob("checkpoint_*")) and not (model_dir / "metrics.jsonl").exists()
 
 
 def test_infer_from_tfexample_files(tiny_runs, from_scratch):

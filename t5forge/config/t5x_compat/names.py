@@ -297,6 +297,16 @@ NAMES: tuple[T5XName, ...] = (
     ),
     T5XName(
         "__main__",
+        "precompile",
+        twin="precompile",
+        rules={
+            **{p: move() for p in ("model", "model_dir", "train_dataset_cfg", "partitioner")},
+            "random_seed": move(),
+            "get_dataset_fn": Rule(refuse=True, accepts=lambda v: False, reason=TF_ONLY),
+        },
+    ),
+    T5XName(
+        "__main__",
         "create_task_from_tfexample_file",
         build=create_task_from_tfexample_file,
         rules={

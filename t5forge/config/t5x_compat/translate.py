@@ -96,6 +96,19 @@ def _apply(entry: T5XName, report: _Report) -> None:
                 )
 
 
+def _precompile_compiles_with_the_models_optimizer() -> None:
+    """T5X's precompile compiles the step of the model's optimizer_def, which moved to
+    train.optimizer: precompile takes it from there (unless bound itself)."""
+    precompile = gin_internals.complete_selector("precompile")
+    bound = gin_internals.bindings_of(precompile)
+    if not bound:
+        return
+    train = gin_internals.complete_selector("train")
+    for scope, params in gin_internals.bindings_of(train).items():
+        if "optimizer" in params and "optimizer" not in bound.get(scope, {}):
+            gin.bind_parameter(_key(scope, precompile, "optimizer"), params["optimizer"])
+
+
 def translate(files_read: list[str], flags: list[str]) -> None:
     """Rewrites the parsed T5X bindings (see module doc); raises ConfigError on a refusal."""
     if not any(gin_internals.bindings_of(entry.gin_selector) for entry in NAMES) and not any(
@@ -106,6 +119,7 @@ def translate(files_read: list[str], flags: list[str]) -> None:
     for entry in NAMES:
         if not entry.same_object:
             _apply(entry, report)
+    _precompile_compiles_with_the_models_optimizer()
     gin_internals.spell_out_references()
     gin_internals.forget_imports(is_t5x_module)
     for line in dict.fromkeys(report.warnings):
