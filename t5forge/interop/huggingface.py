@@ -114,6 +114,15 @@ def config_from_hf(hf_config: dict, state_dict: dict | None = None) -> T5Config:
     )
 
 
+def _refuse_scaled_attention(config: T5Config) -> None:
+    """HF T5 never scales attention logits: such a network is not an HF T5, either way."""
+    if config.scale_attn_logits:
+        raise ConfigError(
+            "scale_attn_logits = True has no Hugging Face T5 equivalent (HF T5 never scales "
+            "attention logits); use a config without it"
+        )
+
+
 def config_to_hf(config: T5Config) -> dict:
     """The transformers `config.json` dict of a T5ForConditionalGeneration equal to `config`."""
     if config.is_decoder_only:
@@ -121,11 +130,7 @@ def config_to_hf(config: T5Config) -> dict:
             "Hugging Face T5 has no decoder-only model; only encoder_decoder "
             "configs export to transformers"
         )
-    if config.scale_attn_logits:
-        raise ConfigError(
-            "scale_attn_logits = True has no Hugging Face T5 equivalent (HF T5 never scales "
-            "attention logits); export a config without it"
-        )
+    _refuse_scaled_attention(config)
     activations = tuple(config.mlp_activations)
     if activations not in _ACTIVATIONS_TO_HF:
         raise ConfigError(
@@ -436,6 +441,8 @@ def load_hf_dir(path, config: T5Config | None = None) -> tuple[T5Config, dict]:
     with scanned layers); the tensors must still fit it.
     """
     path = Path(path)
+    if config is not None:
+        _refuse_scaled_attention(config)
     config_file = path / "config.json"
     if not config_file.is_file():
         raise CheckpointError(
@@ -459,6 +466,7 @@ def save_hf_dir(params: dict, config: T5Config, path, vocab_path=None, extra_ids
     from safetensors.numpy import save_file
 
     path = Path(path)
+    hf_config = config_to_hf(config)  # refusals before anything is written
     state_dict = params_to_hf_state_dict(params, config)
     path.mkdir(parents=True, exist_ok=True)
     # Each file whole or not at all: a full disk never leaves a truncated model.safetensors.
@@ -472,7 +480,5 @@ def save_hf_dir(params: dict, config: T5Config, path, vocab_path=None, extra_ids
             path / "tokenizer_config.json", json.dumps(tokenizer_config, indent=2) + "\n"
         )
     # config.json last: a directory without it is not taken for a model.
-    storage.write_atomically(
-        path / "config.json", json.dumps(config_to_hf(config), indent=2) + "\n"
-    )
+    storage.write_atomically(path / "config.json", json.dumps(hf_config, indent=2) + "\n")
     return path

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from t5forge.errors import ConfigError
-from t5forge.interop.huggingface import config_to_hf
+from t5forge.interop.huggingface import load_hf_dir, save_hf_dir
 from t5forge.models.configs import get_config
 from t5forge.models.layers import MultiHeadAttention
 from t5forge.models.model import build_model
@@ -78,8 +78,13 @@ def test_the_default_network_is_unchanged_bitwise():
     )
 
 
-def test_hugging_face_export_refuses_a_scaled_network():
+def test_hugging_face_export_and_import_refuse_a_scaled_network(tmp_path):
     config = get_config("t5_1_1/tiny", scale_attn_logits=True)
-    with pytest.raises(ConfigError, match="scale_attn_logits") as refused:
-        config_to_hf(config)
-    assert "\n" not in str(refused.value)
+    for refused_call in (
+        lambda: save_hf_dir({}, config, tmp_path / "export"),
+        lambda: load_hf_dir(tmp_path / "hf", config=config),
+    ):
+        with pytest.raises(ConfigError, match="scale_attn_logits") as refused:
+            refused_call()
+        assert "\n" not in str(refused.value)
+    assert not (tmp_path / "export").exists()  # refused before anything is written
