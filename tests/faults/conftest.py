@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from commands import TinyRuns
+from commands import TinyRuns, t5forge_in_process
 
 
 @pytest.fixture(scope="session")
@@ -35,13 +35,24 @@ def run_copy(trained, tmp_path) -> Path:
     return Path(shutil.copytree(trained, tmp_path / "run", symlinks=True))
 
 
-def error_line(result: subprocess.CompletedProcess, status: int = 2) -> str:
+def one_error(returncode: int, stderr: str, status: int = 2) -> str:
     """The one `error:` line a refused command prints (asserting no traceback came with it)."""
-    assert result.returncode == status, (result.returncode, result.stderr[-3000:])
-    assert "Traceback" not in result.stderr, result.stderr[-3000:]
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, result.stderr[-3000:]
+    assert returncode == status, (returncode, stderr[-3000:])
+    assert "Traceback" not in stderr, stderr[-3000:]
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, stderr[-3000:]
     return errors[0]
+
+
+def error_line(result: subprocess.CompletedProcess, status: int = 2) -> str:
+    """`one_error` of a command run in a subprocess."""
+    return one_error(result.returncode, result.stderr, status)
+
+
+def in_process(capsys, *args) -> tuple[int, str]:
+    """Runs `t5forge ARGS` in this process: its status and what it wrote to stderr."""
+    status = t5forge_in_process(*args)
+    return status, capsys.readouterr().err
 
 
 def losses(model_dir: Path, split: str = "train") -> dict[int, float]:

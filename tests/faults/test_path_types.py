@@ -6,7 +6,9 @@ the check comes before any model is built."""
 from __future__ import annotations
 
 import pytest
-from commands import TASK, t5forge_in_process
+from commands import TASK
+
+from .conftest import in_process, one_error
 
 
 def _file(path):
@@ -24,19 +26,6 @@ WRONG = {  # how the path is spoiled -> (make it, the words the line must hold)
     "a file": (_file, "is a file, not a directory"),
     "under a file": (lambda path: _file(path.parent) and path, "lies under"),
 }
-
-
-def _run(capsys, *args) -> tuple[int, str]:
-    status = t5forge_in_process(*args)
-    return status, capsys.readouterr().err
-
-
-def _one_error(status: int, stderr: str) -> str:
-    assert status == 2, stderr[-2000:]
-    assert "Traceback" not in stderr, stderr[-2000:]
-    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, stderr[-2000:]
-    return errors[0]
 
 
 @pytest.fixture
@@ -76,7 +65,7 @@ def test_an_output_directory_of_the_wrong_type(capsys, tiny_env, trained, tmp_pa
     make, words = WRONG[wrong]
     output = make(tmp_path / "spoilt" / "out")
     before = sorted(p.name for p in tmp_path.rglob("*"))
-    line = _one_error(*_run(capsys, *_command(tiny_env, trained, command, output)))
+    line = one_error(*in_process(capsys, *_command(tiny_env, trained, command, output)))
     assert f"{ROLES[command]} {output}" in line and words in line, line
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
 
@@ -90,7 +79,7 @@ FILES_IN_MODEL_DIR = {  # a file train writes, made a directory -> its role in t
 @pytest.mark.parametrize("name", sorted(FILES_IN_MODEL_DIR))
 def test_a_directory_where_train_writes_a_file(capsys, tiny_env, tmp_path, name):
     _directory(tmp_path / "run" / name)
-    line = _one_error(*_run(capsys, *tiny_env.train_args(tmp_path / "run", 2)))
+    line = one_error(*in_process(capsys, *tiny_env.train_args(tmp_path / "run", 2)))
     assert f"{FILES_IN_MODEL_DIR[name]} {tmp_path / 'run' / name} is a directory" in line, line
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [name]
 
@@ -98,14 +87,14 @@ def test_a_directory_where_train_writes_a_file(capsys, tiny_env, tmp_path, name)
 def test_a_directory_where_infer_writes_its_output_file(capsys, tiny_env, trained, tmp_path):
     output = tmp_path / "out"
     _directory(output / f"{TASK}-predict.jsonl")
-    line = _one_error(*_run(capsys, *_command(tiny_env, trained, "infer", output)))
+    line = one_error(*in_process(capsys, *_command(tiny_env, trained, "infer", output)))
     assert f"the output {output / f'{TASK}-predict.jsonl'} is a directory" in line, line
 
 
 def test_a_directory_where_eval_keeps_its_record(capsys, tiny_env, trained, tmp_path):
     output = tmp_path / "out"
     _directory(output / ".t5forge-eval.json")
-    line = _one_error(*_run(capsys, *_command(tiny_env, trained, "eval", output)))
+    line = one_error(*in_process(capsys, *_command(tiny_env, trained, "eval", output)))
     assert "the evaluation record" in line and "is a directory" in line, line
 
 
@@ -119,7 +108,7 @@ def test_the_vocabulary_output_of_the_wrong_type(capsys, tmp_path, wrong):
     else:
         _file(output.parent)
     args = ["vocab", "train", "--input", corpus, "--vocab_size", "30", "--output", output]
-    line = _one_error(*_run(capsys, *args))
+    line = one_error(*in_process(capsys, *args))
     assert f"the vocabulary output {output}" in line, line
 
 
@@ -128,7 +117,7 @@ def test_the_convert_output_of_the_wrong_type(capsys, trained, tmp_path, wrong):
     make, words = WRONG[wrong]
     output = make(tmp_path / "spoilt" / "out")
     args = ["convert", "--from", "t5forge", "--to", "hf", "--input", trained / "checkpoint_12"]
-    line = _one_error(*_run(capsys, *args, "--output", output))
+    line = one_error(*in_process(capsys, *args, "--output", output))
     assert f"--output {output}" in line and words in line, line
 
 
@@ -137,7 +126,7 @@ def test_the_cache_directory_of_the_wrong_type(capsys, tiny_env, tmp_path, wrong
     make, words = WRONG[wrong]
     output = make(tmp_path / "spoilt" / "cache")
     args = ["cache-tasks", f"--tasks={TASK}", "--splits=validation"]
-    line = _one_error(*_run(capsys, *args, f"--output_cache_dir={output}"))
+    line = one_error(*in_process(capsys, *args, f"--output_cache_dir={output}"))
     assert f"--output_cache_dir {output}" in line and words in line, line
 
 

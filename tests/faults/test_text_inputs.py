@@ -10,12 +10,12 @@ import os
 import shutil
 
 import pytest
-from commands import TASK, t5forge_in_process
+from commands import TASK
 
 import t5forge
 from t5forge.errors import CheckpointError, DataError
 
-from .conftest import error_line
+from .conftest import error_line, in_process, one_error
 
 TEXT = "Click the button.\tKlicken Sie auf die Schaltfläche.\nSave the file.\tDatei speichern.\n"
 ENCODINGS = {  # how the file is stored -> what the error line must say
@@ -35,19 +35,6 @@ FORMATS = {  # file name -> how the bytes are stored in it
 }
 
 
-def _in_process(capsys, *args) -> tuple[int, str]:
-    status = t5forge_in_process(*args)
-    return status, capsys.readouterr().err
-
-
-def _one_error(status: int, stderr: str) -> str:
-    assert status == 2, stderr[-2000:]
-    assert "Traceback" not in stderr, stderr[-2000:]
-    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, stderr[-2000:]
-    return errors[0]
-
-
 @pytest.mark.parametrize("file_name", sorted(FORMATS))
 @pytest.mark.parametrize("encoding", sorted(ENCODINGS))
 def test_text_that_is_not_utf8_is_refused_by_name(capsys, tmp_path, encoding, file_name):
@@ -55,8 +42,8 @@ def test_text_that_is_not_utf8_is_refused_by_name(capsys, tmp_path, encoding, fi
     corpus = tmp_path / file_name
     corpus.write_bytes(FORMATS[file_name](encode(TEXT)))
     output = tmp_path / "spiece.model"
-    line = _one_error(
-        *_in_process(
+    line = one_error(
+        *in_process(
             capsys, "vocab", "train", "--input", corpus, "--vocab_size", "30", "--output", output
         )
     )
@@ -130,8 +117,8 @@ def test_a_damaged_model_safetensors_is_one_line(capsys, hf_dir, tmp_path, damag
     with pytest.raises(CheckpointError, match="not a readable safetensors file"):
         t5forge.load(copy)
     output = tmp_path / "out"
-    line = _one_error(
-        *_in_process(
+    line = one_error(
+        *in_process(
             capsys,
             "convert",
             "--from",
