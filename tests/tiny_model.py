@@ -19,3 +19,5 @@ TINY_CONFIG = T5Config(**TINY_FIELDS)
 # Appended after a full-size gin file (later gin files win), it shrinks any T5Config to the same
 # model, so real commands run in seconds on a CPU.
 TINY_MODEL_GIN = "".join(f"T5Config.{name} = {value!r}\n" for name, value in TINY_FIELDS.items())
+# The same model as the values of T5X network overrides (`--gin.network.T5Config.NAME=VALUE`).
+TINY_GIN_VALUES = {name: repr(value) for name, value in TINY_FIELDS.items()}

@@ -12,23 +12,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from tiny_model import TINY_GIN_VALUES
+
 REPO = Path(__file__).resolve().parents[2]
 SHARED_DATA = Path(os.environ.get("T5FORGE_SHARED_DATA", REPO.parent / "shared" / "data"))
 T5X_GIN = SHARED_DATA.parent / "t5x_gin"  # T5X's 149 files, never edited (its README)
 TFEXAMPLE_DIR = REPO / "tests" / "data" / "tfds_fixtures" / "tfexample"
 
 TASK = "en_de_lohelp_translate"
-# The tiny model of tests/tiny_model.py, written the way a T5X user overrides T5X's network.
-TINY_NETWORK = {
-    "vocab_size": 1152,
-    "emb_dim": 32,
-    "num_heads": 4,
-    "num_encoder_layers": 2,
-    "num_decoder_layers": 2,
-    "head_dim": 8,
-    "mlp_dim": 64,
-    "dtype": "'float32'",
-}
+TINY_NETWORK = TINY_GIN_VALUES
 DECODER_ONLY_TINY = {
     **{k: v for k, v in TINY_NETWORK.items() if "layers" not in k},
     "num_layers": 2,

@@ -27,8 +27,6 @@ from t5forge.config.t5x_compat.rules import (
 )
 from t5forge.data.tfexample_task import create_task_from_tfexample_file
 
-_T5_TASK_MODULES = ("t5.", "t5x.", "seqio")
-
 # Names with a twin that T5X's files also bind in files without imports.
 BOUND_WITHOUT_IMPORT = ("T5Config",)
 
@@ -82,10 +80,6 @@ class T5XName:
         return self.t5x_path
 
 
-def _is_task_module(value) -> bool:
-    return isinstance(value, str) and value.startswith(_T5_TASK_MODULES)
-
-
 def _several_paths(value) -> bool:
     return isinstance(value, list | tuple) and len(value) > 1
 
@@ -121,13 +115,7 @@ _DATASET = {
             "pack",
         )
     },
-    "module": move(
-        unless=_is_task_module,
-        warn=(
-            "T5's and SeqIO's TensorFlow task modules cannot be imported; t5forge registers its "
-            "built-in tasks, register yours with --module_import"
-        ),
-    ),
+    "module": move(),  # imported with t5forge's seqio and t5 standing in (t5forge.compat)
     "use_custom_packing_ops": honoured(False, warn="t5forge packs with its own packer"),
     "use_memory_cache": equivalent(),
     "trim_output_features": honoured(True, refuse="t5forge always trims to the feature lengths"),
