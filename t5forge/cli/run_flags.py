@@ -134,4 +134,6 @@ def write_gin_config(model_dir) -> None:
     """Records the run's gin configuration as `config.gin` in the model dir, as T5X does."""
     import gin
 
-    (model_dir / "config.gin").write_text(gin.config_str())
+    from t5forge import storage
+
+    storage.write_atomically(storage.path(model_dir) / "config.gin", gin.config_str())

@@ -8,6 +8,7 @@ step in `metrics.jsonl` (easy to grep and plot without TensorBoard).
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -274,7 +275,8 @@ def plot_training_curves(model_dir: str | os.PathLike, output: str | os.PathLike
         ax.axis("off")
     fig.tight_layout()
     out = storage.path(output) if output else storage.path(model_dir) / PLOT_FILE
-    with out.open("wb") as png:
-        fig.savefig(png, dpi=90, format="png")
+    png = io.BytesIO()
+    fig.savefig(png, dpi=90, format="png")
     plt.close(fig)
+    storage.write_atomically(out, png.getvalue())
     return out
