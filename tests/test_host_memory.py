@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from commands import command_env, python
 
 from t5forge import host_memory
 
@@ -39,16 +38,8 @@ REPEATED_STEPS = textwrap.dedent(f"""
 
 def _faults_per_run_in_temporaries(setting: str) -> float:
     """How many times over the runs faulted in a temporary's worth of fresh pages, per run."""
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), JAX_PLATFORMS="cpu")
-    env[host_memory.ENV] = setting
-    result = subprocess.run(
-        [sys.executable, "-c", REPEATED_STEPS],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
+    env = command_env(PYTHONPATH=REPO_ROOT, **{host_memory.ENV: setting})
+    result = python("-c", REPEATED_STEPS, env=env, timeout=300, check=True)
     temp_bytes, *faults = map(int, result.stdout.split())
     assert temp_bytes >= 100 * 2**20, "the program must have a large temporary to measure"
     return sum(faults) * os.sysconf("SC_PAGE_SIZE") / temp_bytes / RUNS

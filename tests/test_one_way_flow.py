@@ -3,9 +3,9 @@ module graph has no cycle, and the library never reaches into the command line o
 wing, so `t5forge.load(config=<gin file>)` and `t5forge.convert` work without them."""
 
 import ast
-import subprocess
-import sys
 from pathlib import Path
+
+from commands import python
 
 import t5forge
 
@@ -143,10 +143,5 @@ print(sorted(name for name in sys.modules if name.startswith(("t5forge.cli", "t5
 
 def test_the_library_never_imports_the_command_line(shared_data, tmp_path):
     checkpoint = shared_data / "t5x_testdata" / "test_t5_tiny.checkpoint_0"
-    result = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, str(checkpoint), str(TINY_GIN), str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    result = python("-c", _SCRIPT, checkpoint, TINY_GIN, tmp_path / "out", check=True)
     assert result.stdout.strip().splitlines()[-1] == "[]"

@@ -1,11 +1,10 @@
 """Task caches: round trip, files written, incomplete caches ignored, the CLI, error text."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from commands import t5forge
 
 from t5forge.cli import cache_tasks
 from t5forge.data import cache_dirs
@@ -105,17 +104,10 @@ def test_cli_caches_a_registered_task(sentiment, tmp_path, capsys):
 
 
 def test_module_entry_point_reports_unknown_tasks_in_one_line(tmp_path):
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "t5forge",
-            "cache-tasks",
-            "--tasks=no_such_task_anywhere",
-            f"--output_cache_dir={tmp_path}",
-        ],
-        capture_output=True,
-        text=True,
+    result = t5forge(
+        "cache-tasks",
+        "--tasks=no_such_task_anywhere",
+        f"--output_cache_dir={tmp_path}",
         timeout=120,
     )
     assert result.returncode == 2

@@ -12,12 +12,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from commands import REPO, TASK
+from commands import TASK, python
 
 from .conftest import checkpoint_steps, error_line, losses, metric_rows
 
@@ -105,19 +104,12 @@ FALLBACK_FREE_BYTES_BESIDE_THE_ARRAYS = 252_000
 
 
 def _train_on_the_fallback_full_disk(faults, model_dir, steps, free=FALLBACK_FREE_BYTES):
-    return subprocess.run(
-        [
-            sys.executable,
-            str(ENOSPC_FALLBACK),
-            str(free),
-            str(model_dir),
-            *faults.train_args(model_dir, steps),
-        ],
-        cwd=REPO,
+    return python(
+        ENOSPC_FALLBACK,
+        free,
+        model_dir,
+        *faults.train_args(model_dir, steps),
         env=faults.env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
     )
 
 
