@@ -32,6 +32,11 @@ from etils import epath
 
 from t5forge.errors import StorageError
 
+# URLs go through fsspec (gcsfs, s3fs), whose credentials and failures the messages below name.
+# epath would switch to TensorFlow's gfile for good once `tensorflow` looks importable when it
+# first meets a URL, which t5forge.compat's stand-in makes true while task modules import.
+os.environ.setdefault("EPATH_USE_TF", "false")
+
 # Object stores t5forge names in its messages; any fsspec protocol still works through epath.
 _URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 _BACKENDS = {"gs": "gcsfs", "s3": "s3fs"}
