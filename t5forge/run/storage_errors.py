@@ -76,7 +76,11 @@ class StorageFailureEcho:
 
     _LOGGERS = ("absl", "asyncio")
 
-    def __init__(self):
+    def __init__(self, hold_all: bool = False):
+        """`hold_all`: hold every echo while running, not only a closed loop's (a checkpoint
+        restore, whose failed reads orbax logs before the caller knows the checkpoint is
+        damaged)."""
+        self.hold_all = hold_all
         self.failed = False
         self._running = False
         self._held = []  # replays of echoes put off until the run's outcome is known
@@ -90,7 +94,8 @@ class StorageFailureEcho:
             if _storage_failure(error):
                 self._fail()
                 return False
-            if not (_loop_closed(error) or (leftover and self._running)):
+            held = _loop_closed(error) or (self._running and (leftover or self.hold_all))
+            if not held:
                 return True
             if self._running and not self.failed:
                 self._held.append(replay)

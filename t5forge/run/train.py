@@ -176,7 +176,7 @@ def train(
     train_iter = _batch_iterator(model, train_dataset_cfg, random_seed, shuffle=True)
     abstract_state = trainer.abstract_state()
     trainer.state_shardings = trainer.shardings_for(abstract_state)
-    reads = StorageFailureEcho()  # a damaged checkpoint is one warning, not its reads' echoes
+    reads = StorageFailureEcho(hold_all=True)  # a damaged checkpoint: one warning, no echoes
     reads.install()
     try:
         restored = ckpt.restore_latest(abstract_state, trainer.state_shardings)
