@@ -50,6 +50,12 @@ def bleu(targets: Sequence[str | Sequence[str]], predictions: Sequence[str]) -> 
     depth = max(len(refs) for refs in references)
     # sacrebleu wants one stream per reference position; None marks a missing reference.
     streams = [[refs[i] if i < len(refs) else None for refs in references] for i in range(depth)]
+    return {"bleu": corpus_bleu(predictions, streams)}
+
+
+def corpus_bleu(predictions: Sequence[str], streams, tokenize: str = "intl") -> float:
+    """sacrebleu's corpus BLEU with T5's settings (exp smoothing, no lowercasing) over
+    reference streams (one list per reference position, one reference per prediction)."""
     score = sacrebleu.corpus_bleu(
         list(predictions),
         streams,
@@ -57,10 +63,10 @@ def bleu(targets: Sequence[str | Sequence[str]], predictions: Sequence[str]) -> 
         smooth_value=0.0,
         force=False,
         lowercase=False,
-        tokenize="intl",
+        tokenize=tokenize,
         use_effective_order=False,
     )
-    return {"bleu": float(score.score)}
+    return float(score.score)
 
 
 def _split_sentences_for_lsum(text: str) -> str:

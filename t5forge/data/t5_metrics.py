@@ -15,10 +15,10 @@ import string
 from collections.abc import Callable
 
 import numpy as np
-import sacrebleu
 import scipy.stats
 from rouge_score import rouge_scorer, scoring
 
+from t5forge.data.metrics import corpus_bleu
 from t5forge.errors import ConfigError
 
 __all__ = [
@@ -46,17 +46,7 @@ def bleu(targets, predictions, tokenizer: str = "intl") -> dict[str, float]:
     """Corpus BLEU: targets are one reference per prediction, or a list of reference streams
     (T5's convention: each inner list holds one reference for every prediction)."""
     streams = [list(t) for t in targets] if isinstance(targets[0], list) else [list(targets)]
-    score = sacrebleu.corpus_bleu(
-        list(predictions),
-        streams,
-        smooth_method="exp",
-        smooth_value=0.0,
-        force=False,
-        lowercase=False,
-        tokenize=tokenizer,
-        use_effective_order=False,
-    )
-    return {"bleu": score.score}
+    return {"bleu": corpus_bleu(predictions, streams, tokenizer)}
 
 
 def _prepare_summary_rouge(summary: str) -> str:
