@@ -110,3 +110,16 @@ def tsv_task(tmp_path, faults):
     (folder / "train.tsv").write_text("".join(TSV_ROWS))
     (folder / "validation.tsv").write_text("".join(TSV_ROWS))
     return folder
+
+
+def preview_tsv_train(faults: TinyRuns, tsv_task: Path) -> subprocess.CompletedProcess:
+    """`t5forge tasks preview` of the `tsv_task` module's train split, in its own process."""
+    return faults.run(
+        "tasks",
+        "preview",
+        "user_tsv",
+        "--module_import=user_tsv_tasks",
+        "--split",
+        "train",
+        env=faults.env(PYTHONPATH=tsv_task),
+    )

@@ -10,7 +10,7 @@ import shutil
 import pytest
 from commands import REPO, TASK
 
-from .conftest import ROWS, TSV_ROWS, error_line
+from .conftest import ROWS, TSV_ROWS, error_line, preview_tsv_train
 
 
 def _jsonl(rows) -> bytes:
@@ -258,15 +258,7 @@ def _tsv_flags():
 def test_a_malformed_tsv_row_names_file_and_line(faults, tsv_task, fault):
     row, expected = BAD_TSV_ROWS[fault]
     (tsv_task / "train.tsv").write_text("".join(TSV_ROWS[:3] + [row] + TSV_ROWS[3:]))
-    result = faults.run(
-        "tasks",
-        "preview",
-        "user_tsv",
-        "--module_import=user_tsv_tasks",
-        "--split",
-        "train",
-        env=faults.env(PYTHONPATH=tsv_task),
-    )
+    result = preview_tsv_train(faults, tsv_task)
     line = error_line(result)
     assert f"{tsv_task}/{expected}" in line, line
 

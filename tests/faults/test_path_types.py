@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from commands import TASK
 
-from .conftest import in_process, one_error
+from .conftest import in_process, one_error, preview_tsv_train
 
 
 def _file(path):
@@ -133,14 +133,6 @@ def test_the_cache_directory_of_the_wrong_type(capsys, tiny_env, tmp_path, wrong
 def test_a_data_file_that_is_a_directory(faults, tsv_task):
     (tsv_task / "train.tsv").unlink()
     _directory(tsv_task / "train.tsv")
-    result = faults.run(
-        "tasks",
-        "preview",
-        "user_tsv",
-        "--module_import=user_tsv_tasks",
-        "--split",
-        "train",
-        env=faults.env(PYTHONPATH=tsv_task),
-    )
+    result = preview_tsv_train(faults, tsv_task)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert f"the train data file {tsv_task / 'train.tsv'} is a directory" in result.stderr

@@ -15,7 +15,7 @@ from commands import TASK
 import t5forge
 from t5forge.errors import CheckpointError, DataError
 
-from .conftest import error_line, in_process, one_error
+from .conftest import error_line, in_process, one_error, preview_tsv_train
 
 TEXT = "Click the button.\tKlicken Sie auf die Schaltfläche.\nSave the file.\tDatei speichern.\n"
 ENCODINGS = {  # how the file is stored -> what the error line must say
@@ -61,15 +61,7 @@ TSV_TASK_FAULTS = {
 def test_a_task_reading_utf16_or_nul_text_is_one_line(faults, tsv_task, fault):
     content, expected = TSV_TASK_FAULTS[fault]
     (tsv_task / "train.tsv").write_bytes(content)
-    result = faults.run(
-        "tasks",
-        "preview",
-        "user_tsv",
-        "--module_import=user_tsv_tasks",
-        "--split",
-        "train",
-        env=faults.env(PYTHONPATH=tsv_task),
-    )
+    result = preview_tsv_train(faults, tsv_task)
     assert f"{tsv_task}/{expected}" in error_line(result)
 
 
