@@ -105,13 +105,20 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@contextlib.contextmanager
 def server_process(model_dir: Path, flags: list[str]):
     """A `t5forge serve` process with `flags`; yields (base url, seconds until ready, pid)."""
+    return http_server(
+        [sys.executable, "-m", "t5forge", "serve", "--checkpoint", str(model_dir), *flags]
+    )
+
+
+@contextlib.contextmanager
+def http_server(command: list[str]):
+    """The server process `command` + `--port N` starts; yields (base url, seconds until its
+    /healthz answered 200, pid) and stops it with SIGTERM."""
     port = free_port()
-    command = [sys.executable, "-m", "t5forge", "serve", "--checkpoint", str(model_dir)]
     started = time.perf_counter()
-    process = subprocess.Popen(command + ["--port", str(port), *flags], cwd=ROOT)
+    process = subprocess.Popen([*command, "--port", str(port)], cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
     try:
         while True:
