@@ -45,17 +45,25 @@ CT2_MISSING = "not installed (pip install -e .[bench])"
 BF16_WEIGHTS = "t5forge bfloat16 weights"
 
 
-def _token_names(vocab_size: int) -> list[str]:
+def token_names(vocab_size: int) -> list[str]:
+    """The CTranslate2 token of each id (ct2_model's vocabulary)."""
     return [*SPECIAL_TOKENS, *(f"t{i}" for i in range(len(SPECIAL_TOKENS), vocab_size))]
 
 
-def _save_peers(hf_model, vocab_size: int, work_dir: Path) -> tuple[Path, Path | None]:
-    """(transformers directory, CTranslate2 directory or None without ctranslate2)."""
+def ct2_model(hf_dir: Path, vocab_size: int, ct2_dir: Path) -> Path | None:
+    """CTranslate2's own conversion (TransformersConverter) of the transformers weights in
+    `hf_dir` into `ct2_dir`, or None without ctranslate2. The converter reads a tokenizer too:
+    it gets a word-level one naming each id (token_names), since the weights are random, in a
+    staging directory beside links to hf_dir's weights, so that hf_dir is left as it was."""
+    try:
+        import ctranslate2
+    except ImportError:
+        return None
     import tokenizers
     import transformers
 
     transformers.utils.logging.disable_progress_bar()
-    names = _token_names(vocab_size)
+    names = token_names(vocab_size)
     word_level = tokenizers.Tokenizer(
         tokenizers.models.WordLevel({name: i for i, name in enumerate(names)}, unk_token="<unk>")
     )
@@ -63,15 +71,23 @@ def _save_peers(hf_model, vocab_size: int, work_dir: Path) -> tuple[Path, Path |
     tokenizer = transformers.PreTrainedTokenizerFast(
         tokenizer_object=word_level, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
     )
-    hf_dir, ct2_dir = work_dir / "hf", work_dir / "ct2"
+    with tempfile.TemporaryDirectory(prefix="t5forge-ct2-source-") as staging:
+        for path in Path(hf_dir).iterdir():
+            if path.name == "config.json" or path.suffix == ".safetensors":
+                (Path(staging) / path.name).symlink_to(path.resolve())
+        tokenizer.save_pretrained(staging)
+        ctranslate2.converters.TransformersConverter(staging).convert(str(ct2_dir))
+    return ct2_dir
+
+
+def _save_peers(hf_model, vocab_size: int, work_dir: Path) -> tuple[Path, Path | None]:
+    """(transformers directory, CTranslate2 directory or None without ctranslate2)."""
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    hf_dir = work_dir / "hf"
     hf_model.save_pretrained(hf_dir)
-    tokenizer.save_pretrained(hf_dir)
-    try:
-        import ctranslate2
-    except ImportError:
-        return hf_dir, None
-    ctranslate2.converters.TransformersConverter(str(hf_dir)).convert(str(ct2_dir))
-    return hf_dir, ct2_dir
+    return hf_dir, ct2_model(hf_dir, vocab_size, work_dir / "ct2")
 
 
 # Factories of the sides, each called in its own worker (benchmarks/isolated.py). The call they
@@ -122,7 +138,7 @@ def ct2_side(ct2_dir: str, compute_type: str, vocab_size: int):
     translator = ctranslate2.Translator(
         ct2_dir, device="cpu", compute_type=compute_type, intra_threads=os.cpu_count()
     )
-    names = _token_names(vocab_size)
+    names = token_names(vocab_size)
     ids = {name: i for i, name in enumerate(names)}
 
     def run(rows, new_tokens, beams):
