@@ -1,11 +1,12 @@
-"""Serving under open-loop traffic: continuous vs static batching at several offered loads.
+"""Serving under open-loop traffic: continuous vs static batching at several offered loads, and
+the peer a user would otherwise deploy on a CPU, a FastAPI server over CTranslate2.
 
 Requests arrive as a Poisson process at each offered rate (requests/s) whether or not the
 earlier ones were answered (open loop: an overloaded server is not given the breaks that
 closed-loop clients give it). Each streams a greedy continuation of one to three sentences of
 the bundled en-de validation split (inputs truncated to 64 tokens) with max_new_tokens drawn
 log-uniformly from 8 to 128; the arrival times, inputs and lengths come from one seeded stream,
-identical for both schedulers. The models are benchmarks/serve.py's (the `make demo` model's
+identical for every side. The models are benchmarks/serve.py's (the `make demo` model's
 config and T5 1.1 small, random weights, float32, the EOS logit's column zeroed so that every
 request makes exactly its max_new_tokens). For each (model, scheduler, rate): completed
 requests/s and new tokens/s over the window from the first arrival to the last answer, p50 and
@@ -13,6 +14,15 @@ p99 time to first token (TTFT) and latency, and requests not answered within --t
 scheduler runs in its own `t5forge serve` process, one after the other; the continuous one is
 started twice, first with an empty compilation cache and then with the cache that start
 filled, and both ready times are recorded (what an operator's first start and restart cost).
+
+Then the same load goes to the peer, benchmarks/serve_ct2.py in a process of its own: the same
+Hugging Face weights converted by CTranslate2's TransformersConverter (benchmarks/decode.py's
+conversion), float32, decoded greedily with CTranslate2's own batching (every request that
+waits while its translator is busy goes into its next `translate_batch` call) and streamed
+through its per-token callback, so its TTFT is measured as t5forge's is. One line checks that
+it makes the same greedy tokens as the continuous t5forge server for a short input and one cut
+to 64 tokens. Continuous batching is compared with static batching and with CTranslate2 at
+every rate; without ctranslate2 installed its row says how to install it.
 
 Results go to benchmarks/results/serve_load.json (labelled "shared CPU" when the 1-minute
 load average was above 0.3 at the start: such numbers are not for publishing) and a plot to
@@ -26,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
 import sys
 import tempfile
@@ -38,11 +49,15 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import decode  # noqa: E402  (same directory: CTranslate2's conversion of the same weights)
 import harness  # noqa: E402  (same directory)
 import serve  # noqa: E402  (same directory: the models, vocabulary, sentences, server process)
 
 PLOT = ROOT / "docs" / "images" / "serve_load.png"
 SCHEDULERS = ("continuous", "static")
+PEER = "ctranslate2"
+PEER_SERVER = Path(__file__).resolve().parent / "serve_ct2.py"
+CHECK_NEW_TOKENS = 16  # per input of the check that the peer decodes as t5forge does
 # Offered loads (requests/s) per model: from light to past what static batching sustains
 # on a 2-core CPU.
 RATES = {"demo": [2.0, 4.0, 8.0, 16.0], "t5_1_1_small": [0.5, 1.0, 2.0, 4.0]}
@@ -152,9 +167,37 @@ def _flags(scheduler: str, compile_cache: Path, args) -> list[str]:
     ]  # fmt: skip
 
 
-def _model(bench, name: str, model_dir: Path, scratch: Path, rates: list[float], sentences, args):
-    """Every scheduler at every rate for one model; {scheduler: [level summaries]}."""
-    levels = {}
+def _greedy_tokens(url: str, texts: list[str]) -> list[list[int]]:
+    """Each text's first CHECK_NEW_TOKENS greedy tokens, streamed from the server at `url`."""
+    outputs = []
+    for text in texts:
+        body = {"inputs": [text], "max_new_tokens": CHECK_NEW_TOKENS, "stream": True}
+        with httpx.stream("POST", f"{url}/v1/predict", json=body, timeout=60) as response:
+            lines = [line for line in response.iter_lines() if line.startswith("data: {")]
+        events = [json.loads(line.removeprefix("data: ")) for line in lines]
+        outputs.append([event["token"] for event in events if "token" in event])
+    return outputs
+
+
+def _levels(bench, name: str, side: str, url: str, pid: int, rates, sentences, args) -> list:
+    """One side at every rate: its level summaries."""
+    return [
+        _level(
+            bench,
+            f"{name}, {side}, {rate:g} requests/s offered",
+            url,
+            pid,
+            workload(rate, args.seconds, sentences, args.seed),
+            args,
+        )
+        for rate in rates
+    ]
+
+
+def _schedulers(bench, name: str, model_dir: Path, scratch: Path, rates, sentences, checks, args):
+    """Every t5forge scheduler at every rate: ({scheduler: [level summaries]}, the continuous
+    server's greedy tokens for `checks`)."""
+    levels, reference = {}, None
     for scheduler in SCHEDULERS:
         cache = scratch / f"compile_cache_{name}_{scheduler}"
         starts = 2 if scheduler == "continuous" else 1
@@ -171,35 +214,88 @@ def _model(bench, name: str, model_dir: Path, scratch: Path, rates: list[float],
                 )
                 if start + 1 < starts:
                     continue
-                levels[scheduler] = [
-                    _level(
-                        bench,
-                        f"{name}, {scheduler}, {rate:g} requests/s offered",
-                        url,
-                        pid,
-                        workload(rate, args.seconds, sentences, args.seed),
-                        args,
-                    )
-                    for rate in rates
-                ]
-    for rate, ours, theirs in zip(rates, levels["continuous"], levels["static"]):
-        sides = (f"{name}, {s}, {rate:g} requests/s offered" for s in SCHEDULERS)
-        bench.compare(
-            f"serve_load {name}, {rate:g} requests/s offered", *sides, peer_label="static"
+                if scheduler == "continuous":
+                    reference = _greedy_tokens(url, checks)
+                levels[scheduler] = _levels(
+                    bench, name, scheduler, url, pid, rates, sentences, args
+                )
+    return levels, reference
+
+
+def _peer(
+    bench,
+    name,
+    model_dir: Path,
+    vocab: Path,
+    scratch: Path,
+    rates,
+    sentences,
+    checks,
+    reference,
+    args,
+) -> list[dict] | None:
+    """CTranslate2's server on the same weights at every rate (None without ctranslate2)."""
+    vocab_size = json.loads((model_dir / "config.json").read_text())["vocab_size"]
+    ct2_dir = decode.ct2_model(model_dir, vocab_size, scratch / f"ct2_{name}")
+    if ct2_dir is None:
+        print(f"{name}, {PEER}: {decode.CT2_MISSING}; its row is skipped", flush=True)
+        return None
+    command = [
+        sys.executable, str(PEER_SERVER), "--model", str(ct2_dir), "--spm", str(vocab),
+        "--max_batch_size", str(args.max_batch_size),
+        "--max_input_length", str(MAX_INPUT_LENGTH),
+    ]  # fmt: skip
+    with serve.http_server(command) as (url, ready, pid):
+        print(f"{name}, {PEER}: ready in {ready:.1f} s", flush=True)
+        bench.settings[f"ready_s {name} {PEER}"] = ready
+        same = _greedy_tokens(url, checks) == reference
+        bench.settings[f"same_greedy_tokens {name} {PEER}"] = same
+        print(
+            f"{name}: {PEER}'s greedy tokens {'are' if same else 'are NOT'} t5forge's for "
+            f"{len(checks)} inputs (one cut to {MAX_INPUT_LENGTH} tokens), {CHECK_NEW_TOKENS} "
+            "new tokens each",
+            flush=True,
         )
-        if ours["p99_ms"] and theirs["p99_ms"]:
+        return _levels(bench, name, PEER, url, pid, rates, sentences, args)
+
+
+def _compare(bench, name: str, rates: list[float], levels: dict) -> None:
+    """Continuous batching against static batching and the peer, rate by rate."""
+    for index, rate in enumerate(rates):
+        row = f"serve_load {name}, {rate:g} requests/s offered"
+        sides = {side: f"{name}, {side}, {rate:g} requests/s offered" for side in levels}
+        bench.compare(row, sides["continuous"], sides["static"], peer_label="static")
+        if PEER in sides:
+            bench.compare(row, sides["continuous"], sides[PEER], peer_label=PEER)
+        else:
+            bench.peer_missing(row, sides["continuous"], PEER, decode.CT2_MISSING)
+        runs = [summaries[index] for summaries in levels.values()]
+        if all(run["p99_ms"] for run in runs):
+            shown = {
+                key: "/".join(format(run[key], form) for run in runs)
+                for key, form in (("throughput", ".2f"), ("p99_ms", ".0f"), ("p50_ttft_ms", ".0f"))
+            }
             print(
-                f"  {rate:g}/s: continuous/static requests/s {ours['throughput']:.2f}/"
-                f"{theirs['throughput']:.2f}, p99 latency {ours['p99_ms']:.0f}/"
-                f"{theirs['p99_ms']:.0f} ms, p50 TTFT {ours['p50_ttft_ms']:.0f}/"
-                f"{theirs['p50_ttft_ms']:.0f} ms",
+                f"  {rate:g}/s: {'/'.join(levels)} requests/s {shown['throughput']}, p99 "
+                f"latency {shown['p99_ms']} ms, p50 TTFT {shown['p50_ttft_ms']} ms",
                 flush=True,
             )
+
+
+def _model(bench, name: str, model_dir: Path, vocab: Path, scratch: Path, rates, sentences, args):
+    """Every side at every rate for one model; {side: [level summaries]}."""
+    checks = [sentences[0], " ".join(sentences[:10])]  # the second is cut to MAX_INPUT_LENGTH
+    levels, reference = _schedulers(bench, name, model_dir, scratch, rates, sentences, checks, args)
+    peer = _peer(bench, name, model_dir, vocab, scratch, rates, sentences, checks, reference, args)
+    if peer is not None:
+        levels[PEER] = peer
+    _compare(bench, name, rates, levels)
     return levels
 
 
 def _plot(levels: dict, rates: dict, label: str, path: Path) -> None:
-    """Per model: completed requests/s, p99 latency and p50 TTFT against the offered load."""
+    """Per model: each side's completed requests/s, p99 latency and p50 TTFT against the
+    offered load."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -221,8 +317,8 @@ def _plot(levels: dict, rates: dict, label: str, path: Path) -> None:
             axis.set_title(f"{model}: {title}", fontsize=9)
             axis.legend(fontsize=7)
     figure.suptitle(
-        f"t5forge serve, open-loop Poisson arrivals, {MIN_NEW_TOKENS}-{MAX_NEW_TOKENS} new "
-        f"tokens ({label})",
+        f"t5forge serve (continuous, static) and CTranslate2 behind FastAPI, open-loop Poisson "
+        f"arrivals, {MIN_NEW_TOKENS}-{MAX_NEW_TOKENS} new tokens ({label})",
         fontsize=9,
     )
     figure.tight_layout()
@@ -274,7 +370,7 @@ def main() -> int:
             print(f"{name}: {serve.MODELS[name]}", flush=True)
             model_dir = serve.write_model(name, Path(scratch), vocab)
             levels[name] = _model(
-                bench, name, model_dir, Path(scratch), rates[name], sentences, args
+                bench, name, model_dir, vocab, Path(scratch), rates[name], sentences, args
             )
     bench.finish()
     label = harness.SHARED_LABEL if bench.shared else "idle CPU"
