@@ -60,6 +60,10 @@ class Engine:
         self.params = model.params
         self.decoder = StepDecoder(model.t5x_model)
         self.batch_buckets = Buckets()
+        # Continuous steps run at least two slots: XLA on CPU writes a one-slot step's caches
+        # back by copying the whole pool (a one-slot step took 4-6 ms for the demo model and
+        # 34 ms for T5 1.1 small, two slots 2.4 and 19.5 ms; /tmp profile, issue 28's note).
+        self.step_buckets = Buckets(smallest=min(2, settings.max_batch_size))
         self.input_buckets = length_buckets(model.max_input_length)
         # Beam outputs are rescored as targets: those of the warmed beam program, or of any
         # length when the operator allows new beam shapes (compiled on request anyway).
@@ -73,6 +77,7 @@ class Engine:
         # room for the longest output and the longest input.
         self.slots = None
         self.pool = None
+        self.slot_widths = np.zeros(settings.max_batch_size, int)  # each slot's input bucket
         if settings.scheduler == "continuous" and not model.config.is_decoder_only:
             self.slots = SlotDecoder(
                 model.t5x_model,
@@ -122,6 +127,7 @@ class Engine:
                 [slot_ids[i] for i in members],
                 [options[i] for i in members],
             )
+            self.slot_widths[[slot_ids[i] for i in members]] = width
 
     def _slot_pool(self) -> dict:
         """The decode slots' device state (made empty on first use, or after a failed call
@@ -132,11 +138,13 @@ class Engine:
 
     def step(self, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One token for every occupied slot (`live` bool[slots]): (tokens, log-likelihoods)
-        of the first slots up to the batch bucket holding the last occupied one."""
+        of the first slots up to the batch bucket holding the last occupied one, reading the
+        encoder outputs up to the widest occupied row's length bucket."""
         occupied = np.flatnonzero(live)
-        rows = self.batch_buckets.fit(int(occupied[-1]) + 1 if len(occupied) else 1)
+        rows = self.step_buckets.fit(int(occupied[-1]) + 1 if len(occupied) else 1)
+        width = max(self.slot_widths[occupied], default=self.input_buckets.sizes()[0])
         self.pool, tokens, log_likelihood = self.slots.step(
-            self.params, self._slot_pool(), live[:rows]
+            self.params, self._slot_pool(), live[:rows], int(width)
         )
         return jax.device_get((tokens, log_likelihood))
 
@@ -183,12 +191,10 @@ class Engine:
         search with `warmup_num_beams` at the default max_new_tokens, and scoring."""
         settings, shapes = self.settings, []
         for batch in self.batch_buckets.sizes(settings.max_batch_size):
-            if self.slots is not None:
-                live = np.zeros((self.slots.slots,), bool)
-                live[batch - 1] = True  # a step of the first `batch` slots
-                run = functools.partial(self.step, live)
-                shapes.append(WarmupShape(f"step {batch}", batch, run))
             for length in self.input_buckets.sizes():
+                if self.slots is not None and batch >= self.step_buckets.smallest:
+                    run = functools.partial(self._warm_step, batch, length)
+                    shapes.append(WarmupShape(f"step {batch}x{length}", batch * length, run))
                 rows, size = [[1] * length] * batch, batch * length
                 options = [RowOptions(max_new_tokens=1)] * batch
                 if self.slots is not None:
@@ -208,6 +214,16 @@ class Engine:
                     name = f"score {batch}x{length} targets {target_length}"
                     shapes.append(WarmupShape(name, batch * max(length, target_length), run))
         return sorted(shapes, key=lambda shape: shape.size)
+
+    def _warm_step(self, rows: int, width: int):
+        """A continuous-batching step of the first `rows` slots at encoder width `width`."""
+        live = np.zeros((self.slots.slots,), bool)
+        live[rows - 1] = True
+        self.slot_widths[rows - 1] = width
+        try:
+            return self.step(live)
+        finally:
+            self.slot_widths[rows - 1] = 0
 
 
 def _until_eos(tokens: list[int], eos_id: int) -> list[int]:

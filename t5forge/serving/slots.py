@@ -58,14 +58,24 @@ class SlotDecoder:
         return cache
 
     def empty_pool(self, params) -> dict:
-        """All slots free: zero caches of the pool's shapes, zero options."""
+        """All slots free: zero caches of the pool's shapes, zero options. The pool is two
+        parts: what every step rewrites ("moving": self-attention caches, last tokens,
+        positions) and what only admissions write ("fixed": cross-attention entries, options),
+        so that a step neither copies nor writes back the large fixed part."""
         tokens = jax.ShapeDtypeStruct((self.slots, self.encoder_width), jnp.int32)
         shapes = jax.eval_shape(self._cache_of, params, tokens)
+        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
         return {
-            "cache": jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes),
-            "token": jnp.zeros((self.slots,), jnp.int32),
-            "step": jnp.zeros((self.slots,), jnp.int32),
-            **option_arrays([RowOptions(0)] * self.slots),
+            "moving": {
+                "cache": zeros.per_row,
+                "token": jnp.zeros((self.slots,), jnp.int32),
+                "step": jnp.zeros((self.slots,), jnp.int32),
+            },
+            "fixed": {
+                "per_input": zeros.per_input,
+                "lineage": zeros.lineage,
+                **option_arrays([RowOptions(0)] * self.slots),
+            },
         }
 
     @functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(2,))
@@ -82,14 +92,14 @@ class SlotDecoder:
             return pool_leaf.at[slot_ids].set(jnp.pad(new_leaf, padding), mode="drop")
 
         fresh = {
-            "token": jnp.zeros_like(slot_ids),
-            "step": jnp.zeros_like(slot_ids),
-            **options,
+            "moving": {
+                "cache": new.per_row,
+                "token": jnp.zeros_like(slot_ids),
+                "step": jnp.zeros_like(slot_ids),
+            },
+            "fixed": {"per_input": new.per_input, "lineage": new.lineage, **options},
         }
-        updated = {
-            name: pool[name].at[slot_ids].set(value, mode="drop") for name, value in fresh.items()
-        }
-        return {"cache": jax.tree.map(write, pool["cache"], new), **updated}
+        return jax.tree.map(write, pool, fresh)
 
     def admit(
         self, params, pool: dict, features: dict, slot_ids: list[int], rows: list[RowOptions]
@@ -107,48 +117,79 @@ class SlotDecoder:
             option_arrays(padded_rows),
         )
 
-    @functools.partial(jax.jit, static_argnums=(0,), static_argnames=("rows",), donate_argnums=(2,))
-    def _step(self, params, full_pool, live, *, rows):
-        # Only the first `rows` slots are stepped (the occupied ones are kept at the front):
-        # a light load pays for the rows it has, not for every slot.
-        pool = jax.tree.map(lambda leaf: leaf[:rows], full_pool)
-        dummy = jnp.zeros((1, self.encoder_width), jnp.int32)
+    @functools.partial(
+        jax.jit, static_argnums=(0,), static_argnames=("rows", "width"), donate_argnums=(2,)
+    )
+    def _step(self, params, full_moving, full_fixed, live, *, rows, width):
+        # Only the first `rows` slots are stepped (the occupied ones are kept at the front),
+        # and their cross-attention reads only the first `width` encoder positions (the widest
+        # occupied row's length bucket; the rest are padding): a light load or short inputs
+        # pay for what they use, not for the pool's full size.
+        def first_rows(tree):
+            return jax.tree.map(lambda leaf: leaf[:rows], tree)
+
+        used = jax.eval_shape(
+            self._cache_of, params, jax.ShapeDtypeStruct((rows, width), jnp.int32)
+        )
+        moving = first_rows(full_moving)
+        fixed = {
+            name: first_rows(value)
+            if name != "per_input"
+            else jax.tree.map(
+                lambda leaf, shape: leaf[tuple(slice(0, n) for n in shape.shape)],
+                value,
+                used.per_input,
+            )
+            for name, value in full_fixed.items()
+        }
+        dummy = jnp.zeros((1, width), jnp.int32)
         # Only the step function is used; XLA drops the unused encoding of the dummy row.
         _, _, tokens_to_logits = self.model.decoding_state(
             params, {"encoder_input_tokens": dummy}, self.cache_length
         )
 
-        def one_row(token, cache, step):
-            cache = jax.tree.map(lambda leaf: leaf[None], cache)
+        def one_row(token, per_row, per_input, lineage, step):
+            cache = jax.tree.map(
+                lambda leaf: leaf[None], DecodingCache(per_row, per_input, lineage)
+            )
             logits, cache = tokens_to_logits(token[None, None], cache, step)
-            return logits[0], jax.tree.map(lambda leaf: leaf[0], cache)
+            return logits[0], jax.tree.map(lambda leaf: leaf[0], cache.per_row)
 
-        cache = pool["cache"]
-        logits, stepped = jax.vmap(one_row)(pool["token"], cache, pool["step"])
+        logits, stepped = jax.vmap(one_row)(
+            moving["token"], moving["cache"], fixed["per_input"], fixed["lineage"], moving["step"]
+        )
         keys = jax.vmap(lambda seed, step: jax.random.fold_in(jax.random.PRNGKey(seed), step))(
-            pool["seeds"], pool["step"]
+            fixed["seeds"], moving["step"]
         )
         # Free slots decode greedily (their tokens are ignored), so an all-greedy pool never
         # pays for sampling because a sampled row once sat in a now-free slot.
-        temperature = jnp.where(live, pool["temperature"], 0.0)
+        temperature = jnp.where(live, fixed["temperature"], 0.0)
         chosen, log_likelihood = choose_next(
-            logits.astype(jnp.float32), keys, temperature, pool["top_k"], pool["top_p"]
+            logits.astype(jnp.float32), keys, temperature, fixed["top_k"], fixed["top_p"]
         )
-        pool = {
-            **pool,
-            "cache": DecodingCache(stepped.per_row, cache.per_input, cache.lineage),
+        moving = {
+            "cache": stepped,
             "token": chosen,
             # Free slots stay at the last position instead of running past the cache.
-            "step": jnp.minimum(pool["step"] + 1, self.cache_length - 1),
+            "step": jnp.minimum(moving["step"] + 1, self.cache_length - 1),
         }
-        full_pool = jax.tree.map(
+        full_moving = jax.tree.map(
             lambda full, part: jax.lax.dynamic_update_slice_in_dim(full, part, 0, axis=0),
-            full_pool,
-            pool,
+            full_moving,
+            moving,
         )
-        return full_pool, chosen, log_likelihood
+        return full_moving, chosen, log_likelihood
 
-    def step(self, params, pool: dict, live: np.ndarray):
+    def step(self, params, pool: dict, live: np.ndarray, width: int | None = None):
         """(new pool, next token of each of the first len(live) slots, its log-likelihood);
-        `live` bool[rows] says which of them are occupied (the rest are not stepped)."""
-        return self._step(params, pool, jnp.asarray(live), rows=len(live))
+        `live` bool[rows] says which of them are occupied (the rest are not stepped), `width`
+        is at least the encoder length of every occupied one (the pool's width if None)."""
+        moving, tokens, log_likelihood = self._step(
+            params,
+            pool["moving"],
+            pool["fixed"],
+            jnp.asarray(live),
+            rows=len(live),
+            width=width or self.encoder_width,
+        )
+        return {**pool, "moving": moving}, tokens, log_likelihood
