@@ -182,9 +182,14 @@ class BaseModel(abc.ABC):
         token_loss, _ = token_cross_entropy(logits, jnp.asarray(batch["decoder_target_tokens"]))
         return -jnp.sum(token_loss * self._weights(batch), axis=-1)
 
-    def score_batch(self, params, batch):
-        """Log-likelihood [B] of each target sequence (sum over its weighted tokens)."""
+    def score_batch(self, params, batch, *, compile_only: bool = False):
+        """Log-likelihood [B] of each target sequence (sum over its weighted tokens).
+        `compile_only` compiles the program for this batch's shapes without running it and
+        returns None (a server's warm-up; later calls reuse it)."""
         self.check_token_ids(batch)
+        if compile_only:
+            self._jit_score.lower(params, self._array_features(batch)).compile()
+            return None
         return self._jit_score(params, self._array_features(batch))
 
     # ------------------------------------------------------------------ decoding
@@ -288,6 +293,8 @@ class BaseModel(abc.ABC):
         max_decode_length: int | None = None,
         return_all_decodes: bool = False,
         label_token_ids=None,
+        *,
+        compile_only: bool = False,
     ):
         """(tokens [B, L], {'scores': [B]}) for the best decode of each row, or with
         return_all_decodes all of them, [B, num_decodes, L] and [B, num_decodes], best last.
@@ -295,6 +302,8 @@ class BaseModel(abc.ABC):
         num_decodes defaults to 4 beams for 'beam' and 1 otherwise; L is max_decode_length,
         or the length of the batch's decoder_input_tokens. method 'labels' returns the best
         of `label_token_ids` per row ([B, 1], see predict_labels) instead of decoding.
+        `compile_only` compiles the decoding program for this batch's shapes and options
+        without running it and returns None (a server's warm-up; later calls reuse it).
         """
         if method not in PREDICT_METHODS:
             raise ConfigError(f"unknown decoding method {method!r}; use one of {PREDICT_METHODS}")
@@ -315,18 +324,19 @@ class BaseModel(abc.ABC):
             )
         length = max_decode_length or np.shape(batch["decoder_input_tokens"])[1]
         inputs = {k: jnp.asarray(v) for k, v in batch.items() if k in self.decoding_inputs}
-        sequences, scores = self._predict(
-            params,
-            inputs,
-            rng,
-            method=method,
-            num_decodes=num_decodes,
-            alpha=float(alpha),
-            temperature=float(temperature),
-            topk=int(topk),
-            topp=float(topp),
-            max_decode_length=int(length),
-        )
+        static = {
+            "method": method,
+            "num_decodes": num_decodes,
+            "alpha": float(alpha),
+            "temperature": float(temperature),
+            "topk": int(topk),
+            "topp": float(topp),
+            "max_decode_length": int(length),
+        }
+        if compile_only:
+            type(self)._predict.lower(self, params, inputs, rng, **static).compile()
+            return None
+        sequences, scores = self._predict(params, inputs, rng, **static)
         if return_all_decodes:
             return sequences, {"scores": scores}
         return sequences[:, -1], {"scores": scores[:, -1]}
