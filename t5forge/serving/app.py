@@ -254,12 +254,13 @@ def create_app(service: InferenceService) -> FastAPI:
 
     @app.get("/healthz")
     async def healthz():
-        """200 once every shape is compiled; 503 while warming up. Both list each compiled
-        shape's state ('waiting', 'compiling', 'ready'), smallest first."""
+        """200 once generation's shapes are compiled (scoring's and beam search's may still be
+        compiling); 503 while warming up. Both list each shape's state ('waiting',
+        'compiling', 'ready', 'failed'), in the order they compile."""
         shapes = dict(service.shapes)
         compiled = sum(state == "ready" for state in shapes.values())
         if service.ready:
-            return {"status": "ready", "compiled": compiled, "shapes": shapes}
+            return {"status": "ready", "compiled": compiled, "of": len(shapes), "shapes": shapes}
         return JSONResponse(
             {"status": "warming up", "compiled": compiled, "of": len(shapes), "shapes": shapes},
             503,

@@ -44,11 +44,14 @@ class ScorePair:
 @dataclasses.dataclass(frozen=True)
 class WarmupShape:
     """One program compiled at start-up: its name in /healthz, its size (rows x positions,
-    the order of compilation) and a call that compiles it."""
+    the order of compilation), a call that compiles it without running it, and whether the
+    server waits for it before reporting ready (generation's programs) or compiles it while
+    serving (scoring's and beam search's)."""
 
     name: str
     size: int
     run: Callable[[], object]
+    before_ready: bool = True
 
 
 class Engine:
@@ -92,6 +95,12 @@ class Engine:
         width = self.input_buckets.fit(max(map(len, rows)))
         return self.model.predict_features(rows, width, self.batch_buckets.fit(len(rows)))
 
+    def _compile_generate(self, batch: int, width: int) -> None:
+        """Static generation's programs for `batch` rows of `width` input tokens."""
+        features, prompt_width = self._predict_features([[1] * width] * batch)
+        cache_length = prompt_width + self.settings.max_new_tokens_limit
+        self.decoder.compile(self.params, features, cache_length)
+
     def generate(
         self,
         rows: list[list[int]],
@@ -110,9 +119,16 @@ class Engine:
             cancelled,
         )
 
-    def admit(self, rows: list[list[int]], options: list[RowOptions], slot_ids: list[int]):
+    def admit(
+        self,
+        rows: list[list[int]],
+        options: list[RowOptions],
+        slot_ids: list[int],
+        compile_only: bool = False,
+    ):
         """Encodes new rows and places them in free slots; rows of one length bucket are
-        encoded together (the encoder runs on its own, not beside the decoding steps)."""
+        encoded together (the encoder runs on its own, not beside the decoding steps).
+        `compile_only` compiles the programs this would run instead (warm-up)."""
         by_width: dict[int, list[int]] = {}
         for i, row in enumerate(rows):
             by_width.setdefault(self.input_buckets.fit(len(row)), []).append(i)
@@ -126,8 +142,10 @@ class Engine:
                 features,
                 [slot_ids[i] for i in members],
                 [options[i] for i in members],
+                compile_only,
             )
-            self.slot_widths[[slot_ids[i] for i in members]] = width
+            if not compile_only:
+                self.slot_widths[[slot_ids[i] for i in members]] = width
 
     def _slot_pool(self) -> dict:
         """The decode slots' device state (made empty on first use, or after a failed call
@@ -148,10 +166,23 @@ class Engine:
         )
         return jax.device_get((tokens, log_likelihood))
 
-    def beam(self, rows: list[list[int]], num_beams: int, max_new_tokens: int) -> list[Decoded]:
-        """Beam search (T5X's) as `Model.generate(method='beam')`; log-likelihoods rescored."""
+    def _compile_step(self, rows: int, width: int) -> None:
+        """The continuous step of the first `rows` slots at encoder width `width`."""
+        live = np.ones((rows,), bool)
+        self.slots.step(self.params, self._slot_pool(), live, width, compile_only=True)
+
+    def beam(
+        self,
+        rows: list[list[int]],
+        num_beams: int,
+        max_new_tokens: int,
+        compile_only: bool = False,
+    ) -> list[Decoded] | None:
+        """Beam search (T5X's) as `Model.generate(method='beam')`; log-likelihoods rescored.
+        `compile_only` compiles the search's program instead (warm-up; the rescoring's are
+        scoring's own shapes)."""
         features, prompt_width = self._predict_features(rows)
-        tokens = self.model.t5x_model.predict_batch(
+        decoded = self.model.t5x_model.predict_batch_with_aux(
             self.params,
             features,
             jax.random.PRNGKey(0),
@@ -159,7 +190,14 @@ class Engine:
             num_decodes=num_beams,
             alpha=_BEAM_ALPHA,
             max_decode_length=prompt_width + max_new_tokens,
+            # All beams, the best picked here in numpy: indexing on the device would compile
+            # small programs per shape that the warm-up does not.
+            return_all_decodes=True,
+            compile_only=compile_only,
         )
+        if compile_only:
+            return None
+        tokens = np.asarray(decoded[0])[:, -1]
         outputs = [
             _until_eos(row, self.model.t5x_model.eos_id)
             for row in np.asarray(tokens)[: len(rows), :max_new_tokens].tolist()
@@ -169,8 +207,9 @@ class Engine:
 
     # ------------------------------------------------------------------ scoring
 
-    def score(self, pairs: list[ScorePair]) -> list[float]:
-        """Log-likelihood of each target given its input (sum over target tokens)."""
+    def score(self, pairs: list[ScorePair], compile_only: bool = False) -> list[float] | None:
+        """Log-likelihood of each target given its input (sum over target tokens).
+        `compile_only` compiles the program instead (warm-up)."""
         inputs = [p.input_tokens for p in pairs]
         targets = [p.target_tokens for p in pairs]
         lengths = {
@@ -179,51 +218,47 @@ class Engine:
         }
         batch = self.batch_buckets.fit(len(pairs))
         features = self.model.score_features(inputs, targets, lengths, batch)
+        if compile_only:
+            return self.model.t5x_model.score_batch(self.params, features, compile_only=True)
         scores = self.model.t5x_model.score_batch(self.params, features)
         return [float(s) for s in np.asarray(scores)[: len(pairs)]]
 
     # ------------------------------------------------------------------ warm-up
 
     def warmup_shapes(self) -> list[WarmupShape]:
-        """Every program traffic can need, smallest first (the buckets most requests fit, and
-        the quickest to compile): continuous batching's step of each batch bucket of slots and
-        its admission of each (batch, length) bucket (static generation's batches instead under the static scheduler), beam
-        search with `warmup_num_beams` at the default max_new_tokens, and scoring."""
+        """Every program traffic can need, smallest first within each phase (the buckets most
+        requests fit, and the quickest to compile). Before ready: generation's, that is
+        continuous batching's step of each (slots, input length) bucket and its admission of
+        each (batch, input length) bucket, or static generation's batches under the static
+        scheduler. While serving: beam search with `warmup_num_beams` at the default
+        max_new_tokens, and scoring."""
         settings, shapes = self.settings, []
         for batch in self.batch_buckets.sizes(settings.max_batch_size):
             for length in self.input_buckets.sizes():
-                if self.slots is not None and batch >= self.step_buckets.smallest:
-                    run = functools.partial(self._warm_step, batch, length)
-                    shapes.append(WarmupShape(f"step {batch}x{length}", batch * length, run))
-                rows, size = [[1] * length] * batch, batch * length
-                options = [RowOptions(max_new_tokens=1)] * batch
+                size = batch * length
                 if self.slots is not None:
-                    run = functools.partial(self.admit, rows, options, list(range(batch)))
+                    if batch >= self.step_buckets.smallest:
+                        run = functools.partial(self._compile_step, batch, length)
+                        shapes.append(WarmupShape(f"step {batch}x{length}", size, run))
+                    rows, options = [[1] * length] * batch, [RowOptions(1)] * batch
+                    run = functools.partial(self.admit, rows, options, list(range(batch)), True)
                     shapes.append(WarmupShape(f"admit {batch}x{length}", size, run))
                 else:
-                    run = functools.partial(self.generate, rows, options)
+                    run = functools.partial(self._compile_generate, batch, length)
                     shapes.append(WarmupShape(f"generate {batch}x{length}", size, run))
                 if settings.warmup_num_beams:
                     beams, new_tokens = settings.warmup_num_beams, settings.max_new_tokens
-                    run = functools.partial(self.beam, rows, beams, new_tokens)
+                    rows = [[1] * length] * batch
+                    run = functools.partial(self.beam, rows, beams, new_tokens, True)
                     name = f"beam {batch}x{length} num_beams={beams} max_new_tokens={new_tokens}"
-                    shapes.append(WarmupShape(name, size * beams, run))
+                    shapes.append(WarmupShape(name, size * beams, run, before_ready=False))
                 for target_length in self.target_buckets.sizes():
                     pairs = [ScorePair([1] * length, [1] * target_length)] * batch
-                    run = functools.partial(self.score, pairs)
+                    run = functools.partial(self.score, pairs, True)
                     name = f"score {batch}x{length} targets {target_length}"
-                    shapes.append(WarmupShape(name, batch * max(length, target_length), run))
-        return sorted(shapes, key=lambda shape: shape.size)
-
-    def _warm_step(self, rows: int, width: int):
-        """A continuous-batching step of the first `rows` slots at encoder width `width`."""
-        live = np.zeros((self.slots.slots,), bool)
-        live[rows - 1] = True
-        self.slot_widths[rows - 1] = width
-        try:
-            return self.step(live)
-        finally:
-            self.slot_widths[rows - 1] = 0
+                    score_size = batch * max(length, target_length)
+                    shapes.append(WarmupShape(name, score_size, run, before_ready=False))
+        return sorted(shapes, key=lambda shape: (not shape.before_ready, shape.size))
 
 
 def _until_eos(tokens: list[int], eos_id: int) -> list[int]:

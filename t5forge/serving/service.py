@@ -2,8 +2,9 @@
 
 It sits between the HTTP app (which only speaks JSON) and the batcher/engine (which only see
 token rows): it applies the input length policy, chooses each row's device group, turns the
-engine's tokens back into text, and keeps the metrics. Warm-up runs on the device thread
-before anything else; until it is done the service is not ready.
+engine's tokens back into text, and keeps the metrics. Warm-up compiles generation's programs
+on the device thread before anything else (until then the service is not ready), then the
+rest while it serves.
 """
 
 from __future__ import annotations
@@ -94,22 +95,42 @@ class InferenceService:
         await self.batcher.stop()
 
     async def _warm_up(self) -> None:
+        """Compiles every program (none is run): generation's on the device thread before the
+        service reports ready, then scoring's and beam search's on a worker thread while it
+        serves (a request that needs one of those first waits for its compilation)."""
         shapes = self.engine.warmup_shapes()
         self.shapes = {shape.name: "waiting" for shape in shapes}
         started = time.perf_counter()
         for shape in shapes:
+            if not shape.before_ready and not self.ready:
+                self._report_ready(started)
             self.shapes[shape.name] = "compiling"
             try:
-                await self.batcher.on_device(shape.run)
+                if shape.before_ready:
+                    await self.batcher.on_device(shape.run)
+                else:
+                    await asyncio.to_thread(shape.run)
             except Exception:
                 self.shapes[shape.name] = "failed"
-                logger.exception("warm-up of %s failed; the server stays unready", shape.name)
-                raise
+                if shape.before_ready:
+                    logger.exception("warm-up of %s failed; the server stays unready", shape.name)
+                    raise
+                logger.exception("warm-up of %s failed; it compiles on first use", shape.name)
+                continue
             self.shapes[shape.name] = "ready"
+        if not self.ready:
+            self._report_ready(started)
+        logger.info("all %d shapes compiled in %.1f s", len(shapes), time.perf_counter() - started)
+
+    def _report_ready(self, started: float) -> None:
         self.ready = True
         self.metrics.ready.set(1)
+        compiled = sum(state == "ready" for state in self.shapes.values())
         logger.info(
-            "ready: %d shapes compiled in %.1f s", len(shapes), time.perf_counter() - started
+            "ready: %d generation shapes compiled in %.1f s (%d more compile while serving)",
+            compiled,
+            time.perf_counter() - started,
+            len(self.shapes) - compiled,
         )
 
     # ------------------------------------------------------------------ device side

@@ -102,20 +102,31 @@ class SlotDecoder:
         return jax.tree.map(write, pool, fresh)
 
     def admit(
-        self, params, pool: dict, features: dict, slot_ids: list[int], rows: list[RowOptions]
+        self,
+        params,
+        pool: dict,
+        features: dict,
+        slot_ids: list[int],
+        rows: list[RowOptions],
+        compile_only: bool = False,
     ):
         """Encodes `features` (a padded batch whose first len(slot_ids) rows are real) and
-        places row i in slot slot_ids[i]; the pool given is consumed (donated)."""
+        places row i in slot slot_ids[i]; the pool given is consumed (donated). With
+        `compile_only` the program is compiled, not run, and the pool is returned untouched."""
         batch = features["encoder_input_tokens"].shape[0]
         padded_ids = list(slot_ids) + [self.slots] * (batch - len(slot_ids))
         padded_rows = list(rows) + [RowOptions(0)] * (batch - len(rows))
-        return self._admit(
+        arguments = (
             params,
             pool,
             jnp.asarray(features["encoder_input_tokens"], jnp.int32),
             jnp.asarray(padded_ids, jnp.int32),
             option_arrays(padded_rows),
         )
+        if compile_only:
+            type(self)._admit.lower(self, *arguments).compile()
+            return pool
+        return self._admit(*arguments)
 
     @functools.partial(
         jax.jit, static_argnums=(0,), static_argnames=("rows", "width"), donate_argnums=(2,)
@@ -180,16 +191,22 @@ class SlotDecoder:
         )
         return full_moving, chosen, log_likelihood
 
-    def step(self, params, pool: dict, live: np.ndarray, width: int | None = None):
+    def step(
+        self,
+        params,
+        pool: dict,
+        live: np.ndarray,
+        width: int | None = None,
+        compile_only: bool = False,
+    ):
         """(new pool, next token of each of the first len(live) slots, its log-likelihood);
         `live` bool[rows] says which of them are occupied (the rest are not stepped), `width`
-        is at least the encoder length of every occupied one (the pool's width if None)."""
-        moving, tokens, log_likelihood = self._step(
-            params,
-            pool["moving"],
-            pool["fixed"],
-            jnp.asarray(live),
-            rows=len(live),
-            width=width or self.encoder_width,
-        )
+        is at least the encoder length of every occupied one (the pool's width if None).
+        With `compile_only` the program is compiled, not run, and None is returned."""
+        arguments = (params, pool["moving"], pool["fixed"], jnp.asarray(live))
+        static = {"rows": len(live), "width": width or self.encoder_width}
+        if compile_only:
+            type(self)._step.lower(self, *arguments, **static).compile()
+            return None
+        moving, tokens, log_likelihood = self._step(*arguments, **static)
         return {**pool, "moving": moving}, tokens, log_likelihood

@@ -141,6 +141,26 @@ class StepDecoder:
             cache,
         )
 
+    def compile(self, params, features: dict, cache_length: int) -> None:
+        """Compiles decode's two programs for this padded batch's shapes without running them
+        (a server's warm-up; decode then reuses them)."""
+        batch = next(iter(features.values())).shape[0]
+        features, per_row = jax.device_put((features, option_arrays([RowOptions(0)] * batch)))
+        start = type(self)._start.lower(self, params, features, cache_length=cache_length)
+        start.compile()
+        cache, buffer = start.out_info
+        type(self)._step.lower(
+            self,
+            params,
+            features,
+            cache,
+            buffer,
+            jnp.zeros((batch,), jnp.int32),
+            jnp.int32(0),
+            **per_row,
+            cache_length=cache_length,
+        ).compile()
+
     def decode(
         self,
         params,

@@ -38,14 +38,20 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_ready(base_url: str, timeout: float = 300.0, process=None) -> None:
+def wait_ready(
+    base_url: str, timeout: float = 300.0, process=None, every_shape: bool = True
+) -> None:
+    """Until /healthz says ready and, with `every_shape`, has compiled every shape (scoring's
+    and beam search's compile after ready): tests then see no compilation mid-request."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
             raise RuntimeError(f"server exited with {process.returncode} before it was ready")
         with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"{base_url}/healthz", timeout=5).status_code == 200:
-                return
+            health = httpx.get(f"{base_url}/healthz", timeout=5)
+            if health.status_code == 200:
+                if not every_shape or health.json()["compiled"] == health.json()["of"]:
+                    return
         time.sleep(0.2)
     raise TimeoutError(f"{base_url} not ready after {timeout} s")
 

@@ -6,7 +6,16 @@ import threading
 import time
 
 import httpx
-from server_helpers import metric_value, serving_in_thread, settings_on_free_port, wait_ready
+import jax
+import pytest
+from jax._src import dispatch  # the names of JAX's trace and compile events
+from server_helpers import (
+    metric_value,
+    running_server,
+    serving_in_thread,
+    settings_on_free_port,
+    wait_ready,
+)
 
 from t5forge.serving import InferenceService
 from t5forge.serving.engine import WarmupShape
@@ -62,7 +71,77 @@ def test_requests_during_warm_up_get_503_until_it_finishes(tiny_model):
         assert httpx.get(f"{url}/healthz").json() == {
             "status": "ready",
             "compiled": 2,
+            "of": 2,
             "shapes": {"held": "ready", "quick": "ready"},
         }
         answer = httpx.post(f"{url}/v1/predict", json={"inputs": [TEXT]}, timeout=120)
         assert answer.status_code == 200 and len(answer.json()["outputs"]) == 1
+
+
+def test_scoring_and_beam_shapes_compile_while_the_server_serves(tiny_model):
+    release = threading.Event()
+    service = InferenceService(tiny_model, settings_on_free_port())
+    warmed = service.engine.warmup_shapes()
+    generation = [shape for shape in warmed if shape.before_ready]
+    # Generation's real shapes, then one scoring shape held until released.
+    service.engine.warmup_shapes = lambda: [
+        *generation,
+        WarmupShape("score held", 0, lambda: release.wait(120), before_ready=False),
+    ]
+    with serving_in_thread(service) as url:
+        try:
+            wait_ready(url, every_shape=False)
+            health = httpx.get(f"{url}/healthz").json()
+            assert health["status"] == "ready" and health["of"] == len(generation) + 1
+            assert health["compiled"] == len(generation)
+            assert health["shapes"]["score held"] == "compiling"
+            answer = httpx.post(f"{url}/v1/predict", json={"inputs": [TEXT]}, timeout=120)
+            assert answer.status_code == 200 and len(answer.json()["outputs"]) == 1
+        finally:
+            release.set()
+        wait_ready(url, timeout=60)
+        assert httpx.get(f"{url}/healthz").json()["shapes"]["score held"] == "ready"
+
+
+@pytest.mark.parametrize("scheduler", ["continuous", "static"])
+def test_once_warm_no_request_traces_or_compiles_a_program(scheduler, request, tiny_model):
+    """The warm-up compiles the very programs requests run (same functions, shapes and static
+    options), although it runs none of them: requests of every kind trace nothing new."""
+    if scheduler == "continuous":
+        url, _ = request.getfixturevalue("server")
+        _no_request_compiles(url)
+    else:
+        with running_server(tiny_model, scheduler="static") as (url, _):
+            _no_request_compiles(url)
+
+
+def _no_request_compiles(url: str) -> None:
+    events = []
+
+    def record(event: str, duration: float, **details) -> None:
+        if event in (dispatch.JAXPR_TRACE_EVENT, dispatch.BACKEND_COMPILE_EVENT):
+            events.append((event, details.get("fun_name")))
+
+    sampled = {"method": "sample", "seed": 3, "temperature": 0.8, "top_k": 5}
+    requests = [
+        ("/v1/predict", {"inputs": [TEXT]}),
+        (
+            "/v1/predict",
+            {
+                "inputs": [TEXT, "Delete the row.", "Open the File menu and choose Print."],
+                **sampled,
+            },
+        ),
+        ("/v1/predict", {"inputs": [TEXT], "stream": True, "max_new_tokens": 12}),
+        ("/v1/predict", {"inputs": [TEXT], "method": "beam", "num_beams": 2}),
+        ("/v1/score", {"inputs": [TEXT, TEXT], "targets": ["Speichern.", "Nein."]}),
+        ("/v1/classify", {"inputs": [TEXT], "choices": ["Ja.", "Nein."]}),
+    ]
+    jax.monitoring.register_event_duration_secs_listener(record)
+    try:
+        for path, body in requests:
+            answer = httpx.post(f"{url}{path}", json=body, timeout=120)
+            assert answer.status_code == 200, answer.text
+    finally:
+        jax.monitoring.unregister_event_duration_listener(record)
+    assert events == [], events
