@@ -40,9 +40,9 @@ _SETTING_FLAGS = {
     "max_input_length": "maximum input length in tokens (default: the inputs length the "
     "checkpoint was trained with, a HF config's n_positions, else 512)",
     "retry_after_s": "Retry-After seconds sent with 503",
-    "scheduler": "'static': each batch runs until its longest row ends; 'continuous': greedy "
-    "and sampled rows join the running batch at every decoding step and leave it when they "
-    "end (encoder-decoders; decoder-only models and beam search use static batches)",
+    "scheduler": "'continuous' (default): greedy and sampled rows join the running batch at "
+    "every decoding step and leave it when they end (encoder-decoders; decoder-only models "
+    "and beam search use static batches); 'static': each batch runs until its longest row ends",
     "allow_new_beam_shapes": "compile beam search for any (num_beams, max_new_tokens) a request "
     "asks for (each new pair stalls every request for seconds while it compiles); without it "
     "only the warmed pair (--warmup_num_beams, --max_new_tokens) runs and others get 422",

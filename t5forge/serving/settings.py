@@ -12,7 +12,7 @@ import os
 from t5forge.api import INPUT_LENGTH_POLICIES
 from t5forge.errors import ConfigError
 
-SCHEDULERS = ("static", "continuous")
+SCHEDULERS = ("continuous", "static")
 API_KEY_MIN_LENGTH = 8
 
 
@@ -54,10 +54,9 @@ class ServerSettings:
     max_input_length: int | None = None  # None: the model's own (what it was trained with)
     api_key: str | None = None
     retry_after_s: int = 1
-    # 'static': each batch runs until its longest row ends; 'continuous': greedy and sampled
-    # rows join and leave the running batch at every step (encoder-decoders). Static stays the
-    # default until a continuous step costs what its occupied rows cost (see the README).
-    scheduler: str = "static"
+    # 'continuous': greedy and sampled rows join and leave the running batch at every step
+    # (encoder-decoders); 'static': each batch runs until its longest row ends.
+    scheduler: str = "continuous"
     # Beam search programs other than the warmed (warmup_num_beams, max_new_tokens) one are
     # compiled on request only when the operator allows it (each stalls traffic for seconds).
     allow_new_beam_shapes: bool = False
