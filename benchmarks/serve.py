@@ -1,5 +1,6 @@
-"""Serving throughput and latency: `t5forge serve` with dynamic batching vs the same server
-with batching off (--max_batch_size 1), driven over loopback by a bounded asyncio httpx load.
+"""Serving throughput and latency: `t5forge serve` with dynamic (static-scheduler) batching vs
+the same server with batching off (--max_batch_size 1), driven over loopback by a bounded
+asyncio httpx load.
 
 For each model (the `make demo` model's config and T5 1.1 small, random weights, float32) a
 real `t5forge serve` process is started on a Hugging Face directory written here, then for
@@ -115,7 +116,9 @@ def server_process(model_dir: Path, flags: list[str]):
 @contextlib.contextmanager
 def http_server(command: list[str]):
     """The server process `command` + `--port N` starts; yields (base url, seconds until its
-    /healthz answered 200, pid) and stops it with SIGTERM."""
+    /healthz answered 200, pid) once it has also compiled every shape (t5forge compiles
+    scoring's and beam search's after it reports ready: no load is timed beside them), and
+    stops it with SIGTERM."""
     port = free_port()
     started = time.perf_counter()
     process = subprocess.Popen([*command, "--port", str(port)], cwd=ROOT)
@@ -128,7 +131,14 @@ def http_server(command: list[str]):
                 if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
                     break
             time.sleep(0.5)
-        yield url, time.perf_counter() - started, process.pid
+        ready = time.perf_counter() - started
+        while (health := httpx.get(f"{url}/healthz", timeout=5).json()).get(
+            "compiled", 0
+        ) < health.get("of", 0):
+            time.sleep(0.5)
+        if health.get("of"):
+            print(f"  every shape compiled {time.perf_counter() - started:.1f} s after start")
+        yield url, ready, process.pid
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=120)
@@ -139,6 +149,10 @@ def _server(model_dir: Path, max_batch_size: int, args):
     return server_process(
         model_dir,
         [
+            # Static batches, as when its published table was measured (closed-loop clients
+            # asking for equal lengths); serve_load.py compares the schedulers.
+            "--scheduler",
+            "static",
             "--max_batch_size",
             str(max_batch_size),
             "--max_wait_ms",
