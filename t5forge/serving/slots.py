@@ -10,10 +10,11 @@ every slot at that slot's own position: the model's one-step function is mapped 
 slots (jax.vmap), so each row sees exactly the positions, masks and relative-position biases
 it would see in a batch of its own, and rows that started at different steps share one
 program. One admission program per (batch, length) bucket of new inputs, one step program per
-bucket of leading slots (1, 2, 4, ...: the occupied slots are kept at the front). A step still
-has a fixed cost that does not shrink with the occupied slots and dominates light loads on CPU
-(README, "Continuous batching"), most likely the write-back into the whole pool; splitting the
-pool into per-bucket segments would make any such copy proportional to the occupied slots.
+(leading slots, encoder width) bucket: the occupied slots are kept at the front, and a step
+reads the encoder outputs only up to the widest occupied row's length bucket. The pool is two
+parts so that a step costs what its occupied slots use: what every step rewrites (donated and
+written back) and the cross-attention entries and options that only admissions write (read in
+place; writing them back made every step copy the whole pool).
 
 Decoder-only models (whose prompts are prefilled into the self-attention cache) are not
 handled here; the server decodes them in static batches.
