@@ -197,11 +197,8 @@ class Engine:
         )
         if compile_only:
             return None
-        tokens = np.asarray(decoded[0])[:, -1]
-        outputs = [
-            _until_eos(row, self.model.t5x_model.eos_id)
-            for row in np.asarray(tokens)[: len(rows), :max_new_tokens].tolist()
-        ]
+        best = np.asarray(decoded[0])[: len(rows), -1, :max_new_tokens]
+        outputs = [_until_eos(row, self.model.t5x_model.eos_id) for row in best.tolist()]
         scores = self.score([ScorePair(r, o) for r, o in zip(rows, outputs)])
         return [Decoded(o, s) for o, s in zip(outputs, scores)]
 
