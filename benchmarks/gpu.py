@@ -71,10 +71,16 @@ def _needed_bytes(compiled) -> int:
 
 
 def forge_train_side(
-    config_name: str, first_batch: int, input_length: int, target_length: int, fill: bool = True
+    config_name: str,
+    first_batch: int,
+    input_length: int,
+    target_length: int,
+    fill: bool = True,
+    overrides: dict | None = None,
 ):
     """t5forge's train step at the largest batch (multiple of 8) that fits MEMORY_USE, or at
-    `first_batch` without `fill`."""
+    `first_batch` without `fill`; `overrides` are T5Config fields (remat_policy,
+    attention_implementation) for the MFU rows."""
     os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", MEMORY_FRACTION)
     import jax
 
@@ -87,7 +93,7 @@ def forge_train_side(
     # A CPU reports no memory limit: the first batch stands.
     bytes_limit = (device.memory_stats() or {}).get("bytes_limit", float("inf"))
     limit = bytes_limit * MEMORY_USE
-    config = get_config(config_name, dtype="bfloat16", dropout_rate=0.0)
+    config = get_config(config_name, dtype="bfloat16", dropout_rate=0.0, **(overrides or {}))
     trainer = Trainer(
         build_model(config),
         optimizers.adamw(LEARNING_RATE),
@@ -295,7 +301,9 @@ def _train(phases: Phases, args, config_name: str, first_batch: int) -> None:
     from t5forge.models.configs import get_config
     from t5forge.training.flops import mfu, model_flops_per_step, peak_flops_per_device
 
-    ours, peer = f"{config_name} train: t5forge", f"{config_name} train: transformers"
+    settings = ", ".join(f"{key}={value}" for key, value in args.train_overrides.items())
+    ours = f"{config_name} train: t5forge" + (f" ({settings})" if settings else "")
+    peer = f"{config_name} train: transformers"
     forge = _train_side(
         phases,
         args,
@@ -304,13 +312,16 @@ def _train(phases: Phases, args, config_name: str, first_batch: int) -> None:
         config_name=config_name,
         first_batch=first_batch,
         fill=args.fill,
+        overrides=args.train_overrides,
     )
     if forge is None:
         return
     # transformers runs the batch t5forge filled the GPU with (halved until it fits).
-    hf = _train_side(
-        phases, args, peer, "gpu:hf_train_side", config_name=config_name, batch=forge["batch"]
-    )
+    hf = None
+    if args.peer:
+        hf = _train_side(
+            phases, args, peer, "gpu:hf_train_side", config_name=config_name, batch=forge["batch"]
+        )
     phases.bench.machine["accelerator"] = forge["device"]
     config = get_config(config_name, dtype="bfloat16")
     peak = peak_flops_per_device(forge["device"], "bfloat16")
@@ -385,6 +396,14 @@ def _decode(phases: Phases, args, config_name: str) -> None:
         )
 
 
+def _overrides(text: str) -> dict:
+    """argparse type of `field=value,...`: T5Config fields given as strings."""
+    pairs = [item.partition("=") for item in text.split(",") if item]
+    if any(not sep or not key for key, sep, _ in pairs):
+        raise argparse.ArgumentTypeError(f"expected field=value,... got {text!r}")
+    return {key: value for key, _, value in pairs}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -405,6 +424,19 @@ def main() -> int:
         dest="fill",
         action="store_false",
         help="train at the given batches instead of the largest that fits",
+    )
+    parser.add_argument(
+        "--no_peer",
+        dest="peer",
+        action="store_false",
+        help="train t5forge alone (an MFU row: a setting transformers has no counterpart of)",
+    )
+    parser.add_argument(
+        "--train_overrides",
+        type=_overrides,
+        default={},
+        help="T5Config fields for t5forge's train side, e.g. remat_policy=minimal,"
+        "attention_implementation=xla",
     )
     parser.add_argument("--phases", default="train,decode", help="some of train,decode")
     harness.add_arguments(parser, "gpu")
