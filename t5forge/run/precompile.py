@@ -16,7 +16,6 @@ import sys
 from t5forge import storage
 from t5forge.run import setup
 from t5forge.run.configs import DatasetConfig
-from t5forge.run.train import _batch_iterator, _make_optimizer
 from t5forge.training import optimizers, schedules
 from t5forge.training.partitioning import PjitPartitioner
 from t5forge.training.trainer import Trainer
@@ -41,9 +40,9 @@ def precompile(
     partitioner.check_batch_divisible(train_dataset_cfg.batch_size)
     seed = 42 if random_seed is None else random_seed  # T5X: `random_seed or 42`
     rate = schedules.create_learning_rate_scheduler("constant", LEARNING_RATE)
-    tx = _make_optimizer(optimizer, rate, model.param_logical_axes())
+    tx = setup.make_optimizer(optimizer, rate, model.param_logical_axes())
     trainer = Trainer(model, tx, partitioner, rate, 1, seed)
-    batch = next(_batch_iterator(model, train_dataset_cfg, seed, shuffle=False))
+    batch = next(setup.training_batches(model, train_dataset_cfg, seed, shuffle=False))
     compiled = trainer.compile_train_step(trainer.abstract_state(), batch)
     storage.make_directory(model_dir, "MODEL_DIR")
     path = storage.path(model_dir) / HLO_FILE

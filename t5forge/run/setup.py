@@ -6,17 +6,20 @@ identically: a checkpoint evaluated by `evaluate` is exactly the one `train` wro
 
 from __future__ import annotations
 
+import inspect
 import logging
 from pathlib import Path
 
 import jax
 
 from t5forge.checkpoints import reader
+from t5forge.data.feature_converters import converter_for
 from t5forge.errors import CheckpointError, ConfigError
 from t5forge.models.configs import T5Config, get_config
 from t5forge.models.model import BaseModel, build_model
 from t5forge.run import output_identity
-from t5forge.run.configs import RestoreCheckpointConfig
+from t5forge.run.configs import DatasetConfig, RestoreCheckpointConfig
+from t5forge.training import optimizers
 
 logger = logging.getLogger("t5forge")
 
@@ -162,3 +165,34 @@ def default_max_decode_length(model, task_feature_lengths) -> int:
     if model.config.is_decoder_only:
         return lengths.get("inputs", 0) + targets
     return targets
+
+
+def make_optimizer(optimizer, learning_rate_fn, param_axes):
+    """An optax transformation from a name ('adafactor') or a factory taking the schedule
+    (and `param_logical_axes` where it accepts them): train and precompile build the same."""
+    if isinstance(optimizer, str):
+        return optimizers.create_optimizer(optimizer, learning_rate_fn, param_axes)
+    accepts_axes = "param_logical_axes" in inspect.signature(optimizer).parameters
+    if accepts_axes:
+        return optimizer(learning_rate_fn, param_logical_axes=param_axes)
+    return optimizer(learning_rate_fn)
+
+
+def training_batches(model, cfg: DatasetConfig, random_seed: int, shuffle: bool):
+    """This process's share of `cfg`'s batches, repeated forever (train and precompile read
+    the same batches)."""
+    from t5forge.data.pipeline import make_batch_iterator
+
+    return make_batch_iterator(
+        cfg.mixture_or_task_name,
+        cfg.split,
+        dict(cfg.task_feature_lengths),
+        cfg.batch_size // jax.process_count(),
+        converter_for(model, cfg.pack),
+        seed=random_seed if cfg.seed is None else cfg.seed,
+        shard_index=jax.process_index(),
+        num_shards=jax.process_count(),
+        shuffle=shuffle and cfg.shuffle,
+        num_epochs=None,
+        use_cached=cfg.use_cached,
+    )

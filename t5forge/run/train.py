@@ -15,7 +15,6 @@ time may write a MODEL_DIR (t5forge.run.model_dir_lock); SIGTERM or Ctrl-C saves
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import shutil
@@ -38,7 +37,7 @@ from t5forge.run.configs import (
     RestoreCheckpointConfig,
     SaveCheckpointConfig,
 )
-from t5forge.run.evaluation import InferenceEvaluation, converter_for
+from t5forge.run.evaluation import InferenceEvaluation
 from t5forge.run.hooks import Hook, RunContext
 from t5forge.run.loop import run_steps
 from t5forge.run.model_dir_lock import ModelDirLock
@@ -53,15 +52,6 @@ from t5forge.training.partitioning import PjitPartitioner
 from t5forge.training.trainer import Trainer
 
 logger = logging.getLogger("t5forge")
-
-
-def _make_optimizer(optimizer, learning_rate_fn, param_axes):
-    if isinstance(optimizer, str):
-        return optimizers.create_optimizer(optimizer, learning_rate_fn, param_axes)
-    accepts_axes = "param_logical_axes" in inspect.signature(optimizer).parameters
-    if accepts_axes:
-        return optimizer(learning_rate_fn, param_logical_axes=param_axes)
-    return optimizer(learning_rate_fn)
 
 
 def _schedule(learning_rate_fn):
@@ -160,7 +150,7 @@ def train(
     partitioner.check_batch_divisible(train_dataset_cfg.batch_size)
     param_axes = model.param_logical_axes()
     learning_rate_fn = _schedule(learning_rate_fn)
-    tx = _make_optimizer(optimizer, learning_rate_fn, param_axes)
+    tx = setup.make_optimizer(optimizer, learning_rate_fn, param_axes)
     trainer = trainer_cls(model, tx, partitioner, learning_rate_fn, num_microbatches, random_seed)
 
     ckpt = checkpointer.Checkpointer(
@@ -173,7 +163,7 @@ def train(
     )
     ckpt.check_matches(model.abstract_params())
 
-    train_iter = _batch_iterator(model, train_dataset_cfg, random_seed, shuffle=True)
+    train_iter = setup.training_batches(model, train_dataset_cfg, random_seed, shuffle=True)
     abstract_state = trainer.abstract_state()
     trainer.state_shardings = trainer.shardings_for(abstract_state)
     reads = StorageFailureEcho(hold_all=True)  # a damaged checkpoint: one warning, no echoes
@@ -361,21 +351,3 @@ def _restore_data_position(train_iter, restored) -> None:
             "its new shard from the start",
             file=sys.stderr,
         )
-
-
-def _batch_iterator(model, cfg: DatasetConfig, random_seed: int, shuffle: bool):
-    from t5forge.data.pipeline import make_batch_iterator
-
-    return make_batch_iterator(
-        cfg.mixture_or_task_name,
-        cfg.split,
-        dict(cfg.task_feature_lengths),
-        cfg.batch_size // jax.process_count(),
-        converter_for(model, cfg.pack),
-        seed=random_seed if cfg.seed is None else cfg.seed,
-        shard_index=jax.process_index(),
-        num_shards=jax.process_count(),
-        shuffle=shuffle and cfg.shuffle,
-        num_epochs=None,
-        use_cached=cfg.use_cached,
-    )
