@@ -123,17 +123,19 @@ class Model:
         name: str = "inputs",
         add_eos: bool = True,
         apply_length_policy: bool = True,
+        warn_truncated: bool = True,
     ) -> EncodedRows:
         """Token rows for a list of strings (encoded, + EOS) or of token-id rows (as given).
 
         With `apply_length_policy`, rows longer than `max_input_length` are refused (DataError)
         or cut to their first `max_input_length` tokens (ending in EOS again when they did),
-        as `input_length_policy` says.
+        as `input_length_policy` says; a cut is logged as a warning unless `warn_truncated` is
+        False (a server reports them its own way: `EncodedRows.truncated`).
         """
         rows, from_strings = self._token_rows(sequences, name, add_eos)
         truncated = [False] * len(rows)
         if apply_length_policy:
-            rows, truncated = self._apply_length_policy(rows, name)
+            rows, truncated = self._apply_length_policy(rows, name, warn_truncated)
         return EncodedRows(rows, from_strings, truncated)
 
     def _token_rows(self, sequences, name: str, add_eos: bool) -> tuple[list[list[int]], bool]:
@@ -191,7 +193,9 @@ class Model:
                 )
         return rows, from_strings
 
-    def _apply_length_policy(self, rows, name: str) -> tuple[list[list[int]], list[bool]]:
+    def _apply_length_policy(
+        self, rows, name: str, warn: bool = True
+    ) -> tuple[list[list[int]], list[bool]]:
         if self.input_length_policy not in INPUT_LENGTH_POLICIES:
             raise ConfigError(
                 f"input_length_policy must be one of {INPUT_LENGTH_POLICIES}, got "
@@ -208,13 +212,14 @@ class Model:
                 f"model's max_input_length {limit}; shorten it, or set "
                 f"input_length_policy='truncate' to keep its first {limit} tokens"
             )
-        logger.warning(
-            "truncated %d of %d %s to the model's max_input_length %d",
-            sum(too_long),
-            len(rows),
-            name,
-            limit,
-        )
+        if warn:
+            logger.warning(
+                "truncated %d of %d %s to the model's max_input_length %d",
+                sum(too_long),
+                len(rows),
+                name,
+                limit,
+            )
         cut = [
             row[: limit - 1] + [EOS_ID] if long and row[-1] == EOS_ID else row[:limit]
             for row, long in zip(rows, too_long)

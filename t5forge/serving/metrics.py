@@ -64,6 +64,11 @@ class ServerMetrics:
             ["reason"],
             registry=self.registry,
         )
+        self.truncated_inputs = Counter(
+            "t5forge_truncated_inputs",
+            "Inputs cut to the model's max_input_length (input length policy 'truncate')",
+            registry=self.registry,
+        )
         self.disconnects = Counter(
             "t5forge_client_disconnects",
             "Requests whose client left before the answer",

@@ -31,6 +31,7 @@ from t5forge.serving.schemas import (
 from t5forge.serving.settings import ServerSettings
 from t5forge.serving.stepwise import Decoded, RowOptions
 from t5forge.serving.streaming import TextDeltas, sse_event
+from t5forge.serving.truncation import TruncationNotices
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class InferenceService:
         self.settings = settings
         self.engine = Engine(model, settings)
         self.metrics = ServerMetrics()
+        self.truncation = TruncationNotices(self.metrics.truncated_inputs)
         if self.engine.slots is not None:
             self.batcher = ContinuousBatcher(
                 self._run_batch,
@@ -176,9 +178,13 @@ class InferenceService:
         self, texts: list[str], name: str, add_eos: bool = True, length_policy: bool = True
     ) -> EncodedRows:
         try:
-            return self.model.encode(texts, name, add_eos, apply_length_policy=length_policy)
+            encoded = self.model.encode(
+                texts, name, add_eos, apply_length_policy=length_policy, warn_truncated=False
+            )
         except T5ForgeError as error:
             raise RequestError(422, str(error)) from error
+        self.truncation.record(sum(encoded.truncated), self.model.max_input_length)
+        return encoded
 
     def _submit(self, group: Hashable, payloads: list, on_tokens=None) -> list[asyncio.Future]:
         if not self.ready:

@@ -138,6 +138,7 @@ def test_long_inputs_are_truncated_when_the_server_says_so(tiny_model):
             f"{url}/v1/score", json={"inputs": [LONG_TEXT], "targets": ["x"]}, timeout=60
         ).json()
         assert scored["truncated"] == [True]
+        assert metric_value(url, "t5forge_truncated_inputs_total") == 2
     assert tiny_model.input_length_policy == "refuse"  # the server's policy stays its own
 
 
