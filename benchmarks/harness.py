@@ -213,9 +213,12 @@ def summarize(samples: Samples, work: float, unit: str) -> dict:
 
 
 def ratio(ours: dict, peer: dict, metric: str) -> float:
-    """How many times better `ours` is: throughput over throughput, or latency under latency."""
+    """How many times better `ours` is: throughput over throughput, or latency under latency
+    ('latency': the median call; 'p99_ms': a load test's 99th-percentile request)."""
     if metric == "latency":
         return peer["median_s"] / ours["median_s"]
+    if metric == "p99_ms":
+        return peer["p99_ms"] / ours["p99_ms"]
     return ours["throughput"] / peer["throughput"]
 
 
@@ -304,7 +307,9 @@ class Benchmark:
         print(f"  {ours} / {peer}: {value:.2f}x ({metric})", flush=True)
         return value
 
-    def peer_missing(self, row: str, ours: str, peer: str, why: str) -> None:
+    def peer_missing(
+        self, row: str, ours: str, peer: str, why: str, metric: str = "throughput"
+    ) -> None:
         """A comparison whose peer could not run here, said so instead of a number."""
         self.comparisons.append(
             {
@@ -312,6 +317,7 @@ class Benchmark:
                 "ours": ours,
                 "peer": peer,
                 "peer_label": peer,
+                "metric": metric,
                 "ratio": None,
                 "missing": why,
             }

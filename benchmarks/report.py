@@ -30,6 +30,8 @@ def load_results(directory: Path) -> list[dict]:
 def _figure(side: dict, metric: str) -> str:
     if metric == "latency":
         return f"{side['median_s'] * 1000:,.1f} ms"
+    if metric == "p99_ms":
+        return f"p99 {side['p99_ms']:,.0f} ms"
     return f"{side['throughput']:,.1f} {side['unit']}"
 
 

@@ -61,6 +61,7 @@ def test_ratio_is_higher_when_ours_is_faster_for_both_metrics():
     peer = {"median_s": 4.0, "throughput": 10.0}
     assert harness.ratio(ours, peer, "throughput") == 4.0
     assert harness.ratio(ours, peer, "latency") == 4.0
+    assert harness.ratio({"p99_ms": 500.0}, {"p99_ms": 2000.0}, "p99_ms") == 4.0
 
 
 def test_fewer_than_five_repetitions_are_refused():
@@ -214,6 +215,30 @@ def test_latency_rows_show_milliseconds_of_the_median():
             "transformers 200.0 ms",
             "4.00x",
         ]
+    ]
+
+
+def test_report_shows_a_load_tests_p99_latency_and_a_missing_peer_in_its_metric():
+    continuous = {"p99_ms": 1657.0, "throughput": 15.9, "unit": "requests/s"}
+    static = {"p99_ms": 4799.0, "throughput": 15.4, "unit": "requests/s"}
+    bench = harness.Benchmark("serve_load", {})
+    bench.sides.update(continuous=continuous, static=static)
+    bench.compare("demo, 16 requests/s, p99 latency", "continuous", "static", "p99_ms", "static")
+    bench.peer_missing("demo, 16 requests/s, p99 latency", "continuous", "ct2", "pip it", "p99_ms")
+    result = {"name": "serve_load", "shared_cpu": False, "sides": bench.sides}
+    assert report.rows({**result, "comparisons": bench.comparisons}) == [
+        [
+            "demo, 16 requests/s, p99 latency (`benchmarks/serve_load.py`)",
+            "p99 1,657 ms",
+            "static p99 4,799 ms",
+            "2.90x",
+        ],
+        [
+            "demo, 16 requests/s, p99 latency (`benchmarks/serve_load.py`)",
+            "p99 1,657 ms",
+            "ct2: pip it",
+            "n/a",
+        ],
     ]
 
 
