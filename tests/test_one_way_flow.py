@@ -17,7 +17,7 @@ TINY_GIN = PACKAGE / "configs" / "models" / "t5_1_1" / "tiny.gin"
 # other. "t5forge" is the package itself (t5forge.load, t5forge.train, ..., __version__).
 LAYERS = [
     ("errors", "version", "host_memory"),
-    ("storage",),
+    ("storage", "compile_cache"),
     ("data", "models"),
     ("training", "seqio", "tasks"),
     ("compat",),

@@ -8,6 +8,7 @@ import os
 import re
 import tokenize
 
+from t5forge import compile_cache
 from t5forge.config import (  # gin_registry: the names gin files bind
     binding_checks,
     gin_flags,
@@ -31,7 +32,8 @@ def parse_common_flags(rest: list[str], help_text: str, command: str) -> argpars
     JAX detect the cluster, --initialization_timeout bounds the wait), as in T5X;
     --tfds_data_dir sets $TFDS_DATA_DIR, where TFDS-backed tasks read prepared datasets,
     before task modules are imported and gin files parsed; infer's --shard_id is T5X's, and
-    t5forge runs one shard; --gin_strict makes an unused gin binding an error.
+    t5forge runs one shard; --gin_strict makes an unused gin binding an error;
+    --compile_cache keeps compiled programs for the next run (t5forge.compile_cache).
     """
     parser = argparse.ArgumentParser(
         prog=f"t5forge {command}",
@@ -53,6 +55,9 @@ def parse_common_flags(rest: list[str], help_text: str, command: str) -> argpars
     parser.add_argument(
         "--tfds_data_dir",
         help="directory of TensorFlow Datasets' prepared data (T5X's flag; sets $TFDS_DATA_DIR)",
+    )
+    parser.add_argument(
+        "--compile_cache", default=compile_cache.default_directory(), help=compile_cache.FLAG_HELP
     )
     parser.add_argument("--multiprocess_gpu", action="store_true")
     parser.add_argument("--coordinator_address")
@@ -76,6 +81,7 @@ def parse_common_flags(rest: list[str], help_text: str, command: str) -> argpars
         )
     if args.tfds_data_dir:
         os.environ["TFDS_DATA_DIR"] = args.tfds_data_dir
+    compile_cache.use(args.compile_cache)
     if args.multiprocess_gpu or args.coordinator_address or args.process_count is not None:
         partitioning.initialize_distributed(
             args.coordinator_address,

@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import os
 
+from t5forge import compile_cache
 from t5forge.api import INPUT_LENGTH_POLICIES
 from t5forge.serving.settings import API_KEY_MIN_LENGTH, SCHEDULERS, ServerSettings
 
@@ -48,10 +49,7 @@ _SETTING_FLAGS = {
     "only the warmed pair (--warmup_num_beams, --max_new_tokens) runs and others get 422",
     "header_timeout_s": "close a connection that has not sent a complete request head this many "
     "seconds after it opened or after its last response (idle sockets cannot pile up)",
-    "compile_cache": "directory of JAX's persistent compilation cache, so a restart with the "
-    "same model and settings loads its compiled programs instead of compiling them ('': off; "
-    "default: $T5FORGE_COMPILE_CACHE, else $JAX_COMPILATION_CACHE_DIR, else "
-    "~/.cache/t5forge/jax)",
+    "compile_cache": compile_cache.FLAG_HELP,
 }
 _CHOICES = {"input_length_policy": INPUT_LENGTH_POLICIES, "scheduler": SCHEDULERS}
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import signal
 import threading
 
+from t5forge import compile_cache
 from t5forge.errors import ConfigError
 from t5forge.serving.app import create_app
 from t5forge.serving.connections import head_deadline_protocol
@@ -62,7 +62,7 @@ def serve(
         settings = ServerSettings(**setting_values)
     elif setting_values:
         raise ConfigError("pass either settings= or individual settings, not both")
-    use_compile_cache(settings.compile_cache)
+    compile_cache.use(settings.compile_cache, every_program=True)
     service = InferenceService(load_for_serving(checkpoint, vocab, extra_ids, config), settings)
     server_config = uvicorn_config(create_app(service), settings, log_level)
     logger.info("serving on http://%s:%d (docs at /docs)", settings.host, settings.port)
@@ -83,29 +83,6 @@ def uvicorn_config(app, settings: ServerSettings, log_level: str = "info"):
         access_log=False,
         http=head_deadline_protocol(settings.header_timeout_s),
     )
-
-
-def use_compile_cache(directory: str) -> None:
-    """Points JAX's persistent compilation cache at `directory` ('' leaves JAX as it is).
-
-    Every program is cached, however quick to compile: a server compiles dozens of small
-    ones, and together they are most of its start-up. The setting is process-wide.
-    """
-    if not directory:
-        return
-    import jax
-
-    try:
-        os.makedirs(directory, exist_ok=True)
-    except OSError as error:
-        raise ConfigError(
-            f"cannot create the compile cache directory {directory} ({error.strerror}); "
-            f"pass --compile_cache DIR elsewhere, or --compile_cache '' to turn it off"
-        ) from None
-    jax.config.update("jax_compilation_cache_dir", directory)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    logger.info("compilation cache: %s", directory)
 
 
 @contextlib.contextmanager

@@ -7,25 +7,13 @@ queue: a server started without thought is still hard to take down or to reach b
 from __future__ import annotations
 
 import dataclasses
-import os
 
+from t5forge import compile_cache
 from t5forge.api import INPUT_LENGTH_POLICIES
 from t5forge.errors import ConfigError
 
 SCHEDULERS = ("continuous", "static")
 API_KEY_MIN_LENGTH = 8
-
-
-def default_compile_cache() -> str:
-    """$T5FORGE_COMPILE_CACHE, else JAX's own $JAX_COMPILATION_CACHE_DIR, else
-    ~/.cache/t5forge/jax."""
-    return os.environ.get(
-        "T5FORGE_COMPILE_CACHE",
-        os.environ.get(
-            "JAX_COMPILATION_CACHE_DIR",
-            os.path.join(os.path.expanduser("~"), ".cache", "t5forge", "jax"),
-        ),
-    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +53,7 @@ class ServerSettings:
     header_timeout_s: float = 10.0
     # JAX's persistent compilation cache: a restart with the same model and settings reads
     # its programs instead of compiling them. '' turns it off.
-    compile_cache: str = dataclasses.field(default_factory=lambda: default_compile_cache())
+    compile_cache: str = dataclasses.field(default_factory=compile_cache.default_directory)
 
     def __post_init__(self):
         positive = (

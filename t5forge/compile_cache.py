@@ -1,0 +1,70 @@
+"""JAX's persistent compilation cache, where every t5forge command keeps its compiled programs.
+
+Compiling is most of a command's start-up: T5 1.1 small's train step takes ~50 s on a 2-core
+CPU and T5 1.1 large's ~100 s on an H100, and a resumed run, a second evaluation or a restarted
+server compiles the very same programs again. With the cache on, they are read back instead.
+The commands turn it on by default (`--compile_cache DIR`, '' for off) in one directory per
+user, bounded so it cannot fill a disk: the least recently used programs go first.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from t5forge.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+ENV = "T5FORGE_COMPILE_CACHE"
+# The cache's bound; past it JAX deletes the least recently used programs (and, with a bound,
+# takes a file lock around each read and write, so concurrent processes never see a half-
+# written entry).
+MAX_BYTES = 8 * 2**30
+FLAG_HELP = (
+    "directory of JAX's persistent compilation cache, so that a resumed or repeated run (or "
+    "a restarted server) loads its compiled programs instead of compiling them again ('': "
+    f"off; default: ${ENV}, else $JAX_COMPILATION_CACHE_DIR, else ~/.cache/t5forge/jax; "
+    f"at most {MAX_BYTES // 2**30} GiB, least recently used programs deleted first)"
+)
+
+
+def default_directory() -> str:
+    """$T5FORGE_COMPILE_CACHE, else JAX's own $JAX_COMPILATION_CACHE_DIR, else
+    ~/.cache/t5forge/jax."""
+    return os.environ.get(
+        ENV,
+        os.environ.get(
+            "JAX_COMPILATION_CACHE_DIR",
+            os.path.join(os.path.expanduser("~"), ".cache", "t5forge", "jax"),
+        ),
+    )
+
+
+def use(directory: str, every_program: bool = False) -> None:
+    """Points JAX's persistent compilation cache at `directory` ('' turns it off, even where
+    $JAX_COMPILATION_CACHE_DIR would turn it on).
+
+    By default only programs that took JAX's threshold (a second) to compile are kept: a run's
+    train step and decoding loops. `every_program` keeps the quick ones too: a server compiles
+    dozens of small programs, and together they are most of its start-up. The setting is
+    process-wide.
+    """
+    import jax
+
+    if not directory:
+        jax.config.update("jax_enable_compilation_cache", False)
+        return
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(
+            f"cannot create the compile cache directory {directory} ({error.strerror}); "
+            f"pass --compile_cache DIR elsewhere, or --compile_cache '' to turn it off"
+        ) from None
+    jax.config.update("jax_compilation_cache_dir", directory)
+    jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
+    if every_program:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    logger.info("compilation cache: %s", directory)
