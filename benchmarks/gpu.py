@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -346,6 +347,21 @@ def _train(phases: Phases, args, config_name: str, first_batch: int) -> None:
     phases.bench.finish()
 
 
+def _accelerator() -> str:
+    """The GPU's name as nvidia-smi gives it (jax's device_kind says the same), or 'cpu'; read
+    without jax, which would take the GPU's memory in this measuring process."""
+    try:
+        names = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout.split("\n")
+    except (OSError, subprocess.SubprocessError):
+        return "cpu"
+    return names[0].strip() or "cpu"
+
+
 def _decode(phases: Phases, args, config_name: str) -> None:
     from t5forge.models.configs import get_config
 
@@ -389,7 +405,7 @@ def _decode(phases: Phases, args, config_name: str) -> None:
         phases.bench.compare(
             f"{config_name} {setting} decode, bf16, batch {len(rows)}, "
             f"{args.decode_input_length} in / {args.new_tokens} new, "
-            f"{phases.bench.machine.get('accelerator', 'GPU')}",
+            f"{phases.bench.machine.setdefault('accelerator', _accelerator())}",
             f"{config_name} {setting}: t5forge",
             f"{config_name} {setting}: transformers",
             peer_label="transformers bf16 + SDPA",

@@ -114,7 +114,8 @@ def main() -> int:
     for name, runs in samples.items():
         bench.record(name, runs, runs.output, "restarts/s")
     bench.compare(
-        f"restart of {Path(args.model).stem} train, batch {args.batch}, "
+        f"restart of {args.model.removeprefix('models/').removesuffix('.gin')} train, "
+        f"batch {args.batch}, "
         f"{args.length}/{args.length}, one step",
         CACHED,
         UNCACHED,
