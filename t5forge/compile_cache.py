@@ -4,7 +4,10 @@ Compiling is most of a command's start-up: T5 1.1 small's train step takes ~50 s
 CPU and T5 1.1 large's ~100 s on an H100, and a resumed run, a second evaluation or a restarted
 server compiles the very same programs again. With the cache on, they are read back instead.
 The commands turn it on by default (`--compile_cache DIR`, '' for off) in one directory per
-user, bounded so it cannot fill a disk: the least recently used programs go first.
+user. It is JAX's unbounded cache: JAX's bounded one (`jax_compilation_cache_max_size`) keeps
+a read-time file beside each entry and fails every write ("Error writing persistent
+compilation cache entry ... -atime") in a directory that an unbounded writer also fills, as
+JAX_COMPILATION_CACHE_DIR users and earlier t5forge servers do.
 """
 
 from __future__ import annotations
@@ -17,15 +20,10 @@ from t5forge.errors import ConfigError
 logger = logging.getLogger(__name__)
 
 ENV = "T5FORGE_COMPILE_CACHE"
-# The cache's bound; past it JAX deletes the least recently used programs (and, with a bound,
-# takes a file lock around each read and write, so concurrent processes never see a half-
-# written entry).
-MAX_BYTES = 8 * 2**30
 FLAG_HELP = (
     "directory of JAX's persistent compilation cache, so that a resumed or repeated run (or "
     "a restarted server) loads its compiled programs instead of compiling them again ('': "
-    f"off; default: ${ENV}, else $JAX_COMPILATION_CACHE_DIR, else ~/.cache/t5forge/jax; "
-    f"at most {MAX_BYTES // 2**30} GiB, least recently used programs deleted first)"
+    f"off; default: ${ENV}, else $JAX_COMPILATION_CACHE_DIR, else ~/.cache/t5forge/jax)"
 )
 
 
@@ -63,7 +61,6 @@ def use(directory: str, every_program: bool = False) -> None:
             f"pass --compile_cache DIR elsewhere, or --compile_cache '' to turn it off"
         ) from None
     jax.config.update("jax_compilation_cache_dir", directory)
-    jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
     if every_program:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
