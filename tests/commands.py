@@ -103,7 +103,12 @@ def t5forge_in_process(*args) -> int:
     with gin.unlock_config():
         gin.clear_config()
     gin.config._set_config_is_locked(False)  # gin has no public call that leaves it unlocked
-    return main([str(arg) for arg in args])
+    args = [str(arg) for arg in args]
+    if args and args[0] in ("train", "eval", "infer") and "--help" not in args:
+        # The test process keeps out of the session's compilation cache (conftest.py): the run
+        # commands would otherwise point this whole process at it for every later test.
+        args.append("--compile_cache=")
+    return main(args)
 
 
 class TinyRuns:
