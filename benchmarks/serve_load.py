@@ -278,9 +278,8 @@ def _compare(bench, name: str, rates: list[float], levels: dict) -> None:
         # Completed requests/s is what the offered load allows (every side keeps up at low
         # rates); the 99th-percentile latency is where the schedulers differ. A level where
         # no request completed has no p99.
-        metrics = (
-            ("throughput", "p99_ms") if all(run["p99_ms"] for run in runs) else ("throughput",)
-        )
+        every_p99 = all(run["p99_ms"] for run in runs)
+        metrics = ("throughput", "p99_ms") if every_p99 else ("throughput",)
         for metric in metrics:
             labelled = row + (", p99 latency" if metric == "p99_ms" else "")
             bench.compare(labelled, sides["continuous"], sides["static"], metric, "static")
@@ -288,7 +287,7 @@ def _compare(bench, name: str, rates: list[float], levels: dict) -> None:
                 bench.compare(labelled, sides["continuous"], sides[PEER], metric, PEER)
             else:
                 bench.peer_missing(labelled, sides["continuous"], PEER, decode.CT2_MISSING, metric)
-        if all(run["p99_ms"] for run in runs):
+        if every_p99:
             shown = {
                 key: "/".join(format(run[key], form) for run in runs)
                 for key, form in (("throughput", ".2f"), ("p99_ms", ".0f"), ("p50_ttft_ms", ".0f"))
