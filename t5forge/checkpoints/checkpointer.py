@@ -25,7 +25,7 @@ import jax
 import orbax.checkpoint as ocp
 from orbax.checkpoint.checkpoint_managers import preservation_policy
 
-from t5forge.checkpoints import integrity
+from t5forge.checkpoints import abandoned_reads, integrity
 from t5forge.errors import CheckpointError
 from t5forge.models import param_names
 
@@ -247,6 +247,7 @@ class Checkpointer:
     def restore(self, step: int, abstract_state, shardings=None) -> RestoredCheckpoint:
         """Restores one step straight into the given shardings (no host-side full copy), after
         checking its files against the checksums recorded when it was saved."""
+        abandoned_reads.drop_stray_completions()
         integrity.verify(self.step_dir(step))
         target = _with_shardings(abstract_state, shardings)
         restored = self._manager.restore(
@@ -344,6 +345,7 @@ class Checkpointer:
 
 def _stored_param_shapes(step_dir: Path) -> dict[str, tuple[int, ...]]:
     """Parameter name -> shape, read from a checkpoint's metadata (no array data is loaded)."""
+    abandoned_reads.drop_stray_completions()
     state_dir = Path(step_dir) / STATE
     try:
         tree = ocp.PyTreeCheckpointHandler().metadata(state_dir).tree
@@ -485,6 +487,7 @@ def _like(array: jax.Array, target) -> jax.Array:
 
 def _load_named_params(step_dir: Path, wanted: dict[str, Any]) -> dict[str, jax.Array]:
     """Reads just the named parameters, each straight into its target's sharding and dtype."""
+    abandoned_reads.drop_stray_completions()
     if not wanted:
         return {}
     default = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
@@ -523,6 +526,7 @@ def _load_named_params(step_dir: Path, wanted: dict[str, Any]) -> dict[str, jax.
 def _read_arrays(step_dir: Path):
     """Every array of the train state as numpy, in the structure saved (whatever this run's
     state is); CheckpointError when the files cannot be read, i.e. the checkpoint is damaged."""
+    abandoned_reads.drop_stray_completions()
     import numpy as np
 
     state_dir = step_dir / STATE
