@@ -12,6 +12,7 @@ import importlib
 import os
 import sys
 
+from t5forge.cli import absl_flags
 from t5forge.errors import T5ForgeError
 
 # command name -> module in t5forge.cli
@@ -39,14 +40,18 @@ def _usage() -> str:
         lines.append(f"  {name:<12} {summary}")
     lines.append("")
     lines.append("Run `t5forge <command> --help` for the flags of one command.")
+    lines.append("T5X's `python -m t5x.main --run_mode=MODE ...` is `t5forge --run_mode=MODE ...`.")
+    lines.append("Every command takes absl's flags (--alsologtostderr, --v, --flagfile, ...) and")
+    lines.append("JAX's (--jax_*), as T5X's commands do.")
     return "\n".join(lines)
 
 
 def run_command(module_name: str, argv: list[str]) -> int:
-    """Runs one command module, turning user errors into a single line."""
+    """Runs one command module, after absl's and JAX's flags (cli/absl_flags.py), turning user
+    errors into a single line."""
     module = importlib.import_module(f"t5forge.cli.{module_name}")
     try:
-        return int(module.main(argv) or 0)
+        return int(module.main(absl_flags.take(argv)) or 0)
     except T5ForgeError as e:
         # gin appends "In call to configurable ..." lines; the first line is the message.
         print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
@@ -93,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         print(_usage())
         return 0
     name, rest = argv[0], argv[1:]
+    if name.startswith("--"):  # no command: T5X main.py's form, --run_mode picks it
+        return run_command("t5x_main", argv)
     if name not in COMMANDS:
         print(f"error: unknown command {name!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2

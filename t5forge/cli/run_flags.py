@@ -9,6 +9,7 @@ import re
 import tokenize
 
 from t5forge import compile_cache
+from t5forge.cli import absl_flags
 from t5forge.config import (  # gin_registry: the names gin files bind
     binding_checks,
     gin_flags,
@@ -20,6 +21,7 @@ from t5forge.errors import ConfigError
 from t5forge.run.task_modules import import_task_modules
 from t5forge.training import partitioning
 
+_BOOLEANS = ("gin_strict", "dry_run", "multiprocess_gpu")
 # command -> the configurable it calls, whose bindings the checks follow.
 ROOTS = {"train": "train", "eval": "evaluate", "infer": "infer"}
 
@@ -33,7 +35,9 @@ def parse_common_flags(rest: list[str], help_text: str, command: str) -> argpars
     --tfds_data_dir sets $TFDS_DATA_DIR, where TFDS-backed tasks read prepared datasets,
     before task modules are imported and gin files parsed; infer's --shard_id is T5X's, and
     t5forge runs one shard; --gin_strict makes an unused gin binding an error;
-    --compile_cache keeps compiled programs for the next run (t5forge.compile_cache).
+    --compile_cache keeps compiled programs for the next run (t5forge.compile_cache);
+    --dry_run (T5X main.py's) stops after the configuration. Boolean flags take absl's
+    spellings too (`--multiprocess_gpu=false`, `--nomultiprocess_gpu`).
     """
     parser = argparse.ArgumentParser(
         prog=f"t5forge {command}",
@@ -59,6 +63,12 @@ def parse_common_flags(rest: list[str], help_text: str, command: str) -> argpars
     parser.add_argument(
         "--compile_cache", default=compile_cache.default_directory(), help=compile_cache.FLAG_HELP
     )
+    parser.add_argument(
+        "--dry_run",
+        action="store_true",
+        help="parse the flags and gin files, check every binding, print the configuration and "
+        "stop (T5X main.py's flag)",
+    )
     parser.add_argument("--multiprocess_gpu", action="store_true")
     parser.add_argument("--coordinator_address")
     parser.add_argument("--process_count", type=int)
@@ -71,7 +81,7 @@ def parse_common_flags(rest: list[str], help_text: str, command: str) -> argpars
     if any(arg in ("-h", "--help") for arg in rest):
         parser.print_help()
         return None
-    args, unknown = parser.parse_known_args(rest)
+    args, unknown = parser.parse_known_args(absl_flags.absl_booleans(rest, _BOOLEANS))
     if unknown:
         raise ConfigError(f"unknown flag {unknown[0]!r}; see --help")
     if getattr(args, "shard_id", None) not in (None, 0):
@@ -98,7 +108,8 @@ def parse_common_flags(rest: list[str], help_text: str, command: str) -> argpars
 
 def configure_run(argv: list[str], help_text: str, command: str) -> bool:
     """Parses `t5forge <command>`'s flags and gin files and checks every binding (see
-    binding_checks); False means `--help` was printed instead."""
+    binding_checks); False means there is nothing to run: `--help` was printed, or
+    `--dry_run` printed the configuration."""
     flags = gin_flags.split_gin_flags(argv)
     args = parse_common_flags(flags.rest, help_text, command)
     if args is None:
@@ -112,6 +123,11 @@ def configure_run(argv: list[str], help_text: str, command: str) -> bool:
             raise ConfigError(f"malformed gin config: {error}") from None
         raise
     binding_checks.check(ROOTS[command], command, flags.bindings, args.gin_strict)
+    if args.dry_run:
+        import gin
+
+        print(gin.config_str(), end="")
+        return False
     return True
 
 

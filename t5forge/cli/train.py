@@ -17,12 +17,19 @@ from t5forge.errors import ConfigError
 HELP = "train a model (T5X flags: --gin_file, --gin.NAME=VALUE)"
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], precompile_only: bool = False) -> int:
+    """`precompile_only`: T5X's --run_mode=precompile, which needs precompile.gin's bindings."""
     if not run_flags.configure_run(argv, HELP, "train"):
         return 0
+    requested = gin_registry.precompile_requested()
+    if precompile_only and not requested:
+        raise ConfigError(
+            "--run_mode=precompile needs T5X's precompile configuration; add "
+            "--gin_file=runs/precompile.gin"
+        )
     try:
         with run_flags.configured_calls():
-            if gin_registry.precompile_requested():  # T5X's precompile.gin: compile, no steps
+            if requested:  # T5X's precompile.gin: compile, no steps
                 gin_registry.precompile()
                 return 0
             gin_registry.train(summarize_config_fn=run_flags.write_gin_config)
