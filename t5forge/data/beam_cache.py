@@ -24,6 +24,7 @@ import grain
 from t5forge import errors
 from t5forge.data.cache import (
     SplitStats,
+    char_vocabularies,
     encode_example,
     feature_specs,
     finish_split,
@@ -51,15 +52,21 @@ def _beam():
 
 @dataclasses.dataclass(frozen=True)
 class SplitJob:
-    """One task split to cache, with its shard count."""
+    """One task split to cache, with its shard count, the random steps' seed and whether the
+    stats count characters (write_task_cache's `seed` and `char_counts`)."""
 
     task: object
     split: str
     shard_count: int
+    seed: int = 0
+    char_counts: bool = False
 
     @property
     def label(self) -> str:
         return f"{self.task.name}:{self.split}"
+
+    def new_stats(self) -> SplitStats:
+        return SplitStats(char_vocabularies(self.task) if self.char_counts else None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,14 +141,15 @@ def _make_dofns(beam):
             self._dataset = None
 
         def _examples(self, unit: WorkUnit):
+            job = self._job
             if unit.stop is None:
-                return self._job.task.get_uncached_examples(self._job.split)
+                return job.task.get_uncached_examples(job.split, seed=job.seed)
             if self._dataset is None:
-                self._dataset = self._job.task.cached_steps_dataset(self._job.split)
+                self._dataset = job.task.cached_steps_dataset(job.split, seed=job.seed)
             return self._dataset[unit.start : unit.stop].to_iter_dataset(READ_OPTIONS)
 
         def process(self, unit: WorkUnit):
-            specs, stats, count = None, SplitStats(), 0
+            specs, stats, count = None, self._job.new_stats(), 0
             for count, example in enumerate(self._examples(unit), start=1):
                 if specs is None:
                     specs = feature_specs(example)

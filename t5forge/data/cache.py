@@ -132,12 +132,17 @@ def _decode(record: bytes, specs: Mapping[str, dict]) -> dict[str, Any]:
 
 class SplitStats:
     """Example count and token totals of every integer sequence feature; parts of a split
-    counted apart (Beam's shards) merge into the same totals."""
+    counted apart (Beam's shards) merge into the same totals.
 
-    def __init__(self):
+    `char_vocabularies` (feature -> vocabulary) also counts the characters each feature
+    decodes to, `<feature>_chars` as SeqIO's --enable_char_counts: a decode per example."""
+
+    def __init__(self, char_vocabularies: Mapping[str, Any] | None = None):
         self.examples = 0
         self.tokens: dict[str, int] = {}
         self.max_tokens: dict[str, int] = {}
+        self.chars: dict[str, int] = {}
+        self._char_vocabularies = dict(char_vocabularies or {})
 
     def add(self, example: Mapping[str, Any], specs: Mapping[str, dict]) -> None:
         self.examples += 1
@@ -146,12 +151,17 @@ class SplitStats:
                 length = len(example[name])
                 self.tokens[name] = self.tokens.get(name, 0) + length
                 self.max_tokens[name] = max(self.max_tokens.get(name, 0), length)
+                if name in self._char_vocabularies:
+                    text = self._char_vocabularies[name].decode([int(i) for i in example[name]])
+                    self.chars[name] = self.chars.get(name, 0) + len(text)
 
     def merge(self, other: SplitStats) -> SplitStats:
         self.examples += other.examples
         for name, tokens in other.tokens.items():
             self.tokens[name] = self.tokens.get(name, 0) + tokens
             self.max_tokens[name] = max(self.max_tokens.get(name, 0), other.max_tokens[name])
+        for name, chars in other.chars.items():
+            self.chars[name] = self.chars.get(name, 0) + chars
         return self
 
     def as_dict(self) -> dict[str, int]:
@@ -159,7 +169,14 @@ class SplitStats:
         for name in sorted(self.tokens):
             stats[f"{name}_tokens"] = self.tokens[name]
             stats[f"{name}_max_tokens"] = self.max_tokens[name]
+            if name in self.chars:
+                stats[f"{name}_chars"] = self.chars[name]
         return stats
+
+
+def char_vocabularies(task) -> dict[str, Any]:
+    """The vocabulary of each of the task's output features, for SplitStats' character counts."""
+    return {name: feature.vocabulary for name, feature in task.output_features.items()}
 
 
 def default_shard_count(task, split: str) -> int:
@@ -211,24 +228,26 @@ def write_task_cache(
     output_dir: str | os.PathLike,
     shard_count: int | None = None,
     progress: bool = True,
+    seed: int = 0,
+    char_counts: bool = False,
 ) -> Path:
     """Preprocesses one split of `task` up to its cache point and writes it under
     `output_dir/<task name>/`. Returns the task's cache directory.
 
     Example j goes to shard j % shard_count, and `CachedSource` reads them back in that
     interleaved order, so the cache holds the examples in exactly their uncached order:
-    switching a run to the cache does not change what it trains on.
+    switching a run to the cache does not change what it trains on. `seed` is the random
+    steps' (Task.cached_steps_dataset); `char_counts` adds SeqIO's `<feature>_chars` stats.
     """
     if storage.is_url(output_dir):
-        staged = write_task_cache(
-            task, split, storage.staging_folder(os.fspath(output_dir)), shard_count, progress
-        )
+        staged_dir = storage.staging_folder(os.fspath(output_dir))
+        staged = write_task_cache(task, split, staged_dir, shard_count, progress, seed, char_counts)
         return publish_split(staged, task_cache_dir(output_dir, task.name), split)
     task_dir = task_cache_dir(output_dir, task.name)
     start_split(task_dir, split)
     shard_count = shard_count or default_shard_count(task, split)
     specs: dict[str, dict] | None = None
-    stats = SplitStats()
+    stats = SplitStats(char_vocabularies(task) if char_counts else None)
     bar = tqdm(
         desc=f"caching {task.name}:{split}",
         total=task.num_input_examples(split),  # raw examples; most steps keep one each
@@ -238,7 +257,7 @@ def write_task_cache(
     writers = [shard_writer(path) for path in shard_paths(task_dir, split, shard_count)]
     try:
         with bar:
-            for position, example in enumerate(task.get_uncached_examples(split)):
+            for position, example in enumerate(task.get_uncached_examples(split, seed=seed)):
                 if specs is None:
                     specs = feature_specs(example)
                 writers[position % shard_count].write(encode_example(example, specs))

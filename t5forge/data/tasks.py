@@ -387,13 +387,16 @@ class Task(DatasetProvider):
         return ShuffleBufferDataset(ds, size, derived_seed(base_seed, 2))
 
     def cached_steps_dataset(
-        self, split: str, shard_index: int = 0, num_shards: int = 1
+        self, split: str, shard_index: int = 0, num_shards: int = 1, seed: int = 0
     ) -> grain.MapDataset | grain.IterDataset:
         """The cached steps' unshuffled, single-epoch output, not yet an iterator: a
         MapDataset when every cached step keeps random access, so any index range of it can
-        be computed on its own (how cache-tasks on Beam splits the work)."""
+        be computed on its own (how cache-tasks on Beam splits the work). Their random steps
+        draw from `seed` as a run with that seed does (SeqIO's cache_tasks --base_seed): a
+        cache written with seed N, read in order, is what an uncached run with seed N reads
+        in order (shuffled, an uncached run draws after shuffling, a cache drew before)."""
         self._check_sharding(shard_index, num_shards)
-        base_seed = task_seed(self.name, 0)
+        base_seed = task_seed(self.name, seed)
         ds = self._raw_dataset(
             split,
             shuffle=False,
@@ -406,10 +409,10 @@ class Task(DatasetProvider):
         return self._apply(ds, self.cached_preprocessors, 0, base_seed, None)
 
     def get_uncached_examples(
-        self, split: str, shard_index: int = 0, num_shards: int = 1
+        self, split: str, shard_index: int = 0, num_shards: int = 1, seed: int = 0
     ) -> grain.IterDataset:
         """The unshuffled, single-epoch output of the cached steps (what cache-tasks writes)."""
-        ds = self.cached_steps_dataset(split, shard_index, num_shards)
+        ds = self.cached_steps_dataset(split, shard_index, num_shards, seed)
         if isinstance(ds, grain.MapDataset):
             ds = ds.to_iter_dataset(READ_OPTIONS)
         return ds

@@ -31,8 +31,14 @@ def cache_tasks(
     output_cache_dir: str,
     *,
     splits: Sequence[str] | None = None,
+    excluded_tasks: Sequence[str] = (),
+    other_cache_dirs: Sequence[str] = (),
+    ignore_other_caches: bool = False,
     min_shards: int = 1,
+    max_shards: int = 0,
     overwrite: bool = False,
+    seed: int = 0,
+    char_counts: bool = False,
     runner: str | None = None,
     beam_options: Sequence[str] = (),
     progress: bool = True,
@@ -40,24 +46,39 @@ def cache_tasks(
     """Writes the caches of `tasks` (comma-separated names or regexes matched against the whole
     registered name; mixtures expand) under `output_cache_dir`, every split or `splits`.
 
-    `runner` names an Apache Beam runner (`beam_options` are handed to Beam); without it this
-    process writes. Returns (task, split, shard count) of each split written.
+    As SeqIO's cache_tasks: tasks whose name `excluded_tasks` (regexes) match are left out; a
+    split already complete in `other_cache_dirs` (or the global cache directories) is not
+    written again unless `ignore_other_caches`; `overwrite` rebuilds only what
+    `output_cache_dir` holds; shards are at least `min_shards` and at most `max_shards`
+    (0: no cap); `seed` is the random steps' (SeqIO's --base_seed); `char_counts` adds
+    `<feature>_chars` to the stats. `runner` names an Apache Beam runner (`beam_options` are
+    handed to Beam); without it this process writes. Returns (task, split, shard count) of
+    each split written.
     """
     wanted = list(splits) if splits else None
     jobs = []
     storage.require_kind(output_cache_dir, "directory", "--output_cache_dir")
-    for task in _tasks_to_cache(tasks):
+    others = [] if ignore_other_caches else _other_cache_dirs(output_cache_dir, other_cache_dirs)
+    for task in _tasks_to_cache(tasks, excluded_tasks):
         done = completed_splits(task_cache_dir(output_cache_dir, task.name))
         for split in _splits_to_cache(task, wanted):
             if split in done and not overwrite:
                 print(f"skipped {task.name}:{split}: already cached (--overwrite rebuilds it)")
                 continue
-            jobs.append((task, split, max(min_shards, default_shard_count(task, split))))
+            elsewhere = _cached_elsewhere(task.name, split, others)
+            if elsewhere is not None:
+                print(
+                    f"skipped {task.name}:{split}: already cached in {elsewhere} "
+                    "(--ignore_other_caches writes it here too)"
+                )
+                continue
+            shards = max(min_shards, default_shard_count(task, split))
+            jobs.append((task, split, min(shards, max_shards) if max_shards > 0 else shards))
     if runner:
         from t5forge.data.beam_cache import SplitJob, run_beam_cache
 
         run_beam_cache(
-            [SplitJob(*job) for job in jobs],
+            [SplitJob(*job, seed=seed, char_counts=char_counts) for job in jobs],
             _beam_output(output_cache_dir, runner),
             [f"--runner={runner}", *beam_options],
         )
@@ -71,10 +92,27 @@ def cache_tasks(
                 )
     for task, split, shards in jobs:
         if not runner:
-            write_task_cache(task, split, output_cache_dir, shard_count=shards, progress=progress)
+            write_task_cache(
+                task, split, output_cache_dir, shards, progress, seed=seed, char_counts=char_counts
+            )
         directory = task_cache_dir(output_cache_dir, task.name)
         print(f"cached {task.name}:{split} -> {directory} ({shards} shards)")
     return [(task.name, split, shards) for task, split, shards in jobs]
+
+
+def _other_cache_dirs(output_cache_dir: str, extra: Sequence[str]) -> list[str]:
+    from t5forge.data.cache_dirs import get_global_cache_dirs
+
+    output = str(output_cache_dir).rstrip("/")
+    dirs = [*extra, *get_global_cache_dirs()]
+    return [d for d in dict.fromkeys(str(d).rstrip("/") for d in dirs) if d and d != output]
+
+
+def _cached_elsewhere(task_name: str, split: str, cache_dirs: Sequence[str]) -> str | None:
+    for directory in cache_dirs:
+        if split in completed_splits(task_cache_dir(directory, task_name)):
+            return directory
+    return None
 
 
 def _matching_names(pattern: str) -> list[str]:
@@ -90,18 +128,29 @@ def _matching_names(pattern: str) -> list[str]:
         return []
 
 
-def _tasks_to_cache(patterns: Sequence[str]) -> list:
+def _patterns(groups: Sequence[str]) -> list[str]:
+    return [p for group in groups for p in (n.strip() for n in group.split(",")) if p]
+
+
+def _tasks_to_cache(patterns: Sequence[str], excluded: Sequence[str] = ()) -> list:
     from t5forge.data.tasks import get_mixture_or_task
 
     tasks = {}
-    for group in patterns:
-        for pattern in filter(None, (n.strip() for n in group.split(","))):
-            # An unmatched pattern is looked up by name, for the error with close names.
-            for name in _matching_names(pattern) or [pattern]:
-                for task in get_mixture_or_task(name).tasks:
-                    tasks[task.name] = task
+    for pattern in _patterns(patterns):
+        # An unmatched pattern is looked up by name, for the error with close names.
+        for name in _matching_names(pattern) or [pattern]:
+            for task in get_mixture_or_task(name).tasks:
+                tasks[task.name] = task
     if not tasks:
         raise DataError("--tasks is empty; name at least one task, e.g. --tasks=my_task")
+    for pattern in _patterns(excluded):
+        try:
+            left_out = [name for name in tasks if re.fullmatch(pattern, name)]
+        except re.error as error:
+            raise ConfigError(f"--excluded_tasks={pattern!r} is not a regex: {error}") from None
+        for name in left_out:
+            print(f"skipped {name}: --excluded_tasks={pattern}")
+            del tasks[name]
     return list(tasks.values())
 
 
