@@ -89,7 +89,9 @@ def _start_log_files(log_dir: str) -> None:
 
 def _apply_jax_flags(argv: list[str]) -> list[str]:
     """`--jax_NAME=VALUE`, `--jax_NAME VALUE`, `--jax_NAME` and `--nojax_NAME`, as JAX's own
-    absl flags take them; the other arguments are returned."""
+    absl flags take them; the other arguments are returned. (jax.config.config_with_absl
+    would define those flags in absl's process-wide registry, which a second command in one
+    process cannot do again, so each value is typed from jax.config.meta and set here.)"""
     rest, i = [], 0
     while i < len(argv):
         name, eq, text = argv[i].removeprefix("--").partition("=")

@@ -132,20 +132,21 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _runner_and_beam_options(args, beam_args: list[str]) -> tuple[str | None, list[str]]:
-    """--runner plus SeqIO's --pipeline_options (whose --runner counts too, DirectRunner when
-    it names none, as SeqIO's default) and the flags left for Beam."""
+    """The Beam runner, if any, and the options handed to Beam: --runner, else the one SeqIO's
+    --pipeline_options names, else DirectRunner when --pipeline_options is given (SeqIO's
+    default); the other options of --pipeline_options, then the flags this command does not
+    know."""
     options = [o.strip() for o in args.pipeline_options.split(",") if o.strip()]
-    runner = args.runner
-    for option in options:
-        if option.startswith("--runner="):
-            runner = runner or option.partition("=")[2]
-    options = [o for o in options if not o.startswith("--runner=")] + beam_args
-    if options and not runner and not args.pipeline_options:
+    runners = [args.runner] if args.runner else []
+    runners += [o.partition("=")[2] for o in options if o.startswith("--runner=")]
+    runners += ["DirectRunner"] if options else []
+    beam_options = [o for o in options if not o.startswith("--runner=")] + beam_args
+    if beam_options and not runners:
         raise ConfigError(
-            f"cache-tasks does not know {options[0]!r}; Beam pipeline options need "
+            f"cache-tasks does not know {beam_options[0]!r}; Beam pipeline options need "
             "--runner (e.g. --runner=DirectRunner), see `t5forge cache-tasks --help`"
         )
-    return (runner or "DirectRunner") if args.pipeline_options else runner, options
+    return (runners[0] if runners else None), beam_options
 
 
 def main(argv: list[str]) -> int:

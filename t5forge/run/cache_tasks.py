@@ -61,14 +61,14 @@ def cache_tasks(
     others = [] if ignore_other_caches else _other_cache_dirs(output_cache_dir, other_cache_dirs)
     for task in _tasks_to_cache(tasks, excluded_tasks):
         done = completed_splits(task_cache_dir(output_cache_dir, task.name))
+        cached_elsewhere = _completed_elsewhere(task.name, others)
         for split in _splits_to_cache(task, wanted):
             if split in done and not overwrite:
                 print(f"skipped {task.name}:{split}: already cached (--overwrite rebuilds it)")
                 continue
-            elsewhere = _cached_elsewhere(task.name, split, others)
-            if elsewhere is not None:
+            if split in cached_elsewhere:
                 print(
-                    f"skipped {task.name}:{split}: already cached in {elsewhere} "
+                    f"skipped {task.name}:{split}: already cached in {cached_elsewhere[split]} "
                     "(--ignore_other_caches writes it here too)"
                 )
                 continue
@@ -108,11 +108,13 @@ def _other_cache_dirs(output_cache_dir: str, extra: Sequence[str]) -> list[str]:
     return [d for d in dict.fromkeys(str(d).rstrip("/") for d in dirs) if d and d != output]
 
 
-def _cached_elsewhere(task_name: str, split: str, cache_dirs: Sequence[str]) -> str | None:
+def _completed_elsewhere(task_name: str, cache_dirs: Sequence[str]) -> dict[str, str]:
+    """Split -> the first of `cache_dirs` holding its complete cache (one read per directory)."""
+    found: dict[str, str] = {}
     for directory in cache_dirs:
-        if split in completed_splits(task_cache_dir(directory, task_name)):
-            return directory
-    return None
+        for split in completed_splits(task_cache_dir(directory, task_name)):
+            found.setdefault(split, directory)
+    return found
 
 
 def _matching_names(pattern: str) -> list[str]:
