@@ -69,8 +69,9 @@ def unrecognised(path: str | Path) -> CheckpointError:
     return CheckpointError(f"{path} is not a checkpoint t5forge recognises; tried {tried}")
 
 
-def read_params(path: str | Path, fmt: str, config: T5Config | None = None) -> dict:
-    """Params (float32 numpy, T5X names) of a Hugging Face, T5X or Mesh TF checkpoint.
+def read_params(path: str | Path, fmt: str, config: T5Config | None = None) -> tuple[dict, int]:
+    """(params, step) of a Hugging Face, T5X or Mesh TF checkpoint: params float32 numpy with
+    T5X names, step the training step it records (0 for Hugging Face, which records none).
 
     With `config` they come in the layer layout it runs with (stacked when scan_layers) and a
     Hugging Face directory is read as that config; without, per layer as stored.
@@ -78,7 +79,7 @@ def read_params(path: str | Path, fmt: str, config: T5Config | None = None) -> d
     if fmt not in FOREIGN:
         raise ValueError(f"read_params reads {FOREIGN} checkpoints, not {fmt!r}")
     if fmt == HF:
-        return huggingface.load_hf_dir(path, config)[1]
+        return huggingface.load_hf_dir(path, config)[1], 0
     reader = t5x.load_t5x_checkpoint if fmt == T5X else mesh_tf.load_mesh_tf_checkpoint
-    params = reader(path)[0]
-    return params if config is None else stack_layers(params, config)
+    params, step = reader(path)[:2]
+    return (params if config is None else stack_layers(params, config)), int(step)

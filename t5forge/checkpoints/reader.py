@@ -38,7 +38,9 @@ class Checkpoint:
 
     `feature_lengths` are the lengths it was trained with (a t5forge run's task feature
     lengths; a Hugging Face config's `n_positions` as 'inputs'), {} when it records none.
-    `report` says what was restored, for a run's log.
+    `report` says what was restored, for a run's log. `step` is the training step it records
+    (0 for Hugging Face directories), which a conversion to T5X keeps: T5X fine-tuning
+    configs count their TRAIN_STEPS on from the pretrained step.
     """
 
     path: Path
@@ -48,6 +50,7 @@ class Checkpoint:
     vocabulary: SentencePieceVocabulary | None
     feature_lengths: dict[str, int]
     report: str
+    step: int = 0
 
 
 def resolve_config(config) -> T5Config | None:
@@ -86,7 +89,7 @@ def read(
     config = resolve_config(config)
     if fmt == formats.T5FORGE:
         return _read_t5forge(local, config, target_params, assignment_map)
-    vocabulary, lengths = None, {}
+    vocabulary, lengths, step = None, {}, 0
     if fmt == formats.HF:
         config, params = huggingface.load_hf_dir(local, config)
         vocabulary, lengths = _hf_vocabulary(local, config), _hf_lengths(local)
@@ -97,16 +100,15 @@ def read(
             f"config= a preset name (e.g. 't5_1_1/base') or a model gin file"
         )
     else:
-        params = formats.read_params(local, fmt, config)
+        params, step = formats.read_params(local, fmt, config)
         if config is None:
             from t5forge.interop.t5x import infer_config as implied_config
 
             config = implied_config(params)
     build_model(config).check_params_match(params)
     params = jax.tree.map(np.asarray, params)
-    return Checkpoint(
-        local, fmt, config, params, vocabulary, lengths, f"loaded every parameter from {path}"
-    )
+    report = f"loaded every parameter from {path}"
+    return Checkpoint(local, fmt, config, params, vocabulary, lengths, report, step)
 
 
 def _read_t5forge(step_or_model_dir: Path, config, target_params, assignment_map) -> Checkpoint:
@@ -140,6 +142,7 @@ def _read_t5forge(step_or_model_dir: Path, config, target_params, assignment_map
         vocabulary,
         _recorded_feature_lengths(step_dir, metadata),
         report.summary(),
+        int(metadata.get("step", 0)),
     )
 
 

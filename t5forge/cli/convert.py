@@ -2,6 +2,7 @@
 
     t5forge convert --from t5x --to hf --input ckpt --output hf_dir --gin_file=models/t5_1_1/base.gin
     t5forge convert --from hf --to t5forge --input hf_dir --output model_dir
+    t5forge convert --from t5forge --to t5x --input run/checkpoint_5000 --output t5x_dir
 
 Every tensor mapped is listed in the summary, so a user can see nothing was dropped.
 """
@@ -15,7 +16,7 @@ import numpy as np
 from t5forge.config.gin_flags import resolve_gin_file
 from t5forge.run.convert import SOURCES, TARGETS, convert
 
-HELP = "convert checkpoints: --from {hf,t5x,mesh_tf,t5forge} --to {t5forge,hf}"
+HELP = "convert checkpoints: --from {hf,t5x,mesh_tf,t5forge} --to {t5forge,hf,t5x}"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -23,7 +24,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--from", dest="source", required=True, choices=SOURCES)
     parser.add_argument("--to", dest="target", required=True, choices=TARGETS)
     parser.add_argument("--input", required=True, help="checkpoint file or directory to read")
-    parser.add_argument("--output", required=True, help="directory to write")
+    parser.add_argument(
+        "--output",
+        required=True,
+        help="directory to write (for --to t5x, the model directory: checkpoint_<step> goes in it)",
+    )
     parser.add_argument(
         "--gin_file",
         action="append",
@@ -31,7 +36,9 @@ def _parser() -> argparse.ArgumentParser:
         help="model gin file (T5Config.*) for checkpoints that carry no config",
     )
     parser.add_argument("--config", help="preset name instead of a gin file, e.g. t5_1_1/base")
-    parser.add_argument("--vocab", help="SentencePiece model to ship with the output")
+    parser.add_argument(
+        "--vocab", help="SentencePiece model to ship with the output (not with --to t5x)"
+    )
     parser.add_argument(
         "--extra_ids",
         type=int,
@@ -43,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    tensors = convert(
+    converted = convert(
         args.input,
         args.output,
         from_=args.source,
@@ -53,11 +60,11 @@ def main(argv: list[str]) -> int:
         extra_ids=args.extra_ids,
     )
     total = 0
-    for name, shape in tensors.items():
+    for name, shape in converted.tensors.items():
         total += int(np.prod(shape))
         print(f"  {name:<70} {shape}")
     print(
-        f"converted {len(tensors)} tensors ({total:,} parameters) from {args.source} "
-        f"{args.input} to {args.target} {args.output}"
+        f"converted {len(converted.tensors)} tensors ({total:,} parameters) from "
+        f"{args.source} {args.input} to {args.target} {converted.path}"
     )
     return 0

@@ -99,3 +99,15 @@ def test_cache_train_eval_and_infer_as_a_t5x_user(tmp_path, shared_data, tiny_vo
     )
     predictions = (tmp_path / "infer" / "lohelp_de_en-predict.jsonl").read_text().splitlines()
     assert len(predictions) == ROWS["test"]  # runs/infer.gin reads the test split
+
+    # back to T5X: the trained model as a T5X checkpoint, at the step it was trained to
+    run_t5forge(
+        "convert",
+        "--from=t5forge",
+        "--to=t5x",
+        f"--input={model / 'checkpoint_2'}",
+        f"--output={tmp_path / 't5x'}",
+        env=env,
+    )
+    assert (tmp_path / "t5x" / "checkpoint_2" / "checkpoint").is_file()
+    assert (tmp_path / "t5x" / "checkpoint_2" / "target.token_embedder.embedding").is_dir()

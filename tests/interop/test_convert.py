@@ -132,10 +132,37 @@ def test_unknown_input_is_one_line(tmp_path, capsys):
 
 
 def test_python_api_converts_and_names_every_tensor(t5x_checkpoint, tmp_path):
-    tensors = t5forge.convert(
+    converted = t5forge.convert(
         t5x_checkpoint, tmp_path / "ours", from_="t5x", to="t5forge", config="t5_1_1/tiny"
     )
+    tensors = converted.tensors
+    assert converted.path == tmp_path / "ours"
     assert len(tensors) == 52 and sum(int(np.prod(s)) for s in tensors.values()) == 518_240
     assert t5forge.load(tmp_path / "ours").config == get_config("t5_1_1/tiny")
     with pytest.raises(T5ForgeError, match="cannot convert from 'onnx'; use one of hf, t5x"):
         t5forge.convert(t5x_checkpoint, tmp_path / "x", from_="onnx", to="hf")
+
+
+def test_t5forge_to_t5x_keeps_the_step_and_every_output(t5x_checkpoint, tmp_path, capsys):
+    """A fine-tuned t5forge checkpoint goes back to T5X: checkpoint_<step> (T5X fine-tuning
+    counts TRAIN_STEPS on from it) whose model decodes exactly as the source did."""
+    from t5forge.checkpoints.checkpointer import Checkpointer
+
+    source = t5forge.load(t5x_checkpoint, config="t5_1_1/tiny")
+    checkpointer = Checkpointer(tmp_path / "run", async_save=False)
+    metadata = {"model_config": dataclasses.asdict(source.config)}
+    checkpointer.save(1_001_234, {"params": source.params}, metadata=metadata, force=True)
+    checkpointer.close()
+
+    argv = ["convert", "--from", "t5forge", "--to", "t5x", "--input", str(tmp_path / "run")]
+    assert t5forge_in_process(*argv, "--output", str(tmp_path / "t5x")) == 0
+    written = tmp_path / "t5x" / "checkpoint_1001234"
+    assert capsys.readouterr().out.strip().endswith(f"to t5x {written}")
+    back = _outputs(t5forge.load(written, config="t5_1_1/tiny"))
+    for name, value in _outputs(source).items():
+        np.testing.assert_array_equal(back[name], value, err_msg=name)
+
+    vocab = ["--vocab", "spiece.model", "--output", str(tmp_path / "other")]
+    assert t5forge_in_process(*argv, *vocab) == 2
+    err = capsys.readouterr().err.strip()
+    assert "carries no vocabulary" in err and "\n" not in err

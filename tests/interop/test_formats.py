@@ -53,9 +53,9 @@ def test_each_format_is_told_apart(tmp_path, t5x_checkpoint, config):
 
 
 def test_params_come_in_the_config_layout(t5x_checkpoint, config):
-    per_layer = formats.read_params(t5x_checkpoint, formats.T5X)
-    assert "layers_0" in per_layer["encoder"]
-    scanned = formats.read_params(
+    per_layer, step = formats.read_params(t5x_checkpoint, formats.T5X)
+    assert "layers_0" in per_layer["encoder"] and step == 0
+    scanned, _ = formats.read_params(
         t5x_checkpoint, formats.T5X, dataclasses.replace(config, scan_layers=True)
     )
     assert "layers" in scanned["encoder"] and "layers_0" not in scanned["encoder"]
