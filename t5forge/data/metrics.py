@@ -5,6 +5,9 @@ Prediction metrics are `fn(targets, predictions) -> {name: float}`; score metric
 task can name them in `metric_fns` / `score_metric_fns` and the Evaluator stays generic.
 Percent-valued metrics (BLEU, ROUGE, accuracy, F1, exact match) are on a 0-100 scale, as
 in T5 papers and SeqIO logs, so numbers compare directly with published ones.
+
+The scorers are imported where they score: rouge-score pulls in nltk and scipy (about a
+second), which every command naming a task would otherwise pay at start-up.
 """
 
 from __future__ import annotations
@@ -16,8 +19,6 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import sacrebleu
-from rouge_score import rouge_scorer
 
 from t5forge.errors import DataError
 
@@ -56,6 +57,8 @@ def bleu(targets: Sequence[str | Sequence[str]], predictions: Sequence[str]) -> 
 def corpus_bleu(predictions: Sequence[str], streams, tokenize: str = "intl") -> float:
     """sacrebleu's corpus BLEU with T5's settings (exp smoothing, no lowercasing) over
     reference streams (one list per reference position, one reference per prediction)."""
+    import sacrebleu
+
     score = sacrebleu.corpus_bleu(
         list(predictions),
         streams,
@@ -80,6 +83,8 @@ def rouge(
     score_keys: Sequence[str] = ("rouge1", "rouge2", "rougeLsum"),
 ) -> dict[str, float]:
     """Mean ROUGE F-measure x100 per key (rouge-score, no stemming, deterministic mean)."""
+    from rouge_score import rouge_scorer
+
     _check_lengths(targets, predictions, "rouge")
     scorer = rouge_scorer.RougeScorer(list(score_keys))
     totals = defaultdict(float)
