@@ -17,11 +17,12 @@ import os
 import sys
 
 from t5forge.cli import absl_flags
+from t5forge.cli.commands import COMMANDS
 from t5forge.errors import ConfigError
 from t5forge.run.cache_tasks import cache_tasks
 from t5forge.run.task_modules import import_task_modules
 
-HELP = "preprocess tasks up to their cache point and write ArrayRecord caches"
+HELP = COMMANDS["cache-tasks"].summary
 EPILOG = """\
 Beam: `--runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_threading`
 runs on this machine; `--runner=DataflowRunner --project=P --region=R --temp_location=gs://...`,

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "check a checkpoint: `verify PATH` (checksums, metadata, every array finite)"
+from t5forge.cli.commands import COMMANDS
+
+HELP = COMMANDS["checkpoint"].summary
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -13,10 +13,11 @@ import argparse
 
 import numpy as np
 
+from t5forge.cli.commands import COMMANDS
 from t5forge.config.gin_flags import resolve_gin_file
 from t5forge.run.convert import SOURCES, TARGETS, convert
 
-HELP = "convert checkpoints: --from {hf,t5x,mesh_tf,t5forge} --to {t5forge,hf,t5x}"
+HELP = COMMANDS["convert"].summary
 
 
 def _parser() -> argparse.ArgumentParser:

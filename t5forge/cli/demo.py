@@ -12,9 +12,10 @@ import json
 import os
 from pathlib import Path
 
+from t5forge.cli.commands import COMMANDS
 from t5forge.tasks.builtin import BUNDLED_DATA_DIR
 
-HELP = "train, evaluate and use a small English->German model on bundled data"
+HELP = COMMANDS["demo"].summary
 DATA = BUNDLED_DATA_DIR
 EXAMPLES = ["Click the Save button.", "Choose Format - Cells.", "Deletes the selected rows."]
 

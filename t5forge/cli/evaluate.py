@@ -11,9 +11,10 @@ gin, then calls the library's `t5forge.run.evaluate`.
 from __future__ import annotations
 
 from t5forge.cli import run_flags
+from t5forge.cli.commands import COMMANDS
 from t5forge.config import gin_registry
 
-HELP = "evaluate checkpoints on a task's eval split (T5X flags)"
+HELP = COMMANDS["eval"].summary
 
 
 def main(argv: list[str]) -> int:

@@ -10,9 +10,10 @@ Parses flags and gin, then calls the library's `t5forge.run.infer`, which writes
 from __future__ import annotations
 
 from t5forge.cli import run_flags
+from t5forge.cli.commands import COMMANDS
 from t5forge.config import gin_registry
 
-HELP = "write predictions or scores for a task's split (T5X flags)"
+HELP = COMMANDS["infer"].summary
 
 
 def main(argv: list[str]) -> int:

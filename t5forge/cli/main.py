@@ -13,31 +13,14 @@ import os
 import sys
 
 from t5forge.cli import absl_flags
+from t5forge.cli.commands import COMMANDS
 from t5forge.errors import T5ForgeError
-
-# command name -> module in t5forge.cli
-COMMANDS = {
-    "train": "train",
-    "eval": "evaluate",
-    "infer": "infer",
-    "cache-tasks": "cache_tasks",
-    "convert": "convert",
-    "vocab": "vocab",
-    "tasks": "tasks",
-    "demo": "demo",
-    "serve": "serve",
-    "checkpoint": "checkpoint",
-}
 
 
 def _usage() -> str:
     lines = ["usage: t5forge <command> [flags]", "", "commands:"]
-    for name, module_name in COMMANDS.items():
-        try:
-            summary = importlib.import_module(f"t5forge.cli.{module_name}").HELP
-        except ImportError:
-            summary = "(not available in this build)"
-        lines.append(f"  {name:<12} {summary}")
+    for name, command in COMMANDS.items():
+        lines.append(f"  {name:<12} {command.summary}")
     lines.append("")
     lines.append("Run `t5forge <command> --help` for the flags of one command.")
     lines.append("T5X's `python -m t5x.main --run_mode=MODE ...` is `t5forge --run_mode=MODE ...`.")
@@ -103,4 +86,4 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"error: unknown command {name!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
-    return run_command(COMMANDS[name], rest)
+    return run_command(COMMANDS[name].module, rest)

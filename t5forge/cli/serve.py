@@ -15,9 +15,10 @@ import os
 
 from t5forge import compile_cache
 from t5forge.api import INPUT_LENGTH_POLICIES
+from t5forge.cli.commands import COMMANDS
 from t5forge.serving.settings import API_KEY_MIN_LENGTH, SCHEDULERS, ServerSettings
 
-HELP = "serve a model over HTTP with dynamic batching (predict, score, classify, stream)"
+HELP = COMMANDS["serve"].summary
 
 _DEFAULTS = ServerSettings()
 # flag -> help; each flag is a ServerSettings field of the same name and type.

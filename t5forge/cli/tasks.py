@@ -13,10 +13,11 @@ import os
 
 import numpy as np
 
+from t5forge.cli.commands import COMMANDS
 from t5forge.errors import DataError
 from t5forge.run.task_modules import import_task_modules
 
-HELP = "list registered tasks and mixtures, show one, or preview its processed examples"
+HELP = COMMANDS["tasks"].summary
 
 
 def _parser() -> argparse.ArgumentParser:

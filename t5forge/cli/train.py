@@ -11,10 +11,11 @@ finished run.
 from __future__ import annotations
 
 from t5forge.cli import run_flags
+from t5forge.cli.commands import COMMANDS
 from t5forge.config import gin_registry
 from t5forge.errors import ConfigError
 
-HELP = "train a model (T5X flags: --gin_file, --gin.NAME=VALUE)"
+HELP = COMMANDS["train"].summary
 
 
 def main(argv: list[str], precompile_only: bool = False) -> int:

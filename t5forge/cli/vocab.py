@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import argparse
 
+from t5forge.cli.commands import COMMANDS
 from t5forge.data import vocab_trainer
 from t5forge.errors import ConfigError
 from t5forge.run.task_modules import import_task_modules
 
-HELP = "train a SentencePiece vocabulary with T5's ids (pad 0, eos 1, unk 2)"
+HELP = COMMANDS["vocab"].summary
 
 
 def _parser() -> argparse.ArgumentParser:
