@@ -18,7 +18,7 @@ TINY_GIN = PACKAGE / "configs" / "models" / "t5_1_1" / "tiny.gin"
 LAYERS = [
     ("errors", "version", "host_memory"),
     ("storage", "compile_cache"),
-    ("data", "models"),
+    ("data", "models", "event_files"),
     ("training", "seqio", "tasks"),
     ("compat",),
     ("interop",),

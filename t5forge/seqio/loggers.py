@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from t5forge import storage
+from t5forge import event_files, storage
 
 __all__ = ["JSONLogger", "Logger", "PyLoggingLogger", "TensorBoardLogger"]
 
@@ -83,11 +83,9 @@ class TensorBoardLogger(Logger):
         self._writers: dict[str, Any] = {}
 
     def __call__(self, task_name, step, metrics, dataset, inferences, targets) -> None:
-        from tensorboardX import SummaryWriter
-
         directory = str(storage.path(self.output_dir) / task_name)
         if directory not in self._writers:
-            self._writers[directory] = SummaryWriter(directory)
+            self._writers[directory] = event_files.summary_writer(directory)
         writer = self._writers[directory]
         for name, value in metrics.items():
             writer.add_scalar(f"eval/{name}", _number(value), -1 if step is None else step)

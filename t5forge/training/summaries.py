@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from t5forge import storage
+from t5forge import event_files, storage
 
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "training_curves.png"
@@ -109,11 +109,8 @@ class MetricsWriter:
 
     def _writer(self, split: str):
         if split not in self._writers:
-            from tensorboardX import SummaryWriter
-
-            _route_urls_through_storage()
-            self._writers[split] = SummaryWriter(
-                str(self.model_dir / split), purge_step=self._purge_step
+            self._writers[split] = event_files.summary_writer(
+                self.model_dir / split, purge_step=self._purge_step
             )
         return self._writers[split]
 
@@ -141,47 +138,6 @@ class MetricsWriter:
         for writer in self._writers.values():
             writer.close()
         self._writers.clear()
-
-
-class _ObjectEventFile:
-    """A TensorBoard event file on an object store, written through `t5forge.storage`.
-
-    Objects cannot be appended to, so the file's bytes are kept and the object is replaced
-    whole at each flush (the run flushes after every logged step), as tensorboardX's own S3
-    writer does, but with the credentials and endpoint every other t5forge file uses.
-    """
-
-    def __init__(self, url: str):
-        self.url, self.buffer, self.written = url, bytearray(), 0
-
-    def write(self, data: bytes) -> None:
-        self.buffer += data
-
-    def flush(self) -> None:
-        if len(self.buffer) != self.written:
-            with storage.reported(self.url):
-                storage.path(self.url).write_bytes(bytes(self.buffer))
-            self.written = len(self.buffer)
-
-    def close(self) -> None:
-        self.flush()
-
-
-class _ObjectEventFiles:
-    """tensorboardX's writer factory interface, for `s3://` and `gs://` log directories."""
-
-    def open(self, url: str) -> _ObjectEventFile:
-        return _ObjectEventFile(url)
-
-    def directory_check(self, url: str) -> None:
-        """Object stores have no directories to create."""
-
-
-def _route_urls_through_storage() -> None:
-    from tensorboardX import record_writer
-
-    for scheme in ("s3", "gs"):
-        record_writer.register_writer_factory(scheme, _ObjectEventFiles())
 
 
 def purge_metrics_after(model_dir: str | os.PathLike, step: int) -> int:
