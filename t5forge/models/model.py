@@ -91,14 +91,19 @@ class BaseModel(abc.ABC):
         """Freshly initialized float32 params (T5X's initializers)."""
         return nn.meta.unbox(jax.jit(self._init_variables)(rng)["params"])
 
+    @functools.cached_property
+    def _boxed_param_shapes(self):
+        """The params' shapes with their axis metadata: one trace of the network's init (a
+        second or more for a large model), shared by every question about the params' shapes."""
+        return jax.eval_shape(self._init_variables, jax.random.PRNGKey(0))["params"]
+
     def abstract_params(self) -> dict:
         """The params' shapes and dtypes (jax.ShapeDtypeStruct), without allocating them."""
-        return nn.meta.unbox(jax.eval_shape(self._init_variables, jax.random.PRNGKey(0))["params"])
+        return nn.meta.unbox(self._boxed_param_shapes)
 
     def param_logical_axes(self) -> dict:
         """For every param, the tuple of its logical axis names (e.g. ('embed', 'mlp'))."""
-        boxed = jax.eval_shape(self._init_variables, jax.random.PRNGKey(0))["params"]
-        specs = nn.get_partition_spec(boxed)
+        specs = nn.get_partition_spec(self._boxed_param_shapes)
         return jax.tree_util.tree_map(
             tuple, specs, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec)
         )

@@ -154,14 +154,18 @@ def create_sharded(
     mesh: Mesh,
     rules: LogicalAxisRules,
     *init_args,
+    abstract: Any = None,
 ):
     """Runs `init_fn(*init_args)` so each device only ever computes and holds its own shards.
 
     `logical_axes` is the axes tree of the result, or a function from the abstract result
-    (`jax.eval_shape`) to it (handy for train states). Returns (tree, sharding tree); pass the
-    shardings on as the step's in/out shardings so the layout never changes (no recompiles).
+    (`jax.eval_shape`) to it (handy for train states). `abstract` is that result's shapes when
+    the caller has them already (tracing `init_fn` again costs a second or more for a large
+    model). Returns (tree, sharding tree); pass the shardings on as the step's in/out
+    shardings so the layout never changes (no recompiles).
     """
-    abstract = jax.eval_shape(init_fn, *init_args)
+    if abstract is None:
+        abstract = jax.eval_shape(init_fn, *init_args)
     axes_tree = logical_axes(abstract) if callable(logical_axes) else logical_axes
     shardings = logical_to_mesh_sharding(axes_tree, mesh, rules, shapes=abstract)
     return jax.jit(init_fn, out_shardings=shardings)(*init_args), shardings

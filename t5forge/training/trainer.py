@@ -64,8 +64,11 @@ class Trainer:
         return train_state_logical_axes(abstract_state, self.param_axes)
 
     def abstract_state(self):
-        """Shapes and dtypes of the train state, without allocating it."""
-        return jax.eval_shape(self._new_state, jax.random.PRNGKey(self.seed))
+        """Shapes and dtypes of the train state, without allocating it: from the model's
+        abstract params (traced once per model), so no call traces the network again."""
+        return jax.eval_shape(
+            lambda params: TrainState.create(params, self.optimizer), self.model.abstract_params()
+        )
 
     def shardings_for(self, abstract_state):
         return partitioning.logical_to_mesh_sharding(
@@ -75,7 +78,12 @@ class Trainer:
     def init_state(self) -> TrainState:
         """A fresh train state, created already sharded over the mesh."""
         state, self.state_shardings = partitioning.create_sharded(
-            self._new_state, self.state_axes, self.mesh, self.rules, jax.random.PRNGKey(self.seed)
+            self._new_state,
+            self.state_axes,
+            self.mesh,
+            self.rules,
+            jax.random.PRNGKey(self.seed),
+            abstract=self.abstract_state(),
         )
         return state
 
