@@ -114,3 +114,20 @@ def test_a_scanned_model_is_written_stacked(tiny, tmp_path):
     params = t5x.load_t5x_checkpoint(tmp_path)[0]
     for name, array in named_leaves(tiny).items():
         np.testing.assert_array_equal(named_leaves(params)[name], array, err_msg=name)
+
+
+def test_arrays_over_the_chunk_size_are_split_and_read_back(tiny, tmp_path, monkeypatch):
+    """T5X splits arrays over 64 MiB into chunks; at a 16 KiB limit the tiny model's embedding
+    ([32128, 8] float32, 1 MiB) takes that path."""
+    from t5forge.interop import t5x_writer
+
+    monkeypatch.setattr(t5x_writer, "_CHUNK_BYTES", 16 * 1024)
+    written = save_t5x_checkpoint(tiny, tmp_path)
+    spec = _unpack(written / "checkpoint")["optimizer"]["target"]["token_embedder"]["embedding"]
+    assert spec["metadata"]["chunks"] == chunk_shape((32128, 8), 4) == [502, 8]
+    chunks = list((written / "target.token_embedder.embedding").glob("*.0"))
+    assert len(chunks) == 32128 // 502
+    params = t5x.load_t5x_checkpoint(tmp_path)[0]
+    np.testing.assert_array_equal(
+        params["token_embedder"]["embedding"], tiny["token_embedder"]["embedding"]
+    )
