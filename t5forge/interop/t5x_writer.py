@@ -66,7 +66,7 @@ def save_t5x_checkpoint(params: Mapping[str, Any], model_dir: str | Path, step: 
         raise CheckpointError(f"{final} already exists; write to another directory or remove it")
     staging = model_dir / f"{final.name}.tmp-{int(time.time())}"
     staging.mkdir(parents=True)
-    specs = _write_arrays(staging, {"target": params})
+    specs = _write_arrays(staging, params)
     state = {"version": VERSION, "optimizer": {**specs, "state": {"step": np.int32(step)}}}
     from flax import serialization
 
@@ -78,26 +78,21 @@ def save_t5x_checkpoint(params: Mapping[str, Any], model_dir: str | Path, step: 
     return final
 
 
-def _write_arrays(directory: Path, tree: Mapping[str, Any]) -> dict:
-    """Writes every leaf (as float32, T5X's save dtype) concurrently; returns the spec tree."""
+def _write_arrays(directory: Path, params: Mapping[str, Any]) -> dict:
+    """Writes every parameter (as float32, T5X's save dtype) concurrently; returns the
+    `{'target': <spec tree>}` the msgpack file records."""
     import tensorstore as ts
 
-    writes, specs = [], {}
+    from t5forge.models.param_names import named_leaves, unflatten_like
 
-    def visit(node, names: tuple[str, ...], out: dict) -> None:
-        for key, child in node.items():
-            if isinstance(child, Mapping):
-                visit(child, (*names, key), out.setdefault(key, {}))
-                continue
-            array = np.asarray(child, dtype=np.float32)
-            spec = array_spec(".".join((*names, key)), array.shape, array.dtype)
-            where = directory / spec["kvstore"]["path"]
-            absolute = {**spec, "kvstore": {"driver": "file", "path": str(where) + "/"}}
-            store = ts.open(absolute, create=True, open=True).result()
-            writes.append(store.write(array))
-            out[key] = spec
-
-    visit(tree, (), specs)
+    specs, writes = {}, []
+    for name, leaf in named_leaves(params).items():
+        array = np.asarray(leaf, dtype=np.float32)
+        spec = array_spec(f"target.{name.replace('/', '.')}", array.shape, array.dtype)
+        where = directory / spec["kvstore"]["path"]
+        absolute = {**spec, "kvstore": {"driver": "file", "path": str(where) + "/"}}
+        writes.append(ts.open(absolute, create=True, open=True).result().write(array))
+        specs[name] = spec
     for write in writes:
         write.result()
-    return specs
+    return {"target": unflatten_like(params, specs)}
