@@ -31,8 +31,9 @@ _DTYPE_NAMES = (
 
 _COMPAT_NAMES = ("v1", "v2")
 # TensorFlow names a task module passes as values, with the t5forge function doing that job:
-# tf.data.TFRecordDataset as TFExampleDataSource's reader_cls reads records from a path.
-_FORWARDED = {"tf.data.TFRecordDataset": ("t5forge.data.tfrecord", "read_records")}
+# tf.data.TFRecordDataset as TFExampleDataSource's reader_cls reads records from a path, with
+# its compression_type / buffer_size / num_parallel_reads (functools.partial of it included).
+_FORWARDED = {"tf.data.TFRecordDataset": ("t5forge.data.tfrecord_dataset", "tfrecord_dataset")}
 
 
 __path__: list[str] = []  # a package to the import system: its submodules are stand-ins too

@@ -9,6 +9,7 @@ import pytest
 
 from t5forge.data.tf_example import parse_example
 from t5forge.data.tfrecord import masked_crc32c, read_records
+from t5forge.data.tfrecord_dataset import tfrecord_dataset
 from t5forge.errors import DataError
 from tests.data.tf_reference import FIXTURES
 
@@ -72,3 +73,13 @@ def test_missing_file_and_non_example_records_are_one_line(tmp_path):
         list(read_records(tmp_path / "absent.tfrecord"))
     with pytest.raises(DataError, match="where: not a tf.train.Example"):
         parse_example(b"\x0a\x05\x0a\x03\x0a\x01", "where")
+
+
+def test_tfrecord_dataset_over_several_files_reads_them_as_tf_data_does():
+    """One file after the other; with num_parallel_reads, one record from each in turn
+    (tf.data's deterministic parallel interleave, block length 1)."""
+    files = sorted(WRITTEN_BY_TF.parent.glob("reviews-*.tfrecord"))
+    first, second = (list(read_records(path)) for path in files)
+    assert list(tfrecord_dataset(files)) == first + second
+    interleaved = [record for pair in zip(first, second) for record in pair]
+    assert list(tfrecord_dataset(files, num_parallel_reads=2)) == interleaved

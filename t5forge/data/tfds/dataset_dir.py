@@ -85,6 +85,11 @@ def find_dataset(tfds_name: str, data_dir: str) -> str:
         raise DataError(
             f"TFDS name {tfds_name!r} is not 'name', 'name/config' or 'name/config:1.2.3'"
         )
+    if storage.path(data_dir).is_file():
+        raise DataError(
+            f"TFDS data directory {data_dir} is a file, not a directory; point tfds_data_dir / "
+            "--tfds_data_dir / TFDS_DATA_DIR at the folder `tfds build --data_dir` wrote"
+        )
     name, config = match["name"], match["config"]
     folder = os.path.join(data_dir, name, config) if config else os.path.join(data_dir, name)
     base = f"{name}/{config}" if config else name
@@ -115,21 +120,59 @@ def _shard_names(template: str, dataset: str, split: str, file_format: str, coun
         )
 
 
+def _malformed(path: str, field: str, what: str) -> DataError:
+    return DataError(
+        f"{path}: {field} {what}; re-prepare the dataset with `tfds build` (or restore the "
+        "file TFDS wrote)"
+    )
+
+
+def _shard_lengths(split: dict, path: str, field: str) -> tuple[int, ...]:
+    lengths = split.get("shardLengths", [])
+    if not isinstance(lengths, list):
+        raise _malformed(path, field, f"is {lengths!r}, not a list of example counts")
+    for index, length in enumerate(lengths):
+        text = str(length)
+        if isinstance(length, bool) or not isinstance(length, (int, str)) or not text.isdigit():
+            raise _malformed(path, f"{field}[{index}]", f"is {length!r}, not a number of examples")
+    return tuple(int(length) for length in lengths)
+
+
+def _checked_split(split, index: int, dataset: str, directory: str, file_format: str) -> SplitFiles:
+    """One entry of dataset_info.json's `splits`, checked field by field as TFDS's proto is."""
+    path = f"{directory}/dataset_info.json"
+    if not isinstance(split, dict) or not isinstance(split.get("name"), str) or not split["name"]:
+        raise _malformed(path, f"splits[{index}]", "has no 'name'")
+    field = f"split {split['name']!r} shardLengths"
+    lengths = _shard_lengths(split, path, field)
+    template = split.get("filepathTemplate") or _DEFAULT_TEMPLATE
+    if not isinstance(template, str):
+        raise _malformed(path, f"split {split['name']!r} filepathTemplate", "is not a string")
+    names = _shard_names(template, dataset, split["name"], file_format, len(lengths))
+    return SplitFiles(split["name"], tuple(f"{directory}/{name}" for name in names), lengths)
+
+
 def read_prepared(directory: str) -> PreparedDataset:
-    """Reads a VERSION directory's dataset_info.json and features.json."""
-    info = _read_json(f"{directory}/dataset_info.json")
+    """Reads a VERSION directory's dataset_info.json and features.json, checking every field
+    t5forge uses once, here, so a malformed file is one line naming the file and the field."""
+    path = f"{directory}/dataset_info.json"
+    info = _read_json(path)
+    if not isinstance(info, dict):
+        raise _malformed(path, "the file", "is not a JSON object")
+    if not isinstance(info.get("name"), str) or not info["name"]:
+        raise _malformed(path, "'name'", "is missing (the dataset name shard files begin with)")
     file_format = info.get("fileFormat", "tfrecord")
     if file_format not in FILE_FORMATS:
         raise DataError(
             f"{directory}: TFDS file format {file_format!r}; t5forge reads "
             f"{' and '.join(FILE_FORMATS)} (re-prepare with --file_format=array_record)"
         )
+    entries = info.get("splits", [])
+    if not isinstance(entries, list):
+        raise _malformed(path, "'splits'", "is not a list")
     splits = {}
-    for split in info.get("splits", []):
-        lengths = tuple(int(n) for n in split.get("shardLengths", []))
-        template = split.get("filepathTemplate") or _DEFAULT_TEMPLATE
-        names = _shard_names(template, info["name"], split["name"], file_format, len(lengths))
-        paths = tuple(f"{directory}/{name}" for name in names)
-        splits[split["name"]] = SplitFiles(split["name"], paths, lengths)
+    for index, entry in enumerate(entries):
+        split = _checked_split(entry, index, info["name"], directory, file_format)
+        splits[split.name] = split
     features = _read_json(f"{directory}/features.json")
     return PreparedDataset(directory, file_format, splits, features)

@@ -27,14 +27,19 @@ Decode = Callable[[dict, str], dict[str, Any]]
 CYCLE_LENGTH = BLOCK_LENGTH = 16
 
 
-def _short_shard(path: str, found: int, expected: int) -> DataError:
+def _miscounted_shard(path: str, found: str, expected: int) -> DataError:
     return DataError(
         f"{path} holds {found} records where dataset_info.json says {expected} "
-        "(truncated or replaced shard); re-prepare the dataset with `tfds build`"
+        "(a truncated, replaced or appended-to shard); re-prepare the dataset with `tfds build`"
     )
 
 
 def _tfrecord_slice(piece: FileSlice, decode: Decode) -> Iterator[dict]:
+    """The slice's examples. A shard that holds fewer records than dataset_info.json says, or
+    more where the slice reads to its end, is refused rather than read: TFDS reads a shard to
+    its end and asserts the split's recorded length (ReadConfig.assert_cardinality, on by
+    default), so a TFDS user gets an error there too, and reading only the recorded count
+    would drop the extra records without a word."""
     records = read_records(piece.path)
     count = 0
     for index, record in enumerate(itertools.islice(records, piece.skip, piece.skip + piece.take)):
@@ -42,7 +47,9 @@ def _tfrecord_slice(piece: FileSlice, decode: Decode) -> Iterator[dict]:
         yield decode(parse_example(record, where), where)
         count += 1
     if count < piece.take:
-        raise _short_shard(piece.path, piece.skip + count, piece.skip + piece.take)
+        raise _miscounted_shard(piece.path, str(piece.skip + count), piece.skip + piece.take)
+    if piece.reaches_end and next(records, None) is not None:
+        raise _miscounted_shard(piece.path, "more", piece.examples_in_shard)
 
 
 def _local_copy(path: str) -> str:
@@ -56,6 +63,23 @@ def _local_copy(path: str) -> str:
             storage.copy(path, partial.name)
         os.replace(partial.name, target)
     return os.fspath(target)
+
+
+def _check_record_count(piece: FileSlice, local_path: str) -> None:
+    """Refuses an ArrayRecord shard whose record count (in its footer, so cheap to read) is
+    not dataset_info.json's: indexes past the recorded count would be silently unread, and
+    indexes before it would fail mid-run."""
+    from array_record.python.array_record_module import ArrayRecordReader
+
+    if piece.examples_in_shard is None:
+        return
+    reader = ArrayRecordReader(local_path)
+    try:
+        found = reader.num_records()
+    finally:
+        reader.close()
+    if found != piece.examples_in_shard:
+        raise _miscounted_shard(piece.path, str(found), piece.examples_in_shard)
 
 
 class RandomAccessSplit:
@@ -72,8 +96,11 @@ class RandomAccessSplit:
             for piece in self._slices:
                 if not storage.is_url(piece.path) and not os.path.exists(piece.path):
                     raise DataError(f"{piece.path} is missing; re-prepare the dataset")
+            local = [_local_copy(piece.path) for piece in self._slices]
+            for piece, path in zip(self._slices, local):
+                _check_record_count(piece, path)
             instructions = [
-                f"{_local_copy(p.path)}[{p.skip}:{p.skip + p.take}]" for p in self._slices
+                f"{path}[{p.skip}:{p.skip + p.take}]" for p, path in zip(self._slices, local)
             ]
             self._records = ArrayRecordDataSource(instructions)
         return self._records
@@ -88,6 +115,8 @@ class RandomAccessSplit:
         where = f"{self._description} example {index}"
         try:
             record = self._source()[index]
+        except DataError:
+            raise
         except (RuntimeError, ValueError, OSError) as e:
             first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise DataError(f"{where}: damaged ArrayRecord shard ({first_line})") from None

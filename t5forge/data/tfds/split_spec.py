@@ -22,11 +22,20 @@ _HELP = "see https://www.tensorflow.org/datasets/splits"
 
 @dataclasses.dataclass(frozen=True)
 class FileSlice:
-    """Records [skip, skip + take) of one shard file."""
+    """Records [skip, skip + take) of one shard file, which dataset_info.json says holds
+    `examples_in_shard` records (None where no dataset_info.json speaks for the file)."""
 
     path: str
     skip: int
     take: int
+    examples_in_shard: int | None = None
+
+    @property
+    def reaches_end(self) -> bool:
+        """Whether the slice reads to the shard's recorded end (TFDS reads it with no take)."""
+        return (
+            self.examples_in_shard is not None and self.skip + self.take == self.examples_in_shard
+        )
 
 
 def _bounds(sub_spec: str, split: SplitFiles) -> tuple[int, int]:
@@ -76,7 +85,7 @@ def _slices_of(split: SplitFiles, start: int, stop: int) -> list[FileSlice]:
         skip = max(0, start - offset)
         take = min(stop, offset + length) - max(start, offset)
         if take > 0:
-            slices.append(FileSlice(path, skip, take))
+            slices.append(FileSlice(path, skip, take, length))
         offset += length
     return slices
 
