@@ -29,7 +29,7 @@ from t5forge.data.buckets import Buckets
 from t5forge.data.feature_converters import converter_for
 from t5forge.data.vocabularies import EOS_ID, SentencePieceVocabulary
 from t5forge.errors import CheckpointError, ConfigError, DataError
-from t5forge.interop import huggingface
+from t5forge.interop import hub, huggingface
 from t5forge.models.configs import T5Config
 from t5forge.models.model import PREDICT_METHODS, build_model
 from t5forge.models.weights_dtype import with_weights_dtype
@@ -404,7 +404,10 @@ class Model:
 
 
 def load(path, config=None, weights_dtype=None) -> Model:
-    """Loads a Hugging Face model dir, a t5forge, T5X or Mesh TF checkpoint as a Model.
+    """Loads a Hugging Face model dir or hub id, a t5forge, T5X or Mesh TF checkpoint as a Model.
+
+    A hub id (`'google/t5-v1_1-small'`, `'org/name@revision'`, or `hf://...`) that is no local
+    path is read from the Hugging Face cache, else downloaded into it (t5forge.interop.hub).
 
     `config` (a preset name like 't5_1_1/small', a model gin file or a T5Config) is needed for
     T5X and Mesh TF checkpoints (the latter read with TensorFlow), which do not record it; for
@@ -423,7 +426,7 @@ def load(path, config=None, weights_dtype=None) -> Model:
             f"{type(path).__name__} {path!r:.40}; pass a Hugging Face model "
             f"directory, a t5forge checkpoint or a T5X checkpoint"
         )
-    checkpoint = reader.read(path, config)
+    checkpoint = reader.read(hub.local_path(path, bare_ids=True), config)
     model = Model(
         checkpoint.config,
         checkpoint.params,

@@ -22,7 +22,7 @@ import numpy as np
 from t5forge.checkpoints import formats, remote_model_dir
 from t5forge.data.vocabularies import SentencePieceVocabulary
 from t5forge.errors import CheckpointError, ConfigError
-from t5forge.interop import huggingface
+from t5forge.interop import hub, huggingface
 from t5forge.models.configs import PRESETS, T5Config, get_config
 from t5forge.models.model import build_model
 
@@ -69,7 +69,8 @@ def resolve_config(config) -> T5Config | None:
 def read(
     path, config=None, *, target_params=None, assignment_map=(), infer_config: bool = False
 ) -> Checkpoint:
-    """Reads the Hugging Face directory, t5forge, T5X or Mesh TF checkpoint at `path`.
+    """Reads the Hugging Face directory, t5forge, T5X or Mesh TF checkpoint at `path`
+    (or the Hugging Face model a hub id `hf://org/name[@revision]` names; interop/hub.py).
 
     `config` (as `resolve_config` takes it) overrides the recorded one and is needed for T5X
     and Mesh TF checkpoints, which record none, unless `infer_config` lets their parameters
@@ -77,11 +78,11 @@ def read(
     sharded, arrays or their shapes; default the config's shapes) through `assignment_map`
     (see checkpointer.restore_params); the other formats are read whole and must fit.
     """
-    local = Path(remote_model_dir.local_copy(path))
+    local = Path(remote_model_dir.local_copy(hub.local_path(path)))
     if not local.exists():
         raise CheckpointError(
-            f"{local} does not exist; pass a Hugging Face model directory, a "
-            f"t5forge checkpoint or a T5X checkpoint"
+            f"{local} does not exist; pass a Hugging Face model directory (or hub id "
+            f"hf://org/name), a t5forge checkpoint or a T5X checkpoint"
         )
     fmt = formats.detect_format(local)
     if fmt is None:

@@ -2,6 +2,7 @@
 
     t5forge convert --from t5x --to hf --input ckpt --output hf_dir --gin_file=models/t5_1_1/base.gin
     t5forge convert --from hf --to t5forge --input hf_dir --output model_dir
+    t5forge convert --from hf --to t5forge --input google/t5-v1_1-small --output model_dir
     t5forge convert --from t5forge --to t5x --input run/checkpoint_5000 --output t5x_dir
 
 Every tensor mapped is listed in the summary, so a user can see nothing was dropped.
@@ -24,7 +25,11 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="t5forge convert", description=HELP)
     parser.add_argument("--from", dest="source", required=True, choices=SOURCES)
     parser.add_argument("--to", dest="target", required=True, choices=TARGETS)
-    parser.add_argument("--input", required=True, help="checkpoint file or directory to read")
+    parser.add_argument(
+        "--input",
+        required=True,
+        help="checkpoint file or directory to read; with --from hf also a hub id, org/name[@revision]",
+    )
     parser.add_argument(
         "--output",
         required=True,

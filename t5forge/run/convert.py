@@ -21,6 +21,7 @@ import numpy as np
 from t5forge import storage
 from t5forge.checkpoints import formats, reader
 from t5forge.errors import ConfigError
+from t5forge.interop import hub
 from t5forge.run.storage_errors import StorageFailureEcho
 
 SOURCES = (formats.HF, formats.T5X, formats.MESH_TF, formats.T5FORGE)
@@ -42,11 +43,13 @@ def convert(
 ) -> Converted:
     """Converts the `from_` checkpoint at `path` into a `to` checkpoint in directory `output`.
 
-    `config` (preset name, model gin file or T5Config) is as `t5forge.load` takes it; T5X and
-    Mesh TF checkpoints without one get the config their parameters imply. `vocab` (a
-    SentencePiece model with `extra_ids`) ships with the output, else the source's own one;
-    a T5X checkpoint carries none (T5X's gin names its vocabulary) and keeps the source's
-    training step, as T5X fine-tuning counts TRAIN_STEPS on from it.
+    `path` may be a hub id (`org/name` with from_='hf', or `hf://org/name`; see
+    t5forge.interop.hub). `config` (preset name, model gin file or T5Config) is as
+    `t5forge.load` takes it; T5X and Mesh TF checkpoints without one get the config their
+    parameters imply. `vocab` (a SentencePiece model with `extra_ids`) ships with the
+    output, else the source's own one; a T5X checkpoint carries none (T5X's gin names its
+    vocabulary) and keeps the source's training step, as T5X fine-tuning counts TRAIN_STEPS
+    on from it.
     """
     from tqdm import tqdm
 
@@ -55,7 +58,7 @@ def convert(
     _check_formats(from_, to, vocab)
     with tqdm(total=2, desc="convert", unit="stage", disable=None) as bar:
         bar.set_postfix_str(f"reading {from_}")
-        checkpoint = _read(Path(path), from_, config)
+        checkpoint = _read(Path(hub.local_path(path, bare_ids=from_ == formats.HF)), from_, config)
         config, params, source_vocab = checkpoint.config, checkpoint.params, checkpoint.vocabulary
         if vocab is None and source_vocab is not None and to != formats.T5X:
             vocab, extra_ids = source_vocab.path, source_vocab.extra_ids
