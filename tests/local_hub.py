@@ -1,6 +1,6 @@
 """The Hugging Face hub as tests meet it without a network: a hub cache on disk in
 huggingface_hub's layout, a guard that refuses every outgoing connection, and an HTTP server on
-127.0.0.1 that answers for gated and unknown repositories with the hub's own headers.
+127.0.0.1 that serves, gates and refuses repositories with the hub's own headers.
 
 The cache layout is the one `hf download` leaves: `models--org--name/blobs/<sha256>` holding
 the bytes, `snapshots/<commit>/<file>` relative symlinks into blobs, and `refs/<branch or tag>`
@@ -71,12 +71,14 @@ def block_network(monkeypatch, allow_loopback: bool = False) -> None:
 
 
 class _HubHandler(http.server.BaseHTTPRequestHandler):
-    """Answers as huggingface.co does without a token: a gated repository's metadata and file
-    list are public and its files are refused (401, X-Error-Code: GatedRepo); a repository
-    that does not exist (or is private) is refused everywhere (401, X-Error-Code: RepoNotFound)."""
+    """Answers as huggingface.co does without a token: a repository's metadata, file list and
+    files (200, with the ETag and X-Repo-Commit headers huggingface_hub caches by); a gated
+    repository's metadata and file list, its files refused (401, X-Error-Code: GatedRepo); for
+    a repository that does not exist (or is private) a refusal everywhere (401, X-Error-Code:
+    RepoNotFound)."""
 
-    gated: str = ""
-    files = {"config.json": b"{}", "model.safetensors": b"\0" * 64}
+    repos: dict[str, Path] = {}
+    gated: frozenset[str] = frozenset()
 
     def log_message(self, *args):  # keep the test's output clean
         pass
@@ -86,48 +88,59 @@ class _HubHandler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         path = self.path.split("?", 1)[0]
-        commit = commit_sha(self.gated)
-        if path.startswith(f"/api/models/{self.gated}/revision/"):
-            siblings = [{"rfilename": name} for name in self.files]
-            info = {"id": self.gated, "sha": commit, "gated": "manual", "siblings": siblings}
-            return self._json(info)
-        if path.startswith(f"/api/models/{self.gated}/tree/"):
-            return self._json(
-                [
-                    {"type": "file", "path": name, "size": len(data), "oid": commit_sha(name)}
-                    for name, data in self.files.items()
-                ]
-            )
-        if path.startswith(f"/{self.gated}/resolve/"):
-            return self._refuse("GatedRepo", GATED_MESSAGE.format(repo=self.gated))
+        for repo, folder in self.repos.items():
+            files = {p.relative_to(folder).as_posix(): p for p in folder.rglob("*") if p.is_file()}
+            commit = commit_sha(repo)
+            if path.startswith(f"/api/models/{repo}/revision/"):
+                siblings = [{"rfilename": name} for name in files]
+                gated = "manual" if repo in self.gated else False
+                return self._json({"id": repo, "sha": commit, "gated": gated, "siblings": siblings})
+            if path.startswith(f"/api/models/{repo}/tree/"):
+                return self._json(
+                    [
+                        {
+                            "type": "file",
+                            "path": name,
+                            "size": p.stat().st_size,
+                            "oid": commit_sha(name),
+                        }
+                        for name, p in files.items()
+                    ]
+                )
+            prefix = f"/{repo}/resolve/{commit}/"
+            if path.startswith(f"/{repo}/resolve/") and repo in self.gated:
+                return self._refuse("GatedRepo", GATED_MESSAGE.format(repo=repo))
+            if path.startswith(prefix) and path[len(prefix) :] in files:
+                return self._file(files[path[len(prefix) :]].read_bytes(), commit)
         return self._refuse("RepoNotFound", "Repository not found")
 
     def _json(self, body) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
+        self._send(200, json.dumps(body).encode(), {"Content-Type": "application/json"})
+
+    def _file(self, data: bytes, commit: str) -> None:
+        etag = f'"{hashlib.sha256(data).hexdigest()}"'
+        self._send(200, data, {"ETag": etag, "X-Repo-Commit": commit})
 
     def _refuse(self, code: str, message: str) -> None:
-        data = json.dumps({"error": message}).encode()
-        self.send_response(401)
-        self.send_header("X-Error-Code", code)
-        self.send_header("X-Error-Message", message)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
+        body = json.dumps({"error": message}).encode()
+        headers = {"X-Error-Code": code, "X-Error-Message": message}
+        self._send(401, body, {"Content-Type": "application/json", **headers})
+
+    def _send(self, status: int, data: bytes, headers: dict[str, str]) -> None:
+        self.send_response(status)
+        for name, value in {**headers, "Content-Length": str(len(data))}.items():
+            self.send_header(name, value)
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
 
 
 @contextmanager
-def hub_server(gated_repo: str):
-    """An HTTP hub on 127.0.0.1 where `gated_repo` is gated and every other repository is
-    unknown; yields its endpoint URL (for HF_ENDPOINT)."""
-    handler = type("GatedHubHandler", (_HubHandler,), {"gated": gated_repo})
+def hub_server(repos: dict[str, Path], gated=()):
+    """An HTTP hub on 127.0.0.1 serving each repository of `repos` (id -> folder of its files,
+    one commit, `commit_sha(id)`), those in `gated` gated, every other one unknown; yields its
+    endpoint URL (for HF_ENDPOINT)."""
+    handler = type("LocalHubHandler", (_HubHandler,), {"repos": repos, "gated": frozenset(gated)})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -6,6 +6,8 @@ blobs, snapshots of relative symlinks, refs), points HF_HUB_CACHE at it for that
 at call time) and refuses every outgoing connection, so a pass proves no network was used.
 """
 
+import shutil
+
 import numpy as np
 import pytest
 from commands import t5forge_in_process
@@ -152,25 +154,56 @@ def test_an_id_not_cached_without_network_is_one_line(hub_cache, monkeypatch, of
     assert "models--tiny-org--missing" in message
 
 
-def test_a_gated_repository_is_one_line(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+@pytest.fixture
+def local_hub_env(tmp_path, monkeypatch):
+    """An empty hub cache, the network refused except 127.0.0.1 (where `hub_server` listens)."""
+    cache = tmp_path / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
-    # huggingface_hub reads HF_HUB_OFFLINE once, at import; this test needs its requests.
+    # huggingface_hub reads HF_HUB_OFFLINE once, at import; these tests need its requests.
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
     block_network(monkeypatch, allow_loopback=True)
-    with hub_server("tiny-org/gated") as endpoint:
+    return cache
+
+
+@pytest.mark.parametrize("weights", ["model.safetensors", "pytorch_model.bin"])
+def test_an_id_not_cached_is_downloaded_into_the_cache(
+    local_hub_env, saved_models, tmp_path, monkeypatch, weights
+):
+    served = tmp_path / "served"
+    shutil.copytree(saved_models / "main", served)
+    if weights == "pytorch_model.bin":  # an older repository: PyTorch pickles only
+        state = transformers.T5ForConditionalGeneration.from_pretrained(served).state_dict()
+        torch.save(state, served / weights)
+        (served / "model.safetensors").unlink()
+    (served / "tf_model.h5").write_bytes(b"TF weights t5forge never fetches")
+    with hub_server({"tiny-org/served": served}) as endpoint:
         monkeypatch.setenv("HF_ENDPOINT", endpoint)
+        downloaded = _t5forge_logits("tiny-org/served")
+    np.testing.assert_allclose(downloaded, _transformers_logits(saved_models / "main"), atol=1e-5)
+    repo = local_hub_env / "models--tiny-org--served"
+    assert (repo / "refs" / "main").read_text() == commit_sha("tiny-org/served")
+    snapshot = repo / "snapshots" / commit_sha("tiny-org/served")
+    assert sorted(p.name for p in snapshot.iterdir()) == sorted(
+        ["config.json", "generation_config.json", weights]
+    )
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the server is gone: the cache alone serves
+    np.testing.assert_array_equal(_t5forge_logits("tiny-org/served"), downloaded)
+
+
+def test_a_gated_repository_is_one_line(local_hub_env, saved_models, monkeypatch):
+    with hub_server({"tiny-org/gated": saved_models / "main"}, gated={"tiny-org/gated"}) as url:
+        monkeypatch.setenv("HF_ENDPOINT", url)
         with pytest.raises(StorageError) as gated:
             t5forge.load("tiny-org/gated")
         with pytest.raises(CheckpointError) as unknown:
             t5forge.load("hf://tiny-org/nowhere")
     assert str(gated.value) == (
         f"tiny-org/gated is a gated Hugging Face repository: accept its terms at "
-        f"{endpoint}/tiny-org/gated, log in with `hf auth login` (or set HF_TOKEN), and load "
-        f"it again"
+        f"{url}/tiny-org/gated, log in with `hf auth login` (or set HF_TOKEN), and load it again"
     )
-    assert str(unknown.value).startswith(f"tiny-org/nowhere is no model on {endpoint}")
+    assert str(unknown.value).startswith(f"tiny-org/nowhere is no model on {url}")
 
 
 def test_malformed_ids(tmp_path, monkeypatch):
@@ -184,3 +217,36 @@ def test_malformed_ids(tmp_path, monkeypatch):
     assert hub.parse("org/name@refs/pr/1", bare_ids=True) == hub.HubId("org/name", "refs/pr/1")
     with pytest.raises(ConfigError, match="hf://org/name"):
         hub.parse("hf://org/na--me")
+
+
+@pytest.mark.slow
+def test_training_starts_from_an_id(tiny_runs, tmp_path):
+    """`--gin.INITIAL_CHECKPOINT_PATH=hf://org/name` fine-tunes the cached model, offline."""
+    from tiny_model import TINY_FIELDS
+
+    torch.manual_seed(0)
+    config = transformers.T5Config(
+        vocab_size=TINY_FIELDS["vocab_size"],
+        d_model=TINY_FIELDS["emb_dim"],
+        d_kv=TINY_FIELDS["head_dim"],
+        d_ff=TINY_FIELDS["mlp_dim"],
+        num_layers=TINY_FIELDS["num_encoder_layers"],
+        num_decoder_layers=TINY_FIELDS["num_decoder_layers"],
+        num_heads=TINY_FIELDS["num_heads"],
+        feed_forward_proj="gated-gelu",  # the T5 1.1 layout of tests/commands.py's LAYOUT_GIN
+        tie_word_embeddings=False,
+    )
+    model = transformers.T5ForConditionalGeneration(config)
+    # transformers 5 ties every T5 head at construction; a T5 1.1 checkpoint has its own.
+    model.lm_head.weight = torch.nn.Parameter(torch.randn(config.vocab_size, config.d_model))
+    model.all_tied_weights_keys.pop("lm_head.weight")
+    model.save_pretrained(tmp_path / "saved")
+    cache = tmp_path / "hub"
+    cache_repo(cache, "tiny-org/tiny-run", tmp_path / "saved", commit_sha("tiny-run"))
+    env = tiny_runs.env(HF_HUB_CACHE=cache, HF_HUB_OFFLINE=1)
+    args = tiny_runs.train_args(
+        tmp_path / "run", 1, "--gin.INITIAL_CHECKPOINT_PATH=hf://tiny-org/tiny-run"
+    )
+    result = tiny_runs.run(*args, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "loaded every parameter from hf://tiny-org/tiny-run" in result.stderr
