@@ -123,17 +123,63 @@ def resolve_gin_file(name: str, search_paths: list[str]) -> str | Path:
 
 
 def _configurable_names() -> list[str]:
+    """The names a binding may write; T5X's names as T5X spells them (`__main__.train`, not
+    the registry's `__main__.t5x_train`, which keeps `train` naming t5forge's)."""
     selectors = gin.config._REGISTRY._selector_map.keys()
     return sorted(
-        {name for selector in selectors for name in (selector, selector.rsplit(".", 1)[-1])}
+        {
+            name.replace(".t5x_", ".")
+            for selector in selectors
+            for name in (selector, selector.rsplit(".", 1)[-1])
+        }
     )
+
+
+def _unknown_configurable_hint(selector: str) -> str:
+    """What to write instead: the spellings the gin files' imports allow for the name after
+    a module name they do not bind (`train_script.train` without T5X's run file is `train`;
+    `__main__.train` is `train_script.train` or `train` after `import __main__ as
+    train_script`), else the closest registered names."""
+    head, _, rest = selector.partition(".")
+    aliases = gin_internals.import_aliases()
+    if rest and head not in aliases:
+        spellings = [
+            f"{alias}.{rest}"
+            for alias, module in aliases.items()
+            if module == head and _through_imports(f"{alias}.{rest}")
+        ]
+        try:
+            if gin.config._REGISTRY.get_match(rest) is not None:
+                spellings.append(rest)
+        except KeyError:  # ambiguous: several configurables end with `rest`
+            pass
+        if spellings:
+            return f"; the gin files' imports bind no name `{head}`: write {' or '.join(spellings)}"
+    if rest and head in aliases:  # `train_script.trian`: the module's names, through the alias
+        close = difflib.get_close_matches(rest, _configurable_names(), n=3)
+        close = [f"{head}.{name}" for name in close]
+    else:
+        close = difflib.get_close_matches(selector, _configurable_names(), n=3)
+    return f"; did you mean {', '.join(close)}?" if close else ""
+
+
+def _through_imports(selector: str) -> list:
+    """The configurables a selector names through the parsed files' imports (after the
+    parse, so T5X's module names are put back for the look-up)."""
+    from t5forge.config import t5x_compat
+
+    with t5x_compat.t5x_module_names():
+        return gin_internals.through_imports(selector)
 
 
 def _parameters_of(configurable: str) -> list[str]:
     try:
         fn = gin.config._REGISTRY.get_match(configurable).wrapped
     except (AttributeError, KeyError, ValueError):
-        return []
+        matches = _through_imports(configurable)  # `train_script.train`
+        if len(matches) != 1:
+            return []
+        fn = matches[0].wrapped
     import inspect
 
     target = fn.__init__ if inspect.isclass(fn) else fn
@@ -194,6 +240,16 @@ def explain_gin_error(error: Exception) -> ConfigError:
             f"{at}the gin file imports {missing.group(1)}, which is not importable here; put "
             "the folder holding it on PYTHONPATH, or register its tasks with --module_import"
         )
+    not_imported = re.match(r"'(\w+)' was not provided by an import statement", message)
+    if not_imported:
+        name = not_imported.group(1)
+        module = gin_internals.import_aliases().get(name)
+        add = f"`import {module} as {name}`" if module else f"the import that binds `{name}`"
+        return ConfigError(
+            f"{at}`{where}`: '{name}' was not provided by an import statement (this file "
+            f"names configurables through its own imports: from __gin__ import "
+            f"dynamic_registration); add {add} to it"
+        )
     macro = re.search(r"No bindings specified for '([^'/]+)/gin.macro'", message)
     if macro:
         name = macro.group(1)
@@ -208,8 +264,7 @@ def explain_gin_error(error: Exception) -> ConfigError:
         )
     unknown = re.search(r"No configurable matching '([^']+)'", message)
     if unknown:
-        close = difflib.get_close_matches(unknown.group(1), _configurable_names(), n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        hint = _unknown_configurable_hint(unknown.group(1))
         return ConfigError(f"{at}unknown gin configurable {unknown.group(1)!r} in `{where}`{hint}")
     bad_param = re.search(
         r"Configurable '([^']+)' doesn't have a parameter named '([^']+)'", message
@@ -254,6 +309,7 @@ def parse_gin(flags: GinFlags, extra_bindings: list[str] | None = None, finalize
         with (
             t5x_compat.t5x_module_names(),
             gin_internals.extra_parameters(t5x_compat.shadowed_parameters()),
+            gin_internals.module_aliases(),
             gin_internals.RecordFilesRead() as files_read,
         ):
             try:

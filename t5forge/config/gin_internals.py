@@ -28,11 +28,20 @@ private name, so a gin upgrade that moves them breaks here, nowhere else.
    without imports bind T5X's parameters under a name that is t5forge's
    (`utils.SaveCheckpointConfig.dtype`); while T5X files parse, t5forge's configurable
    accepts its T5X namesake's parameters too, which translation then takes over.
+8. Module aliases outside the file that declares them (`gin.config.ParseContext` and
+   `gin.config._IMPORTS`): real gin registers a function reached as `train_script.train`
+   after `import __main__ as train_script` under that spelling, so `--gin.train_script.train.
+   eval_period=4`, `--gin_bindings` and files without dynamic registration may write it.
+   T5X's names are registered before any file is parsed (under `__main__.t5x_train`), so the
+   spelling is looked up here instead: through the import statements gin has seen, when
+   nothing in the registry matches; gin's refusals stay (an alias no file declares,
+   `__main__.train` after `import __main__ as train_script`, an attribute the module lacks).
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 
 import gin
 import gin.config
@@ -207,3 +216,79 @@ def configurable_modules(name: str) -> set[str]:
         for selector, info in gin.config._REGISTRY.items()
         if selector.rsplit(".", 1)[-1] == name
     }
+
+
+def _imports_seen() -> set:
+    """The import statements of the files gin has parsed, and of those still being parsed."""
+    statements = set(gin.config._IMPORTS)
+    for context in gin.config._PARSE_CONTEXTS:
+        statements.update(context.imports)
+    return {s for s in statements if not s.module.startswith("__gin__.")}
+
+
+def _bound_module(statement):
+    """What the import binds its name to: the module itself, or for `import a.b` the package a."""
+    if statement.is_from or statement.alias:
+        return sys.modules.get(statement.module)
+    return sys.modules.get(statement.module.split(".")[0])
+
+
+def _attribute(value, names: list[str]):
+    for name in names:
+        value = getattr(value, name, None)
+    return value
+
+
+def attributes_through(statement, selector: str) -> list[str] | None:
+    """The attribute names `selector` reaches in what an import statement binds, when its
+    leading components end with the import's name as gin registers it (`train_script`,
+    `t5x.utils`, `utils`); None when the selector is not spelled through that import."""
+    names = selector.split(".")
+    path = statement.partial_path().split(".")
+    for start in range(len(path)):
+        spelled = path[start:]
+        if names[: len(spelled)] == spelled and len(names) > len(spelled):
+            return names[len(spelled) :]
+    return None
+
+
+def through_imports(selector: str) -> list:
+    """The configurables `selector` names as spelled through the imports seen (see 8 above)."""
+    found = []
+    for statement in _imports_seen():
+        attributes = attributes_through(statement, selector)
+        if attributes is None:
+            continue
+        obj = _attribute(_bound_module(statement), attributes)
+        configurable = gin.config._inverse_lookup(obj) if obj is not None else None
+        if configurable is not None and configurable not in found:
+            found.append(configurable)
+    return found
+
+
+def import_aliases() -> dict[str, str]:
+    """{alias: module} of the `import M as A` statements gin has seen (for messages)."""
+    return {s.alias: s.module for s in _imports_seen() if s.alias}
+
+
+@contextlib.contextmanager
+def module_aliases():
+    """Inside the block, a selector nothing in gin's registry matches is looked up through
+    the import statements gin has seen (see 8 above)."""
+    original = gin.config.ParseContext.get_configurable
+
+    def get_configurable(context, selector):
+        found = original(context, selector)
+        if found is not None or context._dynamic_registration:
+            return found
+        matches = through_imports(selector)
+        if len(matches) > 1:
+            names = sorted(m.selector for m in matches)
+            raise ValueError(f"Ambiguous selector '{selector}', matches {names}.")
+        return matches[0] if matches else None
+
+    gin.config.ParseContext.get_configurable = get_configurable
+    try:
+        yield
+    finally:
+        gin.config.ParseContext.get_configurable = original

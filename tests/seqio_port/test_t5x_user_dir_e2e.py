@@ -2,11 +2,15 @@
 tasks.py and gin file as written there (the vocabulary path aside), T5X's own gin files on
 --gin_search_paths, PYTHONPATH at the user directory and --tfds_data_dir at data prepared by
 TFDS's writer, in both of TFDS's file formats; a tiny network and 2 steps are the only
-command-line overrides. Then T5X's base_wmt_infer.gin over the trained checkpoint, and T5's
-own tasks (its registry: WMT, then GLUE) through T5X's run files."""
+command-line overrides. eval_period is overridden in both of the spellings T5X's run files
+allow (`train_script.train.eval_period`, through their `import __main__ as train_script`, and
+`train.eval_period`): each format's run takes one, and a dry run checks both reach train. Then
+T5X's base_wmt_infer.gin over the trained checkpoint, and T5's own tasks (its registry: WMT,
+then GLUE) through T5X's run files."""
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -20,10 +24,21 @@ FIXTURES = Path(__file__).resolve().parents[1] / "data" / "tfds_fixtures"
 TASK = "wmt_t2t_de_en_v003"
 TINY_FLAGS = [f"--gin.network.T5Config.{k}={v}" for k, v in TINY_GIN_VALUES.items()]
 LENGTHS = "--gin.TASK_FEATURE_LENGTHS={'inputs': 16, 'targets': 16}"
+# The two spellings of train's eval_period a T5X user writes; each format's run takes one.
+EVAL_PERIOD = {"tfrecord": "train_script.train.eval_period", "array_record": "train.eval_period"}
 
 
 def _rows(model_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (model_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def _user_dir(root: Path, vocabulary: Path) -> tuple[str, dict]:
+    """The README's user directory under `root`: (--gin_search_paths flag, environment)."""
+    user_dir = write_user_dir(root / "user_dir", vocabulary)
+    (root / "clones").mkdir()
+    (root / "clones" / "t5x-tmp").symlink_to(T5X_GIN)  # the README's checkout name
+    search = f"--gin_search_paths={user_dir},{root / 'clones'},{T5X_GIN}"
+    return search, command_env(PYTHONPATH=user_dir)
 
 
 @pytest.fixture(scope="module", params=["tfrecord", "array_record"])
@@ -32,12 +47,8 @@ def user_run(request, test_spm_path, tmp_path_factory):
     if not T5X_GIN.is_dir():
         pytest.skip(f"T5X's gin files not found at {T5X_GIN}")
     root = tmp_path_factory.mktemp(f"user_{request.param}")
-    user_dir = write_user_dir(root / "user_dir", test_spm_path)
-    (root / "clones").mkdir()
-    (root / "clones" / "t5x-tmp").symlink_to(T5X_GIN)  # the README's checkout name
-    search = f"--gin_search_paths={user_dir},{root / 'clones'},{T5X_GIN}"
+    search, env = _user_dir(root, test_spm_path)
     data = f"--tfds_data_dir={FIXTURES / request.param}"
-    env = command_env(PYTHONPATH=user_dir)
     model_dir = root / "model"
     t5forge(
         "train",
@@ -48,7 +59,7 @@ def user_run(request, test_spm_path, tmp_path_factory):
         "--gin.TRAIN_STEPS=2",
         "--gin.BATCH_SIZE=4",
         "--gin.partitioning.PjitPartitioner.num_partitions=1",
-        "--gin.train.eval_period=2",
+        f"--gin.{EVAL_PERIOD[request.param]}=2",
         "--gin.train.eval_steps=1",
         *TINY_FLAGS,
         data,
@@ -56,6 +67,27 @@ def user_run(request, test_spm_path, tmp_path_factory):
         check=True,
     )
     return model_dir, env, (search, data)
+
+
+@pytest.mark.parametrize("spelling", sorted(EVAL_PERIOD.values()))
+def test_both_spellings_of_eval_period_reach_train(spelling, test_spm_path, tmp_path):
+    """The README's command with --dry_run: the configuration train would run with."""
+    if not T5X_GIN.is_dir():
+        pytest.skip(f"T5X's gin files not found at {T5X_GIN}")
+    search, env = _user_dir(tmp_path, test_spm_path)
+    result = t5forge(
+        "train",
+        search,
+        "--gin_file=t5_1_1_base_de_en.gin",
+        f'--gin.MODEL_DIR="{tmp_path / "model"}"',
+        f"--gin.{spelling}=4",
+        f"--tfds_data_dir={FIXTURES / 'tfrecord'}",
+        "--dry_run",
+        env=env,
+        check=True,
+    )
+    bound = re.findall(r"^(?:\w+\.)*train\.eval_period = (\d+)$", result.stdout, re.MULTILINE)
+    assert bound == ["4"], result.stdout
 
 
 @pytest.mark.slow

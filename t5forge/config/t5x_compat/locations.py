@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from gin import config_parser
 
 from t5forge import storage
+from t5forge.config import gin_internals
 from t5forge.config.t5x_compat.names import MODULE_ALIASES
 
 
@@ -114,6 +115,8 @@ class Locator:
         if dynamic and head in imports:
             module = MODULE_ALIASES.get(imports[head], imports[head])
             full = module + (f".{rest}" if rest else "")
+        elif not dynamic:
+            full = self._spelled_through_alias(statement.selector) or full
         self.statements.append(
             Written(
                 where,
@@ -126,14 +129,26 @@ class Locator:
             )
         )
 
+    def _spelled_through_alias(self, selector: str) -> str | None:
+        """`train_script.train` written where gin looks it up through an earlier file's
+        `import __main__ as train_script` (a flag, a file without dynamic registration):
+        the T5X path, `__main__.train`."""
+        for statement in reversed(self.imports):
+            attributes = statement.alias and gin_internals.attributes_through(statement, selector)
+            if attributes:
+                module = MODULE_ALIASES.get(statement.module, statement.module)
+                return ".".join([module, *attributes])
+        return None
+
     def binding(self, scope: str, names: Sequence[str], param: str) -> Written | None:
         """The statement that bound `param` last for any of `names` (T5X path, gin name)."""
         for written in reversed(self.statements):
             if written.scope != scope or written.param != param:
                 continue
-            if written.dynamic and written.full_selector in names:
+            spelled_out = written.dynamic or written.full_selector != written.selector
+            if spelled_out and written.full_selector in names:
                 return written
-            if not written.dynamic and any(
+            if not spelled_out and any(
                 n == written.selector or n.endswith(f".{written.selector}") for n in names
             ):
                 return written
