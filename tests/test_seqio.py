@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from t5forge import seqio
+from t5forge.data.preprocessor_framework import ExamplePreprocessor
 from t5forge.data.tasks import get_mixture_or_task
 from t5forge.errors import ConfigError
 
@@ -63,7 +64,8 @@ def test_seqio_signatures_where_behaviour_is_the_same(tiny_vocab):
         [seqio.preprocessors.rekey],
     )
     assert task.output_features["targets"].add_eos and task.preprocessors
-    assert seqio.map_over_dataset(len) is len
+    per_example = seqio.map_over_dataset(len)
+    assert per_example("abc") == 3 and isinstance(per_example, ExamplePreprocessor)
     assert seqio.evaluation.Evaluator is seqio.Evaluator and seqio.metrics.bleu
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
-import inspect
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -67,29 +66,30 @@ class Feature(_tasks.Feature):
             )
 
 
-def _takes_a_dataset(step) -> str | None:
-    """The first parameter's name when a plain function is written over a tf.data dataset."""
-    if isinstance(step, (_framework.Preprocessor, _framework.CacheDatasetPlaceholder, type)):
-        return None
-    fn = step.func if isinstance(step, functools.partial) else step
-    if isinstance(fn, _framework.Preprocessor) or not callable(fn):
-        return None
-    try:
-        params = list(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return None
-    return params[0] if params and params[0] in ("dataset", "ds") else None
+def _is_per_example_or_t5forge_step(step) -> bool:
+    """What SeqIO does not hand the whole dataset: a step decorated with map_over_dataset
+    (here: any t5forge Preprocessor, bound or not) and the cache placeholder."""
+    if isinstance(step, functools.partial):
+        step = step.func
+    placeholder = _framework.CacheDatasetPlaceholder
+    return isinstance(step, (_framework.Preprocessor, placeholder)) or (
+        isinstance(step, type) and issubclass(step, placeholder)
+    )
 
 
 def _checked_preprocessors(task_name: str, preprocessors) -> list:
+    """SeqIO calls an undecorated preprocessor with the whole tf.data dataset, whatever its
+    parameters are named; t5forge has no tf.data, so such a step is refused here."""
     for step in preprocessors or ():
-        first = _takes_a_dataset(step)
-        if first:
-            name = getattr(step, "__name__", repr(step))
+        fn = step.func if isinstance(step, functools.partial) else step
+        if callable(fn) and not _is_per_example_or_t5forge_step(step):
+            name = getattr(fn, "__name__", type(fn).__name__)
             raise DataError(
-                f"task {task_name!r}: preprocessor {name} takes a tf.data dataset "
-                f"({first!r}); write it per example as fn(example) -> example over a dict of "
-                "numpy values and str, decorated with @seqio.map_over_dataset"
+                f"task {task_name!r}: preprocessor {name} takes a tf.data dataset (SeqIO passes "
+                "the whole dataset to a function not decorated with @seqio.map_over_dataset); "
+                "write it per example as fn(example) -> example over a dict of numpy values "
+                "and str, decorated with @seqio.map_over_dataset, or over grain datasets with "
+                "@t5forge.data.preprocessors.dataset_preprocessor"
             )
     return list(preprocessors or ())
 

@@ -10,6 +10,7 @@ from t5forge.data.cache_dirs import (
     get_global_cache_dirs,
     set_global_cache_dirs,
 )
+from t5forge.data.preprocessor_framework import ExamplePreprocessor, Preprocessor
 from t5forge.errors import ConfigError
 
 __all__ = [
@@ -21,17 +22,27 @@ __all__ = [
 ]
 
 
-def map_over_dataset(fn: Callable | None = None, *, num_seeds: int | None = None):
-    """SeqIO's decorator for a per-example function. t5forge applies plain per-example
-    functions over the dataset itself, so the function is returned as it is; a per-example
-    function that needs randomness takes `(example, rng)` (a numpy Generator) instead of
-    `num_seeds` seeds."""
+def map_over_dataset(
+    fn: Callable | None = None, *, num_seeds: int | None = None, num_parallel_calls=None
+):
+    """SeqIO's decorator that makes `fn(example, **kw)` a per-example step.
+
+    SeqIO hands every preprocessor the whole dataset unless this decorator says the function
+    works on one example; t5forge keeps that rule (seqio.Task refuses an undecorated function)
+    and returns the function as t5forge's per-example step, still callable on one example.
+    `num_parallel_calls` is accepted and left to grain's workers. A per-example function that
+    needs randomness takes `(example, rng)` (a numpy Generator) instead of `num_seeds` seeds.
+    """
     if num_seeds is not None:
         raise ConfigError(
             "map_over_dataset(num_seeds=...) is not supported; write the "
             "function as fn(example, rng) with rng a numpy Generator"
         )
-    return fn if fn is not None else (lambda f: f)
+    return _per_example(fn) if fn is not None else _per_example
+
+
+def _per_example(fn: Callable) -> Preprocessor:
+    return fn if isinstance(fn, Preprocessor) else ExamplePreprocessor(fn)
 
 
 def set_tfds_data_dir_override(tfds_data_dir: str | None) -> None:
