@@ -109,12 +109,13 @@ def _expand(text: str) -> Path:
     return Path(os.path.expanduser(os.path.expandvars(text)))
 
 
-def offline() -> bool:
-    """Whether HF_HUB_OFFLINE (or transformers' TRANSFORMERS_OFFLINE) forbids the network now."""
-    return any(
-        os.environ.get(name, "").strip().lower() in _TRUE
-        for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
-    )
+def offline_setting() -> str | None:
+    """The variable forbidding the network now (HF_HUB_OFFLINE, or transformers'
+    TRANSFORMERS_OFFLINE) as `NAME=value`, None when downloads are allowed."""
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        if os.environ.get(name, "").strip().lower() in _TRUE:
+            return f"{name}={os.environ[name].strip()}"
+    return None
 
 
 def snapshot(hub_id: HubId, bare: bool = False) -> Path:
@@ -126,8 +127,9 @@ def snapshot(hub_id: HubId, bare: bool = False) -> Path:
     cached = _cached_snapshot(hub_id, cache)
     if cached is not None:
         return cached
-    if offline():
-        raise _not_cached(hub_id, cache, bare, "HF_HUB_OFFLINE=1 forbids downloading it")
+    setting = offline_setting()
+    if setting is not None:
+        raise _not_cached(hub_id, cache, bare, f"{setting} forbids downloading it")
     return _download(hub_id, cache, bare)
 
 
@@ -149,7 +151,10 @@ def _has_weights(folder: Path) -> bool:
     pytorch_model.bin: what t5forge's Hugging Face reader reads."""
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        shards = set(json.loads(index.read_text()).get("weight_map", {}).values())
+        try:
+            shards = set(json.loads(index.read_text()).get("weight_map", {}).values())
+        except (ValueError, AttributeError):  # a damaged index: the snapshot is not whole
+            return False
         return bool(shards) and all((folder / shard).is_file() for shard in shards)
     return (folder / "model.safetensors").is_file() or (folder / "pytorch_model.bin").is_file()
 

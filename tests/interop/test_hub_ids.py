@@ -108,6 +108,22 @@ def test_a_local_path_of_the_same_name_wins(hub_cache, saved_models, tmp_path, m
     np.testing.assert_allclose(_t5forge_logits(REPO), local, atol=1e-5)
 
 
+def test_a_sharded_snapshot_is_cached_only_with_every_shard(saved_models, tmp_path, monkeypatch):
+    model = transformers.T5ForConditionalGeneration.from_pretrained(saved_models / "main")
+    model.save_pretrained(tmp_path / "sharded", max_shard_size="20KB")
+    shards = sorted((tmp_path / "sharded").glob("model-*-of-*.safetensors"))
+    assert len(shards) > 1
+    snapshot = cache_repo(tmp_path / "hub", REPO, tmp_path / "sharded", commit_sha("sharded"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    block_network(monkeypatch)
+    expected = _transformers_logits(saved_models / "main")
+    np.testing.assert_allclose(_t5forge_logits(REPO), expected, atol=1e-5)
+    (snapshot / shards[-1].name).unlink()  # an interrupted download
+    with pytest.raises(CheckpointError, match="not in the Hugging Face cache"):
+        t5forge.load(REPO)
+
+
 def test_the_cache_is_the_one_the_environment_names_when_loading(
     hub_cache, saved_models, tmp_path, monkeypatch
 ):
