@@ -170,8 +170,19 @@ def replaced_atomically(location: str | os.PathLike, durable: bool = True) -> It
         os.replace(temporary, target)
         if durable:
             _flush_to_disk(target.parent)
+    except OSError as error:
+        if is_url(text) or not _of_the_temporary(error, temporary):
+            raise
+        raise OSError(error.errno, error.strerror, str(target)) from error
     finally:
         temporary.unlink(missing_ok=True)
+
+
+def _of_the_temporary(error: OSError, temporary: Path) -> bool:
+    """Whether a failure is the local temporary file's, which the error should report as the
+    target's: a full disk's write() and fsync name no file, and the hidden temporary is not
+    a name the user gave."""
+    return error.errno is not None and error.filename in (None, str(temporary))
 
 
 def write_atomically(

@@ -21,6 +21,11 @@ from commands import TASK, python
 from .conftest import checkpoint_steps, error_line, losses, metric_rows
 
 MB = 1 << 20
+# What a full disk prints, naming the file the command was asked to write.
+_CANNOT_WRITE = (
+    "error: cannot write {}: No space left on device; free space or choose a writable "
+    "directory, then rerun"
+)
 
 
 class Mounts:
@@ -223,9 +228,32 @@ def test_vocab_train_onto_a_full_disk_keeps_the_previous_model(faults, mounts, t
     result = faults.run(
         "vocab", "train", "--input", corpus, "--vocab_size", "40", "--output", disk / "spiece.model"
     )
-    assert "No space left on device" in error_line(result)
+    assert error_line(result) == _CANNOT_WRITE.format(disk / "spiece.model")
     assert (disk / "spiece.model").read_bytes() == previous
     assert sorted(p.name for p in disk.iterdir()) == ["spiece.model"]
+
+
+def test_vocab_train_onto_the_fallback_full_disk_names_the_model(faults, tmp_path):
+    """Fallback: Python-level ENOSPC injection (see above) under the model's folder, the first
+    write failing: the line names the .model file asked for, not its hidden temporary file,
+    and the previous model stays."""
+    folder = tmp_path / "vocab"
+    folder.mkdir()
+    previous = faults.vocab.read_bytes()
+    (folder / "spiece.model").write_bytes(previous)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"line {i} of the corpus\n" for i in range(200)))
+    result = python(
+        ENOSPC_FALLBACK,
+        0,
+        folder,
+        *("vocab", "train", "--input", corpus, "--vocab_size", "40"),
+        *("--output", folder / "spiece.model", "--no_progress"),
+        env=faults.env(),
+    )
+    assert error_line(result) == _CANNOT_WRITE.format(folder / "spiece.model")
+    assert (folder / "spiece.model").read_bytes() == previous
+    assert sorted(p.name for p in folder.iterdir()) == ["spiece.model"]
 
 
 def test_convert_to_t5forge_onto_a_full_disk_is_one_line(faults, trained, mounts):
