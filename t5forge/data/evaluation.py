@@ -20,7 +20,7 @@ import numpy as np
 from t5forge import storage
 from t5forge.data.feature_converters import MODEL_DTYPE, EncDecFeatureConverter, FeatureConverter
 from t5forge.data.tasks import Mixture, Task, get_mixture_or_task
-from t5forge.errors import ConfigError, DataError
+from t5forge.errors import ConfigError, DataError, T5ForgeError
 
 Batch = dict[str, np.ndarray]
 PredictFn = Callable[[Batch], Any]  # -> int tokens [batch, length]
@@ -52,11 +52,41 @@ def _batches(rows: list[Batch], padding_row: Batch, batch_size: int) -> list[Bat
     return batches
 
 
+def _metric_values(task: Task, fn: Callable, targets: list, outputs: list) -> dict[str, float]:
+    """`fn(targets, outputs)` as {name: float}; a metric that raises or returns anything else is
+    one DataError naming the task and the metric, not a traceback from inside the evaluation."""
+    name = getattr(fn, "__name__", type(fn).__name__)
+    where = f"task {task.name!r}, metric {name}"
+    try:
+        values = fn(targets, outputs)
+    except T5ForgeError as e:
+        raise DataError(f"{where}: {e}") from None
+    except Exception as e:
+        raise DataError(
+            f"{where} raised {type(e).__name__}: {e}; fix the metric function"
+        ) from None
+    if not isinstance(values, Mapping):
+        raise DataError(
+            f"{where} returned {type(values).__name__} {values!r:.60}, not a dict; return "
+            f"{{name: value}}, e.g. {{{name!r}: value}}"
+        )
+    numbers = {}
+    for key, value in values.items():
+        try:
+            numbers[str(key)] = float(value)
+        except (TypeError, ValueError):
+            raise DataError(
+                f"{where} returned {value!r:.60} for {key!r}, not a number; return {{name: number}}"
+            ) from None
+    return numbers
+
+
 class _TaskEvalData:
     """One task's eval examples, model batches and postprocessed targets, built once."""
 
     def __init__(self, task: Task, split, feature_lengths, converter, batch_size, use_cached):
         self.task = task
+        self.vocabulary = task.output_features["targets"].vocabulary  # decodes the predictions
         examples = list(
             task.get_dataset(
                 split,
@@ -185,24 +215,24 @@ class Evaluator:
         ]
         metrics: dict[str, float] = {}
         if task.metric_fns:
-            vocabulary = task.output_features["targets"].vocabulary
             predictions = [
                 task.postprocess(
-                    vocabulary.decode(np.asarray(tokens).tolist()), example=example, is_target=False
+                    data.vocabulary.decode(np.asarray(tokens).tolist()),
+                    example=example,
+                    is_target=False,
                 )
                 for tokens, example in zip(data.run(predict_fn), data.examples)
             ]
             for record, prediction in zip(records, predictions):
                 record["prediction"] = _json_value(prediction)
             for fn in task.metric_fns:
-                metrics.update(fn(data.targets, predictions))
+                metrics.update(_metric_values(task, fn, data.targets, predictions))
         if task.score_metric_fns:
             scores = [float(score) for score in data.run(score_fn)]
             for record, score in zip(records, scores):
                 record["score"] = score
             for fn in task.score_metric_fns:
-                metrics.update(fn(data.targets, scores))
-        metrics = {name: float(value) for name, value in metrics.items()}
+                metrics.update(_metric_values(task, fn, data.targets, scores))
         storage.write_atomically(
             self.output_dir / f"{task.name}-predictions.jsonl",
             "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from t5forge.errors import T5ForgeError
 from t5forge.run.evaluation import converter_for, training_eval
 from t5forge.run.hooks import Hook, RunContext
 from t5forge.training import summaries
@@ -43,7 +44,7 @@ class PeriodicEvaluation(Hook):
             self.results = self.evaluate(run)
 
     def on_step(self, run: RunContext, step: int) -> None:
-        self.results, self.evaluated_at = self.evaluate(run), step
+        self.results, self.evaluated_at = self._evaluate_or_save(run), step
 
     def on_last_step(self, run: RunContext, step: int) -> None:
         if (
@@ -52,7 +53,17 @@ class PeriodicEvaluation(Hook):
             and step % self.period
             and step != self.start_step
         ):
-            self.results, self.evaluated_at = self.evaluate(run), step
+            self.results, self.evaluated_at = self._evaluate_or_save(run), step
+
+    def _evaluate_or_save(self, run: RunContext) -> dict:
+        """Evaluates; when the evaluation is refused (a task's metric raised, a missing
+        split...), the step it would have evaluated is saved first, so the user's fix resumes
+        from there instead of from the last periodic checkpoint."""
+        try:
+            return self.evaluate(run)
+        except T5ForgeError:
+            run.save_checkpoint()
+            raise
 
     def results_at(self, step: int) -> dict | None:
         """The results of the periodic or final evaluation at `step`, if one ran there."""
