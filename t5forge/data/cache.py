@@ -327,6 +327,19 @@ def _missing_cache_error(task_name: str, split: str, cache_dirs: Sequence[str]) 
     )
 
 
+def completed_cache_dir(task_name: str, split: str, cache_dirs: Iterable[str]) -> Path | None:
+    """The task folder of the first cache dir holding a completed cache of the split, if any."""
+    for cache_dir in cache_dirs:
+        if split in completed_splits(task_cache_dir(cache_dir, task_name)):
+            return task_cache_dir(cache_dir, task_name)
+    return None
+
+
+def split_files(task_dir: Path, split: str) -> list[Path]:
+    """The files of a completed split's cache: its shards, info and stats."""
+    return [task_dir / name for name in _split_files(task_dir, split)]
+
+
 class CachedSource:
     """Random access over a completed cache of one task split (a grain data source)."""
 
@@ -334,16 +347,12 @@ class CachedSource:
         if isinstance(cache_dirs, (str, os.PathLike)):
             cache_dirs = [cache_dirs]
         cache_dirs = [str(d) for d in cache_dirs]
-        found = [
-            task_cache_dir(d, task_name)
-            for d in cache_dirs
-            if split in completed_splits(task_cache_dir(d, task_name))
-        ]
-        if not found:
+        found = completed_cache_dir(task_name, split, cache_dirs)
+        if found is None:
             raise _missing_cache_error(task_name, split, cache_dirs)
         self.task_name = task_name
         self.split = split
-        self.directory = _local_split(found[0], split) if storage.is_url(found[0]) else found[0]
+        self.directory = _local_split(found, split) if storage.is_url(found) else found
         self.info = json.loads((self.directory / f"info.{split}.json").read_text())
         self.stats = json.loads((self.directory / f"stats.{split}.json").read_text())
         self._specs = self.info["features"]

@@ -228,6 +228,12 @@ class _FileSource:
     def num_examples(self, split: str) -> int:
         return len(self.split(split))
 
+    def data_files(self, split: str) -> list[str]:
+        """The files a split reads (none for a split this source lacks), for fingerprints."""
+        if split not in self.split_patterns:
+            return []
+        return expand_patterns(self.split_patterns[split], split)
+
     def __repr__(self):
         return f"{type(self).__name__}({self.split_patterns!r})"
 

@@ -109,7 +109,7 @@ def _identity(restore_cfg: RestoreCheckpointConfig, dataset_cfg: DatasetConfig, 
         "split": dataset_cfg.split,
         "task_feature_lengths": dict(dataset_cfg.task_feature_lengths or {}),
         "max_decode_length": decode,
-        "data": output_identity.data_fingerprint(tasks, dataset_cfg.split),
+        "data": output_identity.data_fingerprint(tasks, dataset_cfg.split, dataset_cfg.use_cached),
     }
 
 

@@ -58,7 +58,7 @@ def _run_task(
         "mode": mode,
         "max_decode_length": int(max_decode_length),
         "use_cached": bool(cfg.use_cached),
-        "data": output_identity.data_fingerprint([task], cfg.split),
+        "data": output_identity.data_fingerprint([task], cfg.split, cfg.use_cached),
     }
     progress = _read_progress(progress_file)
     output_identity.refuse_mismatch(

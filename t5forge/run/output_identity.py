@@ -1,5 +1,6 @@
 """Who wrote a resumable output: the checkpoint, task, split, lengths, batch size, settings and a
-fingerprint of the data files, recorded beside the output and compared on every rerun.
+fingerprint of the data files (of every source kind), recorded beside the output and compared
+on every rerun.
 
 A resume that continues another run's output mixes two runs' rows without a word (rows from
 two checkpoints, a batch count read with another batch size); a rerun whose identity differs is
@@ -11,36 +12,58 @@ from __future__ import annotations
 import os
 import zlib
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 
 from t5forge import storage
 from t5forge.errors import ConfigError
 
 _CHUNK = 8 << 20
+# A file up to this size is hashed whole; a larger one by its first and last _SAMPLE bytes.
+_WHOLE_FILE_LIMIT = 64 << 20
+_SAMPLE = 1 << 20
+_PARALLEL_READS = 16
 
 
-def data_fingerprint(tasks: Iterable, split: str) -> list[list]:
-    """[file name, size, CRC-32] of every file the tasks' split reads, in reading order
-    (file-based sources; a Hugging Face or function source has none to list). Names without
-    their folder: the same files moved elsewhere (another T5FORGE_DATA_DIR) are the same data.
-    The files are read whole by the run anyway, so hashing them costs about one more read."""
-    from t5forge.data.sources import expand_patterns
+def data_fingerprint(tasks: Iterable, split: str, use_cached: bool = False) -> list[list]:
+    """[file name, size, CRC-32] of every file the tasks' split reads, in reading order: a
+    file source's files, a TFDS dataset's dataset_info.json, features.json and shards, a
+    TFExample source's files, and with `use_cached` the task cache's shards, info and stats
+    instead (a Hugging Face or function source has none to list). Names without their folder:
+    the same files moved elsewhere (another T5FORGE_DATA_DIR) are the same data.
 
-    files = []
-    for task in tasks:
-        patterns = getattr(task.source, "split_patterns", {}).get(split)
-        if patterns is None:
-            continue
-        for name in expand_patterns(patterns, split):
-            files.append([os.path.basename(os.fspath(name)), *_size_and_crc(name)])
-    return files
+    A file up to 64 MiB is hashed whole (about one more read of data the run reads anyway);
+    a larger one, such as a TFDS shard of C4 (hundreds of them, ~300 MiB each, re-hashed at
+    every start), by its size and its first and last MiB, which a rewritten or appended shard
+    changes; an edit inside it that keeps its size is not seen."""
+    names = [name for task in tasks for name in _data_files(task, split, use_cached)]
+    with ThreadPoolExecutor(_PARALLEL_READS) as pool:
+        sums = list(pool.map(_size_and_crc, names))
+    return [[os.path.basename(os.fspath(name)), *sizes] for name, sizes in zip(names, sums)]
 
 
-def _size_and_crc(name: str) -> list[int]:
-    crc, size = 0, 0
+def _data_files(task, split: str, use_cached: bool) -> list:
+    if use_cached:
+        from t5forge.data.cache import completed_cache_dir, split_files
+        from t5forge.data.cache_dirs import get_global_cache_dirs
+
+        task_dir = completed_cache_dir(task.name, split, get_global_cache_dirs())
+        return split_files(task_dir, split) if task_dir is not None else []
+    data_files = getattr(task.source, "data_files", None)
+    return data_files(split) if data_files is not None else []
+
+
+def _size_and_crc(name) -> list[int]:
     with storage.reported(name), storage.open_file(name, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            crc, size = zlib.crc32(chunk, crc), size + len(chunk)
-    return [size, crc]
+        size = f.seek(0, os.SEEK_END)
+        f.seek(0)
+        if size <= _WHOLE_FILE_LIMIT:
+            crc = 0
+            while chunk := f.read(_CHUNK):
+                crc = zlib.crc32(chunk, crc)
+            return [size, crc]
+        crc = zlib.crc32(f.read(_SAMPLE))
+        f.seek(size - _SAMPLE)
+        return [size, zlib.crc32(f.read(_SAMPLE), crc)]
 
 
 def checkpoint_identity(location: str) -> dict:
@@ -67,8 +90,11 @@ def first_difference(recorded: dict, current: dict) -> str | None:
 
 def _data_difference(recorded: list, current: list) -> str:
     for before, now in zip(recorded, current):
+        if before[0] != now[0]:
+            return f"data file {before[0]} -> {now[0]}"
         if before != now:
-            return f"data file {now[0]} changed (size {before[1]} -> {now[1]})"
+            change = f"size {before[1]} -> {now[1]}" if before[1] != now[1] else "same size"
+            return f"data file {now[0]} changed ({change})"
     if len(recorded) != len(current):
         return f"data files: {len(recorded)} -> {len(current)}"
     return "data files changed"

@@ -86,7 +86,9 @@ def model_metadata(model, dataset_cfg, model_dir: Path) -> dict:
         "task_feature_lengths": dict(dataset_cfg.task_feature_lengths),
         "batch_size": int(dataset_cfg.batch_size),
         "data_files": output_identity.data_fingerprint(
-            get_mixture_or_task(dataset_cfg.mixture_or_task_name).tasks, dataset_cfg.split
+            get_mixture_or_task(dataset_cfg.mixture_or_task_name).tasks,
+            dataset_cfg.split,
+            dataset_cfg.use_cached,
         ),
     }
     features = get_mixture_or_task(dataset_cfg.mixture_or_task_name).output_features

@@ -27,6 +27,7 @@ from t5forge.data.tfds.split_spec import FileSlice, file_slices
 from t5forge.errors import DataError
 
 _data_dir_override: str | None = None
+METADATA_FILES = ("dataset_info.json", "features.json")
 
 
 def set_tfds_data_dir_override(tfds_data_dir: str | None) -> None:
@@ -133,6 +134,14 @@ class TfdsDataSource:
     def list_shards(self, split: str) -> list[str]:
         """The shard files a split reads (SeqIO decides by-file sharding from this)."""
         return [piece.path for piece in self._slices(split)]
+
+    def data_files(self, split: str) -> list[str]:
+        """What a split's examples depend on, for fingerprints: dataset_info.json (the shard
+        lengths), features.json (how examples decode) and the shard files the split reads."""
+        if split not in self.splits:
+            return []
+        metadata = [f"{self._prepared.directory}/{name}" for name in METADATA_FILES]
+        return [*metadata, *dict.fromkeys(self.list_shards(split))]
 
     def split(self, split: str) -> RandomAccessSplit | StreamingSplit:
         """The split for a Task: random access for ArrayRecord, streaming for TFRecord."""
