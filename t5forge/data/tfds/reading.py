@@ -49,7 +49,9 @@ def _tfrecord_slice(piece: FileSlice, decode: Decode) -> Iterator[dict]:
     if count < piece.take:
         raise _miscounted_shard(piece.path, str(piece.skip + count), piece.skip + piece.take)
     if piece.reaches_end and next(records, None) is not None:
-        raise _miscounted_shard(piece.path, "more", piece.examples_in_shard)
+        raise _miscounted_shard(
+            piece.path, f"more than {piece.examples_in_shard}", piece.examples_in_shard
+        )
 
 
 def _local_copy(path: str) -> str:
