@@ -312,6 +312,14 @@ def _local_split(remote_dir, split: str) -> Path:
 
 
 def _missing_cache_error(task_name: str, split: str, cache_dirs: Sequence[str]) -> DataError:
+    if not cache_dirs:  # USE_CACHED_TASKS left True (T5X's default) and nowhere to look
+        return DataError(
+            f"task {task_name!r} is read from its cache (use_cached=True, T5X's "
+            "USE_CACHED_TASKS), but no cache directory is configured; read its data directly "
+            "with --gin.USE_CACHED_TASKS=False (use_cached=False), or name the folder holding "
+            "its cache with --seqio_additional_cache_dirs=DIR (build one with `t5forge "
+            f"cache-tasks --tasks={task_name} --output_cache_dir=DIR`)"
+        )
     incomplete = [
         str(task_cache_dir(d, task_name))
         for d in cache_dirs
