@@ -208,3 +208,21 @@ def test_what_gin_refuses_is_one_line_saying_what_to_write(case, t5x_gin, tmp_pa
     assert status == 2 and "Traceback" not in err, err
     (line,) = [line for line in err.splitlines() if line.startswith("error:")]
     assert line == f"error: {expected.format(tmp=tmp_path)}"
+
+
+@pytest.mark.parametrize(
+    "flags, value",
+    [
+        (["--gin.train.eval_period=4", "--gin.train_script.train.eval_period=6"], 6),
+        (["--gin.train_script.train.eval_period=6", "--gin.train.eval_period=4"], 4),
+        (["--gin.train.eval_period=4", "--gin_bindings=train_script.train.eval_period = 6"], 6),
+    ],
+    ids=["alias last", "name alone last", "alias last in --gin_bindings"],
+)
+def test_of_both_spellings_on_the_command_line_the_later_wins(
+    flags, value, t5x_gin, tmp_path, capsys
+):
+    """One binding written both ways: the later one, as gin reads one configurable."""
+    status = _configure("train", ALIASES["train_script"].run, tmp_path, t5x_gin, *flags)
+    assert status == 0, capsys.readouterr().err
+    assert gin.query_parameter("train.eval_period") == value

@@ -154,6 +154,19 @@ class Locator:
                 return written
         return None
 
+    def flag_given_later(
+        self, scope: str, names: Sequence[str], param: str, other: str, other_param: str
+    ) -> bool:
+        """Whether `param` of `names` was last bound by a flag given after the last binding
+        of `other_param` of the configurable `other`: of two spellings of one binding on the
+        command line (`train_script.train.eval_period`, `train.eval_period`) the later wins,
+        as in gin."""
+        mine = self.binding(scope, names, param)
+        theirs = self.binding(scope, [other], other_param)
+        if mine is None or theirs is None or not mine.where.startswith("--gin."):
+            return False
+        return self.statements.index(mine) > self.statements.index(theirs)
+
     def literal(self, text: str) -> Written | None:
         """The last statement whose value contains the string `text`."""
         for written in reversed(self.statements):

@@ -43,11 +43,15 @@ def _key(scope: str, selector: str, param: str) -> str:
     return f"{scope}/{selector}.{param}" if scope else f"{selector}.{param}"
 
 
-def _move(entry: T5XName, rule: Rule, scope: str, param: str, raw, value) -> None:
+def _move(entry: T5XName, rule: Rule, scope: str, param: str, raw, value, locator) -> None:
     target, _, target_param = rule.move_to.rpartition(".")
     target = gin_internals.complete_selector(target or entry.twin)
     target_param = target_param or param
-    if target_param in gin_internals.bindings_of(target).get(scope, {}):
+    if target_param in gin_internals.bindings_of(target).get(scope, {}) and not (
+        locator.flag_given_later(
+            scope, (entry.t5x_path, entry.gin_selector), param, target, target_param
+        )
+    ):
         return  # bound on t5forge's name (the command line): that binding wins
     converted = rule.convert(value) if rule.converts else value
     moved = raw if converted is value else converted  # keeps %MACRO for config.gin
@@ -80,7 +84,7 @@ def _apply(entry: T5XName, report: _Report) -> None:
             gin_internals.unbind(scope, entry.gin_selector, param)
             if rule.accepts(value):
                 if rule.move_to:
-                    _move(entry, rule, scope, param, raw, value)
+                    _move(entry, rule, scope, param, raw, value, report.locator)
                 continue
             written = report.locator.binding(scope, names, param)
             fallback = _key(scope, entry.gin_selector, param) + f" = {value!r}"
