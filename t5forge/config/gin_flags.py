@@ -327,8 +327,15 @@ def parse_gin(flags: GinFlags, extra_bindings: list[str] | None = None, finalize
         t5x_compat.translate(files_read, bindings)
         if finalize:
             gin.finalize()
-    except _GIN_ERRORS as e:
-        raise explain_gin_error(e) from None
+    except Exception as e:
+        from t5forge.run.task_modules import explain_import_failure
+
+        in_a_module = explain_import_failure(e)  # a task module the gin files import failed
+        if in_a_module is not None:
+            raise in_a_module from None
+        if isinstance(e, _GIN_ERRORS):
+            raise explain_gin_error(e) from None
+        raise
     finally:
         root_logger.removeFilter(quiet)
 

@@ -125,6 +125,23 @@ def _check_buffer_size(task_name: str, size: int | None) -> None:
 _NAME_PATTERN = re.compile(r"^[\w.:/-]+$")
 
 
+class OutputFeatures(dict):
+    """A task's output features; asking for one it lacks (the model commands read `targets`,
+    whose vocabulary decodes the model's output) is one line naming the task, not a KeyError
+    from deep inside a command."""
+
+    def __init__(self, task_name: str, features: Mapping[str, Feature]):
+        super().__init__(features)
+        self.task_name = task_name
+
+    def __missing__(self, name: str):
+        raise DataError(
+            f"task {self.task_name!r} has no output feature {name!r} (it has "
+            f"{', '.join(map(repr, self)) or 'none'}); add {name!r}: Feature(vocabulary) to its "
+            "output_features"
+        )
+
+
 class DatasetProvider(abc.ABC):
     """What training, evaluation and caching need of a Task or a Mixture (SeqIO's
     DatasetProviderBase): a name, output features, its tasks, its splits and their sizes, and
@@ -217,7 +234,7 @@ class Task(DatasetProvider):
                 f"task {name!r} has {len(placeholders)} CacheDatasetPlaceholders; keep one"
             )
         self._cache_index = placeholders[0] if placeholders else len(self.preprocessors)
-        self.output_features = dict(output_features)
+        self.output_features = OutputFeatures(name, output_features)
         self.postprocess_fn = postprocess_fn
         self.metric_fns = tuple(metric_fns)
         self.score_metric_fns = tuple(score_metric_fns)

@@ -245,3 +245,119 @@ def test_training_keeps_its_checkpoints_when_a_periodic_evaluation_metric_raises
     line = error_line(result)
     assert "task 'with_metric', metric breaks_later raised ValueError" in line, line
     assert checkpoint_steps(model_dir) == [2, 3]
+
+
+def run_args(faults, trained, tmp_path, command: str, task: str, module: str) -> list[str]:
+    """`command` (train, eval or infer) of the tiny model on `task`, registered by `module`."""
+    flags = [f"--gin.MIXTURE_OR_TASK_NAME='{task}'", f"--module_import={module}"]
+    if command == "train":
+        return faults.train_args(tmp_path / "run", 2, *flags, lengths=(16, 8), batch=2)
+    output = {"eval": "EVAL_OUTPUT_DIR", "infer": "INFER_OUTPUT_DIR"}[command]
+    return [
+        command,
+        f"--gin_file={faults.gin}",
+        f"--gin_file=runs/{command}.gin",
+        "--gin.DROPOUT_RATE=0.0",
+        f"--gin.CHECKPOINT_PATH={trained / 'checkpoint_12'}",
+        f"--gin.{output}={tmp_path / 'out'}",
+        "--gin.TASK_FEATURE_LENGTHS={'inputs': 16, 'targets': 8}",
+        *flags,
+    ]
+
+
+@pytest.mark.parametrize("command", ["train", "eval", "infer"])
+def test_output_features_without_targets(capsys, faults, trained, module_dir, tmp_path, command):
+    module = write_module(
+        module_dir,
+        """
+        def exact_match(targets, predictions):
+            return {"exact_match": 0.0}
+        register(
+            "no_targets", output_features={"inputs": features["inputs"]},
+            metric_fns=[exact_match],
+        )
+        """,
+    )
+    args = run_args(faults, trained, tmp_path, command, "no_targets", module)
+    line = one_error(*in_process(capsys, *args))
+    assert "task 'no_targets' has no output feature 'targets' (it has 'inputs')" in line, line
+    assert "add 'targets': Feature(vocabulary)" in line, line
+
+
+# Modules that fail while they are imported: (module text, the text of the failing line, what
+# the one line says after the module's file and line).
+BROKEN_MODULES = {
+    "syntax error": (
+        "import seqio\n\ndef to_inputs(:\n    return {}\n",
+        "def to_inputs(:",
+        "syntax error in a task module",
+    ),
+    "a package that is not installed": (
+        "import seqio\nimport t5forge_absent_package.metrics\n",
+        "import t5forge_absent_package.metrics",
+        "the task module imports t5forge_absent_package, which is not installed; "
+        "install it (pip install t5forge_absent_package",
+    ),
+    "an exception of its own": (
+        "import seqio\n\nSETTINGS = {}\nlanguage = SETTINGS['language']\n",
+        "language = SETTINGS['language']",
+        "the task module raised KeyError: 'language' while it was imported",
+    ),
+}
+
+
+def importing(command: str, module: str, faults, trained, tmp_path) -> list[str]:
+    """The arguments of `command` importing the task module `module`."""
+    if command == "gin import":  # a T5X gin file's `import tasks`
+        gin_file = tmp_path / "imports_tasks.gin"
+        gin_file.write_text(f"import {module}\n")
+        return [*faults.train_args(tmp_path / "run", 2), f"--gin_file={gin_file}"]
+    flag = f"--module_import={module}"
+    if command in ("train", "eval", "infer"):
+        return run_args(faults, trained, tmp_path, command, TASK_OF_BROKEN, module)
+    return {
+        "tasks list": ["tasks", "list", flag],
+        "tasks show": ["tasks", "show", TASK_OF_BROKEN, flag],
+        "tasks preview": preview(module, TASK_OF_BROKEN),
+        "cache-tasks": [
+            "cache-tasks",
+            f"--tasks={TASK_OF_BROKEN}",
+            f"--output_cache_dir={tmp_path / 'cache'}",
+            flag,
+        ],
+        "vocab train": [
+            "vocab",
+            "train",
+            f"--task={TASK_OF_BROKEN}",
+            "--vocab_size=50",
+            f"--output={tmp_path / 'spm.model'}",
+            flag,
+        ],
+    }[command]
+
+
+TASK_OF_BROKEN = "broken_module_task"
+IMPORTING_COMMANDS = [
+    "tasks list",
+    "tasks show",
+    "tasks preview",
+    "cache-tasks",
+    "vocab train",
+    "train",
+    "eval",
+    "infer",
+    "gin import",
+]
+
+
+@pytest.mark.parametrize("command", IMPORTING_COMMANDS)
+@pytest.mark.parametrize("broken", sorted(BROKEN_MODULES))
+def test_a_module_that_fails_to_import_is_one_line_naming_its_file_and_line(
+    capsys, faults, trained, module_dir, tmp_path, broken, command
+):
+    text, failing_line, said = BROKEN_MODULES[broken]
+    module = write_module(module_dir, text, head="")
+    path = module_dir / f"{module}.py"
+    line_number = text.splitlines().index(failing_line) + 1
+    line = one_error(*in_process(capsys, *importing(command, module, faults, trained, tmp_path)))
+    assert line.startswith(f"error: {path}:{line_number}: {said}"), line
