@@ -15,7 +15,8 @@ import numpy as np
 import sentencepiece
 
 from t5forge import storage
-from t5forge.errors import DataError
+from t5forge.data.vocabulary_locations import mapped_location, offline_hint
+from t5forge.errors import DataError, StorageError
 
 PAD_ID = 0
 EOS_ID = 1
@@ -57,7 +58,11 @@ class SentencePieceVocabulary:
 
     The sentinels are added to the model as user-defined pieces `▁<extra_id_N>`, so encoding
     text that contains `<extra_id_N>` yields the sentinel id and decoding gives the text back.
+    The file is read where $T5FORGE_VOCAB_MAP maps `path` (t5forge.data.vocabulary_locations),
+    when the vocabulary is created (`read_when_created`) or else when it is first used.
     """
+
+    read_when_created = True  # a wrong path is reported where the vocabulary is written
 
     def __init__(self, path: str | os.PathLike, extra_ids: int = 0):
         self.path = str(path)
@@ -65,19 +70,27 @@ class SentencePieceVocabulary:
         if self.extra_ids < 0:
             raise DataError(f"extra_ids must be >= 0, got {extra_ids} for vocabulary {self.path}")
         self._processor: sentencepiece.SentencePieceProcessor | None = None
-        self._load()
+        if self.read_when_created:
+            self._load()
+
+    def _read_model_file(self) -> bytes:
+        location = mapped_location(self.path)
+        named = location if location == self.path else f"{location} ({self.path}, mapped)"
+        try:
+            with storage.reported(location):
+                return storage.path(location).read_bytes()
+        except StorageError as e:
+            raise StorageError(f"{e}; {offline_hint(self.path)}") from None
+        except OSError as e:
+            raise DataError(
+                f"cannot read vocabulary file {named} ({e.strerror}); "
+                "pass the path of a SentencePiece .model file"
+            ) from None
 
     def _load(self) -> sentencepiece.SentencePieceProcessor:
         if self._processor is not None:
             return self._processor
-        try:
-            with storage.reported(self.path):
-                data = storage.path(self.path).read_bytes()
-        except OSError as e:
-            raise DataError(
-                f"cannot read vocabulary file {self.path} ({e.strerror}); "
-                "pass the path of a SentencePiece .model file"
-            ) from None
+        data = self._read_model_file()
         sentinels = b"".join(
             _user_defined_piece(f"▁<extra_id_{i}>") for i in reversed(range(self.extra_ids))
         )

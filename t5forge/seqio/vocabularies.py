@@ -20,7 +20,11 @@ __all__ = [
 
 
 class SentencePieceVocabulary(_vocabularies.SentencePieceVocabulary):
-    """SeqIO's signature: `SentencePieceVocabulary(sentencepiece_model_file, extra_ids=None)`."""
+    """SeqIO's signature: `SentencePieceVocabulary(sentencepiece_model_file, extra_ids=None)`,
+    and SeqIO's timing: the file is read when first used, so a task module that names a bucket
+    (T5X's README names gs://t5-data/...) imports on a machine without access to it."""
+
+    read_when_created = False
 
     def __init__(
         self,
