@@ -15,6 +15,7 @@ import numpy as np
 import sentencepiece
 
 from t5forge import storage
+from t5forge.data.sentencepiece_ties import T5TieOrder
 from t5forge.data.vocabulary_locations import mapped_location, offline_hint
 from t5forge.errors import DataError, StorageError
 
@@ -104,6 +105,7 @@ class SentencePieceVocabulary:
                 "sentencepiece (e.g. `t5forge vocab train`)"
             ) from None
         self._processor = processor
+        self._ties: T5TieOrder | None = None
         return processor
 
     def __getstate__(self):
@@ -145,12 +147,28 @@ class SentencePieceVocabulary:
     def unk_id(self) -> int:
         return self.processor.unk_id()
 
+    @property
+    def _tie_order(self) -> T5TieOrder:
+        """Breaks ties between equal-scoring segmentations as T5's tokeniser does."""
+        processor = self.processor
+        if self._ties is None:
+            self._ties = T5TieOrder(processor)
+        return self._ties
+
+    def _as_t5(self, texts: Sequence[str], encoded: list, as_ids=list) -> list:
+        """sentencepiece's encodings, the few whose ties it broke otherwise than T5 (a run of
+        one character or string, "slowwwwwwwwly") segmented again as T5 segments them."""
+        for index in self._tie_order.suspects(encoded):
+            encoded[index] = as_ids(self._tie_order.resolve(texts[index]))
+        return encoded
+
     def encode(self, text: str) -> list[int]:
-        return self.processor.encode(text)
+        return self._as_t5([text], [self.processor.encode(text)])[0]
 
     def encode_batch(self, texts: Sequence[str], num_threads: int = -1) -> list[list[int]]:
         """Encodes many texts with sentencepiece's native thread pool (-1: all cores)."""
-        return self.processor.encode(list(texts), num_threads=num_threads)
+        texts = list(texts)
+        return self._as_t5(texts, self.processor.encode(texts, num_threads=num_threads))
 
     def encode_arrays(self, texts: Sequence[str], num_threads: int = -1) -> list[np.ndarray]:
         """int32 id arrays for many texts: one native call on sentencepiece's threads.
@@ -164,7 +182,8 @@ class SentencePieceVocabulary:
         else:
             arrays = self.processor.encode(texts, out_type="numpy", num_threads=num_threads)
         # sentencepiece's arrays are read-only views of its buffers; callers may write theirs.
-        return [np.array(ids) for ids in arrays]
+        arrays = [np.array(ids) for ids in arrays]
+        return self._as_t5(texts, arrays, lambda ids: np.array(ids, np.int32))
 
     def decode(self, ids: Sequence[int]) -> str:
         """Decodes up to the first EOS; ids past the vocabulary decode as UNK."""
