@@ -100,9 +100,17 @@ def choose_implementation(
     return "xla"
 
 
-def explicit_attention(query, key, value, bias, dropout=None):
-    """softmax(q k^T + bias) v written out; `dropout` (a callable) applies to the weights."""
+def soft_cap(logits, cap: float | None):
+    """cap * tanh(logits / cap) (Gemma's logit soft-capping); the logits as they are without cap."""
+    if cap is None:
+        return logits
+    return jnp.tanh(logits / cap) * cap
+
+
+def explicit_attention(query, key, value, bias, dropout=None, softcap=None):
+    """softmax(cap(q k^T) + bias) v written out; `dropout` (a callable) applies to the weights."""
     logits = jnp.einsum("bhqd,bhkd->bhqk", query, key, preferred_element_type=jnp.float32)
+    logits = soft_cap(logits, softcap)
     if bias is not None:
         logits = logits + bias.astype(jnp.float32)
     weights = jax.nn.softmax(logits).astype(value.dtype)
@@ -111,7 +119,7 @@ def explicit_attention(query, key, value, bias, dropout=None):
     return jnp.einsum("bhqk,bhkd->bqhd", weights, value)
 
 
-def cached_attention(query, key, value, bias):
+def cached_attention(query, key, value, bias, softcap=None):
     """Attention of decoding queries [B, H, q, D] over a heads-major cache [B, H, k, D].
 
     What one decoding step runs: q is 1, or the number of decodes (beams, samples) sharing
@@ -121,7 +129,7 @@ def cached_attention(query, key, value, bias):
     q = 1 the einsum is as fast. Returns [B, q, H, D]; float32 logits and softmax.
     """
     if query.shape[2] == 1:
-        return explicit_attention(query, key, value, bias)
+        return explicit_attention(query, key, value, bias, softcap=softcap)
     batch, heads, queries, head_dim = query.shape
     flat = (batch * heads, -1, head_dim)
     logits = jax.lax.dot_general(
@@ -130,6 +138,7 @@ def cached_attention(query, key, value, bias):
         (((2,), (2,)), ((0,), (0,))),
         preferred_element_type=jnp.float32,
     ).reshape(batch, heads, queries, -1)
+    logits = soft_cap(logits, softcap)
     if bias is not None:
         logits = logits + bias.astype(jnp.float32)
     weights = jax.nn.softmax(logits).astype(value.dtype)
@@ -141,7 +150,7 @@ def cached_attention(query, key, value, bias):
     return context.reshape(batch, heads, queries, head_dim).transpose(0, 2, 1, 3)
 
 
-def slot_attention(query, key, value, bias):
+def slot_attention(query, key, value, bias, softcap=None):
     """One decoding step's self-attention when each position may lie in another row's cache.
 
     query [G, H, R, D] holds the R decodes of each of G inputs; key/value [G * S, H, L, D] the
@@ -155,7 +164,7 @@ def slot_attention(query, key, value, bias):
     """
     slots = bias.shape[1]
     if slots == 1:
-        return cached_attention(query, key, value, bias[:, 0])
+        return cached_attention(query, key, value, bias[:, 0], softcap)
     groups, heads, queries, head_dim = query.shape
     length = key.shape[2]
     flat = (groups * slots * heads, -1, head_dim)
@@ -166,7 +175,7 @@ def slot_attention(query, key, value, bias):
         (((2,), (2,)), ((0,), (0,))),
         preferred_element_type=jnp.float32,
     ).reshape(groups, slots, heads, queries, length)
-    weights = jax.nn.softmax(logits + bias.astype(jnp.float32), axis=(1, 4))
+    weights = jax.nn.softmax(soft_cap(logits, softcap) + bias.astype(jnp.float32), axis=(1, 4))
     context = jax.lax.dot_general(
         weights.astype(value.dtype).reshape(groups * slots * heads, queries, length),
         value.reshape(flat),
@@ -184,14 +193,16 @@ def attend(
     implementation: str = "auto",
     dropout=None,
     platform: Platform | None = None,
+    softcap: float | None = None,
 ):
     """Attention of query [B, H, q, D] over key/value [B, H, k, D] plus bias [., ., q, k].
 
     Returns the context [B, q, H, D] in the value dtype. `dropout`, when given, is applied to
-    the attention weights and forces the explicit formulation.
+    the attention weights, and `softcap` to the logits; either forces the explicit formulation
+    (jax's fused kernels cap nothing).
     """
-    if dropout is not None:
-        return explicit_attention(query, key, value, bias, dropout)
+    if dropout is not None or softcap is not None:
+        return explicit_attention(query, key, value, bias, dropout, softcap)
     chosen = choose_implementation(
         implementation,
         platform or Platform.current(),

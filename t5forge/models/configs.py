@@ -20,6 +20,29 @@ DTYPES = ("bfloat16", "float32")
 REMAT_POLICIES = ("none", "minimal", "proj", "dots_saveable", "full")
 ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn", "explicit")
 ACTIVATIONS = ("relu", "gelu", "silu", "swish", "tanh", "linear")
+# Per-layer attention kinds (transformers' `layer_types` names): every position, or a window.
+FULL_ATTENTION, SLIDING_ATTENTION = "full_attention", "sliding_attention"
+LAYER_TYPES = (FULL_ATTENTION, SLIDING_ATTENTION)
+# The fields past T5 (T5Gemma's); each defaults to what T5 computes.
+GEMMA_SWITCHES = (
+    "num_kv_heads",
+    "rope_theta",
+    "query_pre_attn_scalar",
+    "attn_logit_softcap",
+    "final_logit_softcap",
+    "encoder_layer_types",
+    "decoder_layer_types",
+    "sliding_window",
+    "zero_centered_norm",
+    "layer_norm_epsilon",
+    "post_norms",
+    "separate_embeddings",
+    "scale_embeddings",
+    "decoder_start_token_id",
+    "encoder_overrides",
+)
+# The widths an encoder may hold apart from the decoder (T5Gemma 9b-2b: a 9b encoder, 2b decoder).
+ENCODER_OVERRIDABLE = ("emb_dim", "num_heads", "num_kv_heads", "head_dim", "mlp_dim")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,10 +79,43 @@ class T5Config:
     # Divide attention logits by sqrt(head_dim), as T5X's GPU network (contrib/gpu) can; T5
     # folds that factor into the query initializer instead, so it is off for every T5.
     scale_attn_logits: bool = False
+    # The Gemma switches (T5Gemma); each default is T5's behaviour. Keys/values heads shared by
+    # groups of query heads (None: one per query head).
+    num_kv_heads: int | None = None
+    # Rotary position embeddings with this base instead of relative position buckets (None: T5).
+    rope_theta: float | None = None
+    # Queries times query_pre_attn_scalar**-0.5 (Gemma's attention scale).
+    query_pre_attn_scalar: float | None = None
+    # cap * tanh(x / cap) on the attention logits and on the output logits.
+    attn_logit_softcap: float | None = None
+    final_logit_softcap: float | None = None
+    # One of LAYER_TYPES per layer (empty: all full); sliding layers see `sliding_window`
+    # positions: |q - k| <= W in the encoder, q - W < k <= q in the decoder, as transformers.
+    encoder_layer_types: tuple[str, ...] = ()
+    decoder_layer_types: tuple[str, ...] = ()
+    sliding_window: int | None = None
+    # Gemma's RMSNorm multiplies by (1 + scale), scale initialised to 0; its epsilon.
+    zero_centered_norm: bool = False
+    layer_norm_epsilon: float = 1e-6
+    # A norm after attention and after the MLP too, before the residual add ("sandwich").
+    post_norms: bool = False
+    # The encoder and the decoder embed with tables of their own, scaled by sqrt(width).
+    separate_embeddings: bool = False
+    scale_embeddings: bool = False
+    # The token the decoder starts from: T5X's shifted-right 0 is read as this one (T5Gemma: 2).
+    decoder_start_token_id: int = 0
+    # (field, value) pairs where the encoder's widths differ from the decoder's (the fields
+    # above are the decoder's); the decoder's cross-attention projects the encoder's width.
+    encoder_overrides: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self):
         # gin and JSON hand us lists; the config must stay hashable (it is a static jit argument).
         object.__setattr__(self, "mlp_activations", tuple(self.mlp_activations))
+        for name in ("encoder_layer_types", "decoder_layer_types"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        overrides = self.encoder_overrides
+        pairs = overrides.items() if isinstance(overrides, dict) else overrides
+        object.__setattr__(self, "encoder_overrides", tuple(sorted((str(k), v) for k, v in pairs)))
         if self.scale_logits == self.logits_via_embedding:  # one spelling per network
             object.__setattr__(self, "scale_logits", None)
         self._validate()
@@ -117,6 +173,115 @@ class T5Config:
                 "T5Config.attention_implementation must be one of "
                 f"{ATTENTION_IMPLEMENTATIONS}, got {self.attention_implementation!r}"
             )
+
+        self._validate_gemma_switches()
+
+    def _validate_gemma_switches(self):
+        kv_heads = self.num_kv_heads
+        if kv_heads is not None and (
+            not isinstance(kv_heads, int) or kv_heads <= 0 or self.num_heads % kv_heads
+        ):
+            raise ConfigError(
+                f"T5Config.num_kv_heads must be a positive divisor of num_heads "
+                f"({self.num_heads}), got {kv_heads!r}"
+            )
+        for name in (
+            "rope_theta",
+            "query_pre_attn_scalar",
+            "attn_logit_softcap",
+            "final_logit_softcap",
+        ):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not value > 0):
+                raise ConfigError(
+                    f"T5Config.{name} must be a positive number or None, got {value!r}"
+                )
+        if self.query_pre_attn_scalar is not None and self.scale_attn_logits:
+            raise ConfigError(
+                "T5Config.query_pre_attn_scalar and scale_attn_logits both scale the attention "
+                "logits; set one of them"
+            )
+        if self.rope_theta is not None and self.head_dim % 2:
+            raise ConfigError(
+                f"T5Config.rope_theta rotates pairs of dimensions: head_dim must be even, "
+                f"got {self.head_dim}"
+            )
+        if self.rope_theta is not None and self.relative_attention_per_layer:
+            raise ConfigError(
+                "T5Config.rope_theta replaces relative position biases; "
+                "set relative_attention_per_layer=False with it"
+            )
+        stacks = (
+            ("encoder_layer_types", self.num_encoder_layers),
+            ("decoder_layer_types", self.num_decoder_layers),
+        )
+        for name, num_layers in stacks:
+            kinds = getattr(self, name)
+            if kinds and len(kinds) != num_layers:
+                raise ConfigError(
+                    f"T5Config.{name} names {len(kinds)} layers but the stack has {num_layers}"
+                )
+            unknown = sorted(set(kinds) - set(LAYER_TYPES))
+            if unknown:
+                raise ConfigError(
+                    f"T5Config.{name} has unknown {unknown}; choose from {LAYER_TYPES}"
+                )
+            if self.scan_layers and len(set(kinds)) > 1:
+                raise ConfigError(
+                    f"T5Config.scan_layers scans one layer for the whole stack, but {name} mixes "
+                    "full and sliding attention; set scan_layers=False"
+                )
+        sliding = SLIDING_ATTENTION in self.encoder_layer_types + self.decoder_layer_types
+        window = self.sliding_window
+        if sliding and (not isinstance(window, int) or isinstance(window, bool) or window <= 0):
+            raise ConfigError(
+                f"T5Config.sliding_window must be a positive integer where layer types name "
+                f"{SLIDING_ATTENTION!r}, got {window!r}"
+            )
+        if not self.layer_norm_epsilon > 0:
+            raise ConfigError(
+                f"T5Config.layer_norm_epsilon must be positive, got {self.layer_norm_epsilon!r}"
+            )
+        if not isinstance(self.decoder_start_token_id, int) or self.decoder_start_token_id < 0:
+            raise ConfigError(
+                "T5Config.decoder_start_token_id must be a token id >= 0, "
+                f"got {self.decoder_start_token_id!r}"
+            )
+        unknown = sorted({k for k, _ in self.encoder_overrides} - set(ENCODER_OVERRIDABLE))
+        if unknown:
+            raise ConfigError(
+                f"T5Config.encoder_overrides has {unknown}; the encoder may differ only in "
+                f"{ENCODER_OVERRIDABLE}"
+            )
+        if self.encoder_overrides and not self.separate_embeddings:
+            raise ConfigError(
+                "T5Config.encoder_overrides needs separate_embeddings=True: a shared embedding "
+                "has one width"
+            )
+        if self.encoder_overrides:
+            self.encoder_config()  # validates the encoder's widths
+
+    def family_switches(self) -> list[str]:
+        """The Gemma switches this config sets away from T5's behaviour (GEMMA_SWITCHES)."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        return [name for name in GEMMA_SWITCHES if getattr(self, name) != defaults[name]]
+
+    def encoder_config(self) -> T5Config:
+        """The config the encoder stack runs with: this one, with encoder_overrides applied."""
+        if not self.encoder_overrides:
+            return self
+        return dataclasses.replace(self, encoder_overrides=(), **dict(self.encoder_overrides))
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads per attention layer (num_heads unless grouped-query attention)."""
+        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+    def layer_types(self, stack: str) -> tuple[str, ...]:
+        """The attention kind of each layer of 'encoder' or 'decoder'."""
+        kinds = self.encoder_layer_types if stack == "encoder" else self.decoder_layer_types
+        num_layers = self.num_encoder_layers if stack == "encoder" else self.num_decoder_layers
+        return kinds or (FULL_ATTENTION,) * num_layers
 
     @property
     def logits_scaled(self) -> bool:

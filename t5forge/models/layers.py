@@ -19,6 +19,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 from t5forge.models import axes
 from t5forge.models.attention import attend, cached_attention, slot_attention
+from t5forge.models.rope import apply_rope
 
 # Large enough to zero a softmax weight, small enough to stay finite in bfloat16.
 MASK_BIAS = -1e10
@@ -118,34 +119,51 @@ def fused_projections(module: nn.Module, x, denses: dict[str, nn.Module], dtype)
     if len(denses) == 1 or module.is_initializing():
         return [dense(x) for dense in denses.values()]
     kernels = [nn.unbox(module.variables["params"][name]["kernel"]) for name in denses]
+    widths = [kernel.shape[-1] for kernel in kernels]
+    if len(set(widths)) > 1:  # grouped-query attention: narrower keys/values, side by side
+        fused = weight_matmul(x, jnp.concatenate(kernels, axis=-1), jnp.dtype(dtype))
+        ends = [sum(widths[: i + 1]) for i in range(len(widths) - 1)]
+        return jnp.split(fused, ends, axis=-1)
     fused = weight_matmul(x, jnp.stack(kernels, axis=1), jnp.dtype(dtype))
     return [fused[..., i, :] for i in range(len(denses))]
 
 
 class RMSNorm(nn.Module):
-    """T5's layer norm: scale * x / rms(x), no mean subtraction or bias, computed in float32."""
+    """T5's layer norm: scale * x / rms(x), no mean subtraction or bias, computed in float32.
+
+    `zero_centered` is Gemma's form: (1 + scale) * x / rms(x), scale initialised to zeros.
+    """
 
     dtype: jnp.dtype = jnp.float32
+    epsilon: float = LAYER_NORM_EPSILON
+    zero_centered: bool = False
 
     @nn.compact
     def __call__(self, x):
+        init = nn.initializers.zeros if self.zero_centered else nn.initializers.ones
         scale = self.param(
             "scale",
-            nn.with_logical_partitioning(nn.initializers.ones, (axes.EMBED,)),
+            nn.with_logical_partitioning(init, (axes.EMBED,)),
             (x.shape[-1],),
             jnp.float32,
         )
+        if self.zero_centered:
+            scale = 1.0 + scale
         x = x.astype(jnp.float32)
-        x = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + LAYER_NORM_EPSILON)
+        x = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + self.epsilon)
         return (x * scale).astype(self.dtype)
 
 
 class Embed(nn.Module):
-    """The shared token embedding; `attend` turns it into tied output logits (float32)."""
+    """A token embedding; `attend` turns it into tied output logits (float32).
+
+    `scaled` multiplies the looked-up vectors by sqrt(features) (Gemma), not the tied logits.
+    """
 
     num_embeddings: int
     features: int
     dtype: jnp.dtype = jnp.float32
+    scaled: bool = False
 
     def setup(self):
         self.embedding = self.param(
@@ -159,7 +177,10 @@ class Embed(nn.Module):
 
     def __call__(self, token_ids):
         """Embedding vectors [..., features] of token_ids, in the activation dtype."""
-        return jnp.take(self.embedding, token_ids, axis=0).astype(self.dtype)
+        vectors = jnp.take(self.embedding, token_ids, axis=0).astype(self.dtype)
+        if self.scaled:
+            vectors = vectors * jnp.asarray(self.features**0.5, self.dtype)
+        return vectors
 
     def attend(self, x):
         """x @ embedding.T in float32: the tied output projection (T5 1.0)."""
@@ -251,6 +272,10 @@ class MultiHeadAttention(nn.Module):
     them once from the encoder output; self-attention starts from zeros (or from a prefill pass)
     and is updated one position per decoding step. The q/k/v projections are named
     `query_proj`/`key_proj`/`value_proj` for the 'proj' remat policy.
+
+    Gemma's switches: `num_kv_heads` key/value heads shared by groups of query heads (the cache
+    holds only those), `query_scale` multiplying the queries, `softcap` on the logits, and
+    `rope_theta` rotating queries and keys by the `positions` a self-attention call is given.
     """
 
     emb_dim: int
@@ -260,35 +285,59 @@ class MultiHeadAttention(nn.Module):
     dtype: jnp.dtype = jnp.float32
     implementation: str = "auto"
     scale_logits: bool = False  # T5Config.scale_attn_logits: queries times head_dim**-0.5
+    num_kv_heads: int | None = None
+    query_scale: float | None = None
+    softcap: float | None = None
+    rope_theta: float | None = None
+
+    @property
+    def _kv_heads(self) -> int:
+        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
 
     def setup(self):
         inner = self.num_heads * self.head_dim
+        kv_inner = self._kv_heads * self.head_dim
 
         # T5 never divides logits by sqrt(head_dim); its query initializer is scaled instead.
         def query_init(*args):
             return default_kernel_init(*args) / math.sqrt(self.head_dim)
 
         self.query = Dense(inner, (axes.EMBED, axes.JOINED_KV), self.dtype, query_init)
-        self.key = Dense(inner, (axes.EMBED, axes.JOINED_KV), self.dtype)
-        self.value = Dense(inner, (axes.EMBED, axes.JOINED_KV), self.dtype)
+        self.key = Dense(kv_inner, (axes.EMBED, axes.JOINED_KV), self.dtype)
+        self.value = Dense(kv_inner, (axes.EMBED, axes.JOINED_KV), self.dtype)
         self.out = Dense(self.emb_dim, (axes.JOINED_KV, axes.EMBED), self.dtype)
         self.dropout = Dropout(self.dropout_rate)
 
-    def _heads(self, x, names: tuple[str, ...]) -> list:
-        """Projections of x [B, T, E] by the `names` kernels, each [B, heads, T, head_dim]."""
+    def _heads(self, x, names: tuple[str, ...], positions=None) -> list:
+        """Projections of x [B, T, E] by the `names` kernels, each [B, heads, T, head_dim]
+        (queries num_heads, keys/values num_kv_heads), rotated by `positions` under RoPE."""
         projections = fused_projections(self, x, {n: getattr(self, n) for n in names}, self.dtype)
         heads = [
-            self._split_heads(checkpoint_name(y, f"{name}_proj"))
+            self._split_heads(
+                checkpoint_name(y, f"{name}_proj"),
+                self.num_heads if name == "query" else self._kv_heads,
+            )
             for name, y in zip(names, projections, strict=True)
         ]
-        if self.scale_logits and names[0] == "query":  # q k^T / sqrt(head_dim), every path
-            heads[0] = heads[0] * jnp.asarray(self.head_dim**-0.5, heads[0].dtype)
+        scale = self.head_dim**-0.5 if self.scale_logits else self.query_scale
+        if scale is not None and names[0] == "query":  # scales q k^T on every path
+            heads[0] = heads[0] * jnp.asarray(scale, heads[0].dtype)
+        if self.rope_theta is not None and positions is not None:
+            heads = [
+                apply_rope(h, positions, self.rope_theta) if name in ("query", "key") else h
+                for name, h in zip(names, heads, strict=True)
+            ]
         return heads
 
-    def _split_heads(self, y):
+    def _split_heads(self, y, heads: int):
         """A projection [B, T, heads * head_dim] -> [B, heads, T, head_dim]."""
-        y = y.reshape(y.shape[:-1] + (self.num_heads, self.head_dim)).transpose(0, 2, 1, 3)
+        y = y.reshape(y.shape[:-1] + (heads, self.head_dim)).transpose(0, 2, 1, 3)
         return constrain(y, axes.BATCH, axes.HEADS, axes.LENGTH, axes.KV)
+
+    def _all_heads(self, x):
+        """Keys or values [B, kv_heads, L, D] repeated for each query head of their group."""
+        groups = self.num_heads // self._kv_heads
+        return x if groups == 1 else jnp.repeat(x, groups, axis=1)
 
     def _attend(self, query, key, value, bias, deterministic):
         dropout = None
@@ -297,23 +346,34 @@ class MultiHeadAttention(nn.Module):
             def dropout(weights):
                 return self.dropout(weights, deterministic=False)
 
-        context = attend(query, key, value, bias, self.implementation, dropout)
+        context = attend(
+            query,
+            self._all_heads(key),
+            self._all_heads(value),
+            bias,
+            self.implementation,
+            dropout,
+            softcap=self.softcap,
+        )
         return self._project_context(
             context.reshape(context.shape[:2] + (self.num_heads * self.head_dim,))
         )
 
-    def __call__(self, inputs_q, inputs_kv, bias, deterministic=True):
-        """Full attention of inputs_q [B, q, E] over inputs_kv [B, k, E] plus bias [., ., q, k]."""
+    def __call__(self, inputs_q, inputs_kv, bias, deterministic=True, positions=None):
+        """Full attention of inputs_q [B, q, E] over inputs_kv [B, k, E] plus bias [., ., q, k].
+
+        `positions` ([q] or [B, q]) rotate a self-attention's queries and keys under RoPE.
+        """
         if inputs_q is inputs_kv:
-            query, key, value = self._heads(inputs_q, ("query", "key", "value"))
+            query, key, value = self._heads(inputs_q, ("query", "key", "value"), positions)
         else:
             (query,) = self._heads(inputs_q, ("query",))
             key, value = self._heads(inputs_kv, ("key", "value"))
         return self._attend(query, key, value, bias, deterministic)
 
-    def prefill(self, inputs, bias, deterministic=True):
+    def prefill(self, inputs, bias, deterministic=True, positions=None):
         """Self-attention over the whole prompt that also stores its keys/values as the cache."""
-        query, key, value = self._heads(inputs, ("query", "key", "value"))
+        query, key, value = self._heads(inputs, ("query", "key", "value"), positions)
         self.put_variable("cache", "key", key)
         self.put_variable("cache", "value", value)
         return self._attend(query, key, value, bias, deterministic)
@@ -326,7 +386,7 @@ class MultiHeadAttention(nn.Module):
 
     def zero_cache(self, batch_size: int, length: int):
         """An empty self-attention cache for `length` decoding positions."""
-        zeros = jnp.zeros((batch_size, self.num_heads, length, self.head_dim), self.dtype)
+        zeros = jnp.zeros((batch_size, self._kv_heads, length, self.head_dim), self.dtype)
         self.put_variable("cache", "key", zeros)
         self.put_variable("cache", "value", zeros)
 
@@ -343,7 +403,9 @@ class MultiHeadAttention(nn.Module):
         key = self.get_variable("cache", "key")
         value = self.get_variable("cache", "value")
         if index is not None:
-            query, new_key, new_value = self._heads(inputs_q, ("query", "key", "value"))
+            query, new_key, new_value = self._heads(
+                inputs_q, ("query", "key", "value"), jnp.reshape(index, (1,))
+            )
             if write is not None:
                 keep = write[:, None, None, None]
                 start = (0, 0, index, 0)
@@ -365,7 +427,13 @@ class MultiHeadAttention(nn.Module):
         (attention.slot_attention)."""
         rows, slots = query.shape[0], bias.shape[1]
         query = query.reshape(rows // slots, slots, self.num_heads, self.head_dim)
-        context = slot_attention(query.transpose(0, 2, 1, 3), key, value, bias)
+        context = slot_attention(
+            query.transpose(0, 2, 1, 3),
+            self._all_heads(key),
+            self._all_heads(value),
+            bias,
+            self.softcap,
+        )
         return self._project_context(context.reshape(rows, 1, self.num_heads * self.head_dim))
 
     def _attend_cache(self, inputs_q, key, value, bias):
@@ -377,7 +445,13 @@ class MultiHeadAttention(nn.Module):
         rows, memories = inputs_q.shape[0], key.shape[0]
         (query,) = self._heads(inputs_q, ("query",))  # [rows, heads, 1, head_dim]
         query = query.reshape(memories, rows // memories, self.num_heads, self.head_dim)
-        context = cached_attention(query.transpose(0, 2, 1, 3), key, value, bias)
+        context = cached_attention(
+            query.transpose(0, 2, 1, 3),
+            self._all_heads(key),
+            self._all_heads(value),
+            bias,
+            self.softcap,
+        )
         return self._project_context(context.reshape(rows, 1, self.num_heads * self.head_dim))
 
     def _project_context(self, context):

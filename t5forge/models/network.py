@@ -17,7 +17,8 @@ import jax
 import jax.numpy as jnp
 
 from t5forge.models import axes
-from t5forge.models.configs import T5Config
+from t5forge.models.attention import soft_cap
+from t5forge.models.configs import FULL_ATTENTION, SLIDING_ATTENTION, T5Config
 from t5forge.models.layers import (
     Dense,
     Dropout,
@@ -31,6 +32,8 @@ from t5forge.models.layers import (
     mask_to_bias,
     pairwise_mask,
 )
+from t5forge.models.masks import sliding_window_mask
+from t5forge.models.rope import segment_positions
 
 # decode_mode values: how a call uses the key/value cache (see the module docstring).
 TEACHER_FORCED, INIT_CACHE, PREFILL, DECODE_STEP = "none", "init", "prefill", "step"
@@ -57,7 +60,9 @@ def _dropout(config: T5Config, x, deterministic: bool):
     return Dropout(config.dropout_rate, broadcast_dims=(-2,))(x, deterministic=deterministic)
 
 
-def _attention(config: T5Config, name: str) -> MultiHeadAttention:
+def _attention(config: T5Config, name: str, rotary: bool = True) -> MultiHeadAttention:
+    """An attention layer; `rotary` False for cross-attention, which RoPE leaves alone."""
+    scalar = config.query_pre_attn_scalar
     return MultiHeadAttention(
         config.emb_dim,
         config.num_heads,
@@ -66,8 +71,29 @@ def _attention(config: T5Config, name: str) -> MultiHeadAttention:
         _dtype(config),
         config.attention_implementation,
         config.scale_attn_logits,
+        num_kv_heads=config.num_kv_heads,
+        query_scale=None if scalar is None else scalar**-0.5,
+        softcap=config.attn_logit_softcap,
+        rope_theta=config.rope_theta if rotary else None,
         name=name,
     )
+
+
+def _norm(config: T5Config, name: str | None = None) -> RMSNorm:
+    return RMSNorm(_dtype(config), config.layer_norm_epsilon, config.zero_centered_norm, name=name)
+
+
+def _post_norm(config: T5Config, name: str, h):
+    """Gemma's norm of a block's output before the residual add (identity without post_norms)."""
+    return _norm(config, name)(h) if config.post_norms else h
+
+
+def _with_window(config: T5Config, kind: str, bias, query_positions, key_positions, causal):
+    """Restricts a sliding layer's attention bias to its window (masks.py)."""
+    if kind != SLIDING_ATTENTION:
+        return bias
+    window = sliding_window_mask(query_positions, key_positions, config.sliding_window, causal)
+    return bias + mask_to_bias(window)
 
 
 def _mlp(config: T5Config) -> MlpBlock:
@@ -93,15 +119,15 @@ def _relative_bias(config: T5Config, bidirectional: bool, name: str | None = Non
 
 def _with_layer_relpos(config: T5Config, bias, bidirectional, query_positions, key_positions):
     """Adds this layer's own relative position bias (umT5); shared tables are added per stack."""
-    if not config.relative_attention_per_layer:
+    if not config.relative_attention_per_layer or config.rope_theta is not None:
         return bias
     table = _relative_bias(config, bidirectional, name="relpos_bias")
     return bias + table(query_positions, key_positions).astype(jnp.float32)
 
 
 def _with_stack_relpos(stack: nn.Module, bias, query_positions, key_positions):
-    """Adds the stack's shared relative position bias (all families but umT5)."""
-    if stack.config.relative_attention_per_layer:
+    """Adds the stack's shared relative position bias (all families but umT5 and RoPE ones)."""
+    if stack.config.relative_attention_per_layer or stack.config.rope_theta is not None:
         return bias
     return bias + stack.relpos_bias(query_positions, key_positions).astype(jnp.float32)
 
@@ -116,18 +142,21 @@ class EncoderLayer(nn.Module):
 
     config: T5Config
     deterministic: bool = True
+    attention_kind: str = FULL_ATTENTION
 
     @nn.compact
-    def __call__(self, x, bias):
+    def __call__(self, x, bias, rope_positions):
         cfg, det = self.config, self.deterministic
         positions = jnp.arange(x.shape[1])
         bias = _with_layer_relpos(cfg, bias, True, positions, positions)
+        bias = _with_window(cfg, self.attention_kind, bias, positions, positions, causal=False)
         x = constrain(x, axes.BATCH, axes.LENGTH, axes.EMBED)
-        h = RMSNorm(_dtype(cfg), name="pre_attention_layer_norm")(x)
-        h = _attention(cfg, "attention")(h, h, bias, det)
+        h = _norm(cfg, "pre_attention_layer_norm")(x)
+        h = _attention(cfg, "attention")(h, h, bias, det, rope_positions)
+        h = _post_norm(cfg, "post_attention_layer_norm", h)
         x = x + _dropout(cfg, h, det)
-        h = RMSNorm(_dtype(cfg), name="pre_mlp_layer_norm")(x)
-        h = _mlp(cfg)(h, det)
+        h = _norm(cfg, "pre_mlp_layer_norm")(x)
+        h = _post_norm(cfg, "post_mlp_layer_norm", _mlp(cfg)(h, det))
         x = constrain(x + _dropout(cfg, h, det), axes.BATCH, axes.LENGTH, axes.EMBED)
         return _layer_output(cfg, x)
 
@@ -139,13 +168,14 @@ class DecoderLayer(nn.Module):
     deterministic: bool = True
     decode_mode: str = TEACHER_FORCED
     cache_length: int = 0
+    attention_kind: str = FULL_ATTENTION
 
     @nn.compact
-    def __call__(self, x, encoded, self_bias, cross_bias, index, write):
+    def __call__(self, x, encoded, self_bias, cross_bias, index, write, rope_positions):
         cfg, det, mode = self.config, self.deterministic, self.decode_mode
         cross = not cfg.is_decoder_only
         self_attention = _attention(cfg, "self_attention")
-        cross_attention = _attention(cfg, CROSS_ATTENTION) if cross else None
+        cross_attention = _attention(cfg, CROSS_ATTENTION, rotary=False) if cross else None
         if mode == INIT_CACHE:
             self_attention.zero_cache(encoded.shape[0], self.cache_length)
             cross_attention.fill_cache(encoded)
@@ -157,32 +187,38 @@ class DecoderLayer(nn.Module):
         else:
             query_positions = key_positions = jnp.arange(x.shape[1])
         self_bias = _with_layer_relpos(cfg, self_bias, False, query_positions, key_positions)
+        self_bias = _with_window(
+            cfg, self.attention_kind, self_bias, query_positions, key_positions, causal=True
+        )
         x = constrain(x, axes.BATCH, axes.LENGTH, axes.EMBED)
-        h = RMSNorm(_dtype(cfg), name="pre_self_attention_layer_norm")(x)
+        h = _norm(cfg, "pre_self_attention_layer_norm")(x)
         if mode == DECODE_STEP:
             h = self_attention.decode_step(h, self_bias, index, write)
         elif mode == PREFILL:
-            h = self_attention.prefill(h, self_bias, det)
+            h = self_attention.prefill(h, self_bias, det, rope_positions)
         else:
-            h = self_attention(h, h, self_bias, det)
+            h = self_attention(h, h, self_bias, det, rope_positions)
+        h = _post_norm(cfg, "post_self_attention_layer_norm", h)
         x = x + _dropout(cfg, h, det)
         if cross:
-            h = RMSNorm(_dtype(cfg), name="pre_cross_attention_layer_norm")(x)
+            h = _norm(cfg, "pre_cross_attention_layer_norm")(x)
             if mode == DECODE_STEP:
                 h = cross_attention.decode_step(h, cross_bias)
             else:
                 h = cross_attention(h, encoded, cross_bias, det)
+            h = _post_norm(cfg, "post_cross_attention_layer_norm", h)
             x = x + _dropout(cfg, h, det)
-        h = RMSNorm(_dtype(cfg), name="pre_mlp_layer_norm")(x)
-        h = _mlp(cfg)(h, det)
+        h = _norm(cfg, "pre_mlp_layer_norm")(x)
+        h = _post_norm(cfg, "post_mlp_layer_norm", _mlp(cfg)(h, det))
         x = constrain(x + _dropout(cfg, h, det), axes.BATCH, axes.LENGTH, axes.EMBED)
         return _layer_output(cfg, x)
 
 
 def _layer_stack(
-    config: T5Config, layer_cls, num_layers: int, num_args: int, checkpointed: bool, **layer_kwargs
+    config: T5Config, layer_cls, kinds: tuple, num_args: int, checkpointed: bool, **layer_kwargs
 ):
-    """The layers of one stack: `layers_0..N-1`, or one scanned `layers` module.
+    """The layers of one stack, one per attention kind in `kinds`: `layers_0..N-1`, or one
+    scanned `layers` module (whose layers share one kind: T5Config refuses a mix).
 
     Rematerialization wraps the layer when training with a remat policy; under scan the params
     (and decoding caches) are stacked along axis 1, the 'layers' logical axis.
@@ -194,16 +230,19 @@ def _layer_stack(
             prevent_cse=not config.scan_layers,
         )
     if not config.scan_layers:
-        return [layer_cls(config, name=f"layers_{i}", **layer_kwargs) for i in range(num_layers)]
+        return [
+            layer_cls(config, name=f"layers_{i}", attention_kind=kind, **layer_kwargs)
+            for i, kind in enumerate(kinds)
+        ]
     scanned = nn.scan(
         layer_cls,
         variable_axes={"params": 1, "cache": 1},
         split_rngs={"params": True, "dropout": True},
         in_axes=(nn.broadcast,) * num_args,
-        length=num_layers,
+        length=len(kinds),
         metadata_params={nn.PARTITION_NAME: axes.LAYERS},
     )
-    return scanned(config, name="layers", **layer_kwargs)
+    return scanned(config, name="layers", attention_kind=kinds[0], **layer_kwargs)
 
 
 def _run_stack(config: T5Config, layers, x, *args):
@@ -214,40 +253,61 @@ def _run_stack(config: T5Config, layers, x, *args):
     return x
 
 
+def _uses_stack_relpos(config: T5Config) -> bool:
+    return not config.relative_attention_per_layer and config.rope_theta is None
+
+
+def _own_embedder(config: T5Config) -> Embed:
+    """A stack's own token embedding (separate_embeddings), under `<stack>/token_embedder`."""
+    return Embed(config.vocab_size, config.emb_dim, _dtype(config), config.scale_embeddings)
+
+
+def _rope_positions(length: int, segment_ids):
+    """What RoPE rotates by: each token's position inside its segment when packed."""
+    return jnp.arange(length) if segment_ids is None else segment_positions(segment_ids)
+
+
 class Encoder(nn.Module):
-    """Embeds the inputs and runs the bidirectional stack; one relative bias for all layers."""
+    """Embeds the inputs and runs the bidirectional stack; one relative bias for all layers.
+
+    `config` is the whole network's; the encoder runs with its encoder_config() widths.
+    """
 
     config: T5Config
-    embed: nn.Module
+    embed: nn.Module | None  # None: the encoder's own (separate_embeddings)
     deterministic: bool = True
 
     def setup(self):
-        cfg = self.config
-        if not cfg.relative_attention_per_layer:
+        cfg = self.config.encoder_config()
+        if _uses_stack_relpos(cfg):
             self.relpos_bias = _relative_bias(cfg, bidirectional=True)
+        if self.embed is None:
+            self.token_embedder = _own_embedder(cfg)
         self.layers = _layer_stack(
             cfg,
             EncoderLayer,
-            cfg.num_encoder_layers,
-            1,
+            cfg.layer_types("encoder"),
+            2,
             checkpointed=True,
             deterministic=self.deterministic,
         )
-        self.encoder_norm = RMSNorm(_dtype(cfg))
+        self.encoder_norm = _norm(cfg)
         self.embed_dropout = Dropout(cfg.dropout_rate, broadcast_dims=(-2,))
         self.output_dropout = Dropout(cfg.dropout_rate, broadcast_dims=(-2,))
 
     def __call__(self, tokens, segment_ids=None):
         """tokens [B, S] (0 = padding) -> encoded [B, S, emb_dim] in the activation dtype."""
         det = self.deterministic
-        x = self.embed_dropout(self.embed(tokens), deterministic=det)
+        embed = self.token_embedder if self.embed is None else self.embed
+        x = self.embed_dropout(embed(tokens), deterministic=det)
         positions = jnp.arange(tokens.shape[1])
         mask = pairwise_mask(tokens > 0, tokens > 0)
         if segment_ids is not None:
             mask = jnp.logical_and(mask, pairwise_mask(segment_ids, segment_ids, jnp.equal))
         # Relative positions are shift-invariant, so packed segments need no per-token positions.
         bias = _with_stack_relpos(self, mask_to_bias(mask), positions, positions)
-        x = _run_stack(self.config, self.layers, x, bias)
+        rope_positions = _rope_positions(tokens.shape[1], segment_ids)
+        x = _run_stack(self.config, self.layers, x, bias, rope_positions)
         x = self.encoder_norm(x)
         return self.output_dropout(x, deterministic=det)
 
@@ -256,49 +316,65 @@ class Decoder(nn.Module):
     """The causal stack and output logits; `decode_mode` picks forward, cache init or one step."""
 
     config: T5Config
-    embed: nn.Module
+    embed: nn.Module | None  # None: the decoder's own (separate_embeddings)
     deterministic: bool = True
     decode_mode: str = TEACHER_FORCED
     cache_length: int = 0
 
     def setup(self):
         cfg = self.config
-        if not cfg.relative_attention_per_layer:
+        if _uses_stack_relpos(cfg):
             self.relpos_bias = _relative_bias(cfg, bidirectional=False)
+        if self.embed is None:
+            self.token_embedder = _own_embedder(cfg)
         self.layers = _layer_stack(
             cfg,
             DecoderLayer,
-            cfg.num_decoder_layers,
-            5,
+            cfg.layer_types("decoder"),
+            6,
             checkpointed=self.decode_mode == TEACHER_FORCED,
             deterministic=self.deterministic,
             decode_mode=self.decode_mode,
             cache_length=self.cache_length,
         )
-        self.decoder_norm = RMSNorm(_dtype(cfg))
+        self.decoder_norm = _norm(cfg)
         self.embed_dropout = Dropout(cfg.dropout_rate, broadcast_dims=(-2,))
         self.output_dropout = Dropout(cfg.dropout_rate, broadcast_dims=(-2,))
         if not cfg.logits_via_embedding:
             self.logits_dense = Dense(cfg.vocab_size, (axes.EMBED, axes.VOCAB), jnp.float32)
 
+    def _embed(self, tokens, first):
+        """Token vectors; T5X's shifted-right 0 where `first` (a sequence's or segment's first
+        position) is embedded as the decoder start token."""
+        start = self.config.decoder_start_token_id
+        if start:
+            tokens = jnp.where(jnp.logical_and(first, tokens == 0), start, tokens)
+        return (self.token_embedder if self.embed is None else self.embed)(tokens)
+
     def _logits(self, y):
         y = self.decoder_norm(y)
         y = self.output_dropout(y, deterministic=self.deterministic)
         if self.config.logits_via_embedding:
-            logits = self.embed.attend(y)
+            embed = self.token_embedder if self.embed is None else self.embed
+            logits = embed.attend(y)
         else:
             logits = self.logits_dense(y)
         if self.config.logits_scaled:
             logits = logits / jnp.sqrt(jnp.float32(y.shape[-1]))
+        logits = soft_cap(logits, self.config.final_logit_softcap)
         return constrain(logits, axes.BATCH, axes.LENGTH, axes.VOCAB)
 
-    def __call__(self, tokens, encoded=None, self_mask=None, cross_mask=None):
+    def __call__(self, tokens, encoded=None, self_mask=None, cross_mask=None, segment_ids=None):
         """Teacher-forced (or prefill) logits [B, T, vocab] float32 for tokens [B, T]."""
-        y = self.embed_dropout(self.embed(tokens), deterministic=self.deterministic)
+        rope_positions = _rope_positions(tokens.shape[1], segment_ids)
+        y = self._embed(tokens, rope_positions == 0)
+        y = self.embed_dropout(y, deterministic=self.deterministic)
         positions = jnp.arange(tokens.shape[1])
         self_bias = _with_stack_relpos(self, mask_to_bias(self_mask), positions, positions)
         cross_bias = None if cross_mask is None else mask_to_bias(cross_mask)
-        y = _run_stack(self.config, self.layers, y, encoded, self_bias, cross_bias, None, None)
+        y = _run_stack(
+            self.config, self.layers, y, encoded, self_bias, cross_bias, None, None, rope_positions
+        )
         if self.decode_mode == PREFILL:
             return None
         return self._logits(y)
@@ -306,7 +382,7 @@ class Decoder(nn.Module):
     def init_cache(self, encoded):
         """Creates the self-attention slots and the cross-attention keys/values (mode 'init')."""
         carry = jnp.zeros((encoded.shape[0], 1, self.config.emb_dim), encoded.dtype)
-        _run_stack(self.config, self.layers, carry, encoded, None, None, None, None)
+        _run_stack(self.config, self.layers, carry, encoded, None, None, None, None, None)
 
     def step(self, tokens, index, encoder_valid=None, write=None, lineage=None):
         """Logits [B, 1, vocab] for the tokens [B, 1] at position `index` (mode 'step').
@@ -314,7 +390,7 @@ class Decoder(nn.Module):
         `lineage` (int32[G, S, L], decoding.DecodingCache) says which row of its group of S
         wrote each position a row attends to; without it every row reads its own cache.
         """
-        y = self.embed(tokens)
+        y = self._embed(tokens, index == 0)
         key_positions = jnp.arange(self.cache_length)
         visible = (key_positions <= index)[None, None, None, :]
         self_bias = _with_stack_relpos(
@@ -329,7 +405,7 @@ class Decoder(nn.Module):
         cross_bias = None
         if encoder_valid is not None:
             cross_bias = mask_to_bias(encoder_valid.astype(bool)[:, None, None, :])
-        y = _run_stack(self.config, self.layers, y, None, self_bias, cross_bias, index, write)
+        y = _run_stack(self.config, self.layers, y, None, self_bias, cross_bias, index, write, None)
         return self._logits(y)
 
 
@@ -345,18 +421,22 @@ class _Network(nn.Module):
         if self.decode_mode not in DECODE_MODES:
             raise ValueError(f"decode_mode must be one of {DECODE_MODES}, got {self.decode_mode!r}")
         cfg = self.config
-        self.token_embedder = Embed(cfg.vocab_size, cfg.emb_dim, _dtype(cfg))
-        self.decoder = Decoder(
-            cfg, self.token_embedder, self.deterministic, self.decode_mode, self.cache_length
-        )
+        shared = None
+        if not cfg.separate_embeddings:
+            self.token_embedder = Embed(
+                cfg.vocab_size, cfg.emb_dim, _dtype(cfg), cfg.scale_embeddings
+            )
+            shared = self.token_embedder
+        self.decoder = Decoder(cfg, shared, self.deterministic, self.decode_mode, self.cache_length)
 
 
 class EncoderDecoder(_Network):
-    """T5: a shared token embedding, an encoder, and a decoder that attends to it."""
+    """T5: a token embedding (shared, or one per stack), an encoder, and a decoder over it."""
 
     def setup(self):
         super().setup()
-        self.encoder = Encoder(self.config, self.token_embedder, self.deterministic)
+        shared = None if self.config.separate_embeddings else self.token_embedder
+        self.encoder = Encoder(self.config, shared, self.deterministic)
 
     def encode(self, encoder_input_tokens, encoder_segment_ids=None):
         """Encoder output [B, S, emb_dim]."""
@@ -381,7 +461,9 @@ class EncoderDecoder(_Network):
             cross_mask = jnp.logical_and(
                 cross_mask, pairwise_mask(decoder_segment_ids, encoder_segment_ids, jnp.equal)
             )
-        return self.decoder(decoder_input_tokens, encoded, self_mask, cross_mask)
+        return self.decoder(
+            decoder_input_tokens, encoded, self_mask, cross_mask, decoder_segment_ids
+        )
 
     def __call__(
         self,
@@ -428,7 +510,7 @@ class DecoderOnly(_Network):
             decoder_segment_ids,
             decoder_causal_attention,
         )
-        return self.decoder(decoder_input_tokens, None, self_mask)
+        return self.decoder(decoder_input_tokens, None, self_mask, None, decoder_segment_ids)
 
     def prefill(self, decoder_input_tokens, decoder_causal_attention):
         """Runs the prompt [B, L] ('prefill' mode) so its keys/values become the cache."""
