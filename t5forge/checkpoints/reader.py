@@ -22,7 +22,7 @@ import numpy as np
 from t5forge.checkpoints import formats, remote_model_dir
 from t5forge.data.vocabularies import SentencePieceVocabulary
 from t5forge.errors import CheckpointError, ConfigError
-from t5forge.interop import hub, huggingface
+from t5forge.interop import hf_t5gemma, hub, huggingface
 from t5forge.models.configs import PRESETS, T5Config, get_config
 from t5forge.models.model import build_model
 
@@ -174,7 +174,9 @@ def _hf_lengths(path: Path) -> dict[str, int]:
 def _hf_vocabulary(path: Path, config: T5Config):
     spiece = path / SPIECE
     if not spiece.is_file():
-        return None
+        gemma = path / hf_t5gemma.TOKENIZER_FILE
+        # Gemma's SentencePiece model holds every id itself: no T5 sentinels on top.
+        return SentencePieceVocabulary(gemma, extra_ids=0) if gemma.is_file() else None
     tokenizer_config = path / "tokenizer_config.json"
     extra_ids = None
     if tokenizer_config.is_file():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -125,6 +126,12 @@ def _refuse_scaled_attention(config: T5Config) -> None:
 
 def config_to_hf(config: T5Config) -> dict:
     """The transformers `config.json` dict of a T5ForConditionalGeneration equal to `config`."""
+    switches = config.family_switches()
+    if switches:
+        raise ConfigError(
+            f"Hugging Face T5 has no {switches[0]} (set in this config); "
+            "only a T5 without the Gemma switches exports as model_type 't5'"
+        )
     if config.is_decoder_only:
         raise ConfigError(
             "Hugging Face T5 has no decoder-only model; only encoder_decoder "
@@ -298,8 +305,20 @@ def params_from_hf_state_dict(state_dict: dict, config: T5Config) -> dict:
 
     The params come in the layout `config` runs with: per layer, or stacked when scan_layers.
     """
+    if config.logits_via_embedding and _has_separate_head(state_dict):
+        raise CheckpointError(
+            "Hugging Face checkpoint has an lm_head.weight that differs from "
+            "shared.weight but the config ties them; pass a config with "
+            "logits_via_embedding=False"
+        )
+    return params_from_entries(state_dict, config, _tensor_map(config), _ignorable_hf_names(config))
+
+
+def params_from_entries(state_dict: dict, config: T5Config, entries: list, ignorable: set) -> dict:
+    """Nested params from a state dict by a family's tensor map: (HF name, T5X path, T5X
+    shape, transposed) entries; tensors in `ignorable` may be present and are not read."""
     params: dict = {}
-    for hf_name, path, shape, transposed in _tensor_map(config):
+    for hf_name, path, shape, transposed in entries:
         if hf_name not in state_dict:
             raise CheckpointError(
                 f"Hugging Face checkpoint lacks tensor {hf_name!r} "
@@ -320,13 +339,7 @@ def params_from_hf_state_dict(state_dict: dict, config: T5Config) -> dict:
         for key in path[:-1]:
             node = node.setdefault(key, {})
         node[path[-1]] = np.ascontiguousarray(value)
-    if config.logits_via_embedding and _has_separate_head(state_dict):
-        raise CheckpointError(
-            "Hugging Face checkpoint has an lm_head.weight that differs from "
-            "shared.weight but the config ties them; pass a config with "
-            "logits_via_embedding=False"
-        )
-    known = {entry[0] for entry in _tensor_map(config)} | _ignorable_hf_names(config)
+    known = {entry[0] for entry in entries} | ignorable
     unexpected = sorted(set(state_dict) - known)
     if unexpected:
         raise CheckpointError(
@@ -352,9 +365,15 @@ def params_to_hf_state_dict(params: dict, config: T5Config) -> dict[str, np.ndar
 
     Scanned params (a `layers` subtree per stack) are split into their layers first.
     """
+    return state_dict_from_entries(params, config, _tensor_map(config))
+
+
+def state_dict_from_entries(params: dict, config: T5Config, entries: list) -> dict:
+    """A state dict (float32 numpy) from nested params by a family's tensor map (see
+    params_from_entries); scanned params are split into their layers first."""
     params = unstack_layers(params, config)
     state_dict = {}
-    for hf_name, path, shape, transposed in _tensor_map(config):
+    for hf_name, path, shape, transposed in entries:
         value = np.asarray(_leaf(params, path), dtype=np.float32)
         if value.shape != shape:
             raise CheckpointError(
@@ -453,6 +472,11 @@ def load_hf_dir(path, config: T5Config | None = None) -> tuple[T5Config, dict]:
     except json.JSONDecodeError as error:
         raise CheckpointError(f"{config_file} is not valid JSON: {error}") from error
     state_dict = _read_state_dict(path)
+    if hf_config.get("model_type") == "t5gemma":
+        from t5forge.interop import hf_t5gemma
+
+        config = config or hf_t5gemma.config_from_hf(hf_config)
+        return config, hf_t5gemma.params_from_hf_state_dict(state_dict, config)
     config = config or config_from_hf(hf_config, state_dict)
     return config, params_from_hf_state_dict(state_dict, config)
 
@@ -462,20 +486,29 @@ def save_hf_dir(params: dict, config: T5Config, path, vocab_path=None, extra_ids
 
     With `vocab_path` the SentencePiece model is copied as spiece.model and
     tokenizer_config.json records its `extra_ids` (transformers would otherwise assume 100).
+    A T5Gemma config (hf_t5gemma.describes) is written as model_type 't5gemma', its vocabulary
+    as Gemma's tokenizer.model.
     """
     from safetensors.numpy import save_file
 
+    from t5forge.interop import hf_t5gemma
+
     path = Path(path)
-    hf_config = config_to_hf(config)  # refusals before anything is written
-    state_dict = params_to_hf_state_dict(params, config)
+    family = hf_t5gemma if hf_t5gemma.describes(config) else sys.modules[__name__]
+    hf_config = family.config_to_hf(config)  # refusals before anything is written
+    state_dict = family.params_to_hf_state_dict(params, config)
     path.mkdir(parents=True, exist_ok=True)
     # Each file whole or not at all: a full disk never leaves a truncated model.safetensors.
     with storage.replaced_atomically(path / "model.safetensors") as temporary:
         save_file(state_dict, str(temporary), metadata={"format": "pt"})
     if vocab_path is not None:
-        with storage.replaced_atomically(path / "spiece.model") as temporary:
+        gemma = family is hf_t5gemma
+        vocab_name = hf_t5gemma.TOKENIZER_FILE if gemma else "spiece.model"
+        with storage.replaced_atomically(path / vocab_name) as temporary:
             shutil.copyfile(vocab_path, temporary)
         tokenizer_config = {"tokenizer_class": "T5Tokenizer", "extra_ids": extra_ids}
+        if gemma:
+            tokenizer_config = {"tokenizer_class": "GemmaTokenizer"}
         storage.write_atomically(
             path / "tokenizer_config.json", json.dumps(tokenizer_config, indent=2) + "\n"
         )
