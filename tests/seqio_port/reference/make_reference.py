@@ -9,10 +9,18 @@ Run in a side environment with TensorFlow, tensorflow_datasets, seqio and t5 ins
 1. Tasks over the TFDS fixtures (tests/data/tfds_fixtures, written by TFDS's own builders):
    every T5 task t5forge registers whose dataset the fixtures hold, its source pointed at the
    fixture directory, and the vocabulary at SeqIO's 26-piece test model (/work/shared/data/vocab, $T5FORGE_SHARED_DATA/vocab), 100
-   extra ids; the first examples of a split, unshuffled: text after preprocessing and ids.
+   extra ids; the first 20 examples of every split (all, where the fixture holds fewer),
+   unshuffled: text after preprocessing and ids. SeqIO reads TFRecord only (TFDS's as_dataset
+   refuses ArrayRecord); where the fixtures also hold ArrayRecord, the same preprocessors run
+   over the examples in the order TFDS's data_source reads them (shard after shard, where
+   as_dataset interleaves blocks of 16), which is how t5forge reads ArrayRecord.
 2. T5's text preprocessors on raw examples shaped as TFDS gives them (the GLUE/SuperGLUE
    configs, SQuAD, ReCoRD, WSC, DPR, summaries), through tf.data.
 3. T5's postprocessors and metrics on small inputs.
+4. Runs of one character or string ("slowwwwwwwwly", "----------"), whose equal-scoring
+   segmentations T5 breaks by tensorflow-text's rounding, as raw examples through the README's
+   de->en task, wmt_t2t_ende_v003 and glue_sst2_v002 with the vocabulary `t5forge demo` trains
+   (demo_spiece.model beside this file; see make_tokenisation_reference.py): ids.
 """
 
 import functools
@@ -33,9 +41,11 @@ from t5.evaluation import metrics
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 FIXTURES = REPO / "tests" / "data" / "tfds_fixtures" / "tfrecord"
+ARRAY_RECORD_FIXTURES = FIXTURES.parent / "array_record"
 SHARED = Path(os.environ.get("T5FORGE_SHARED_DATA", "/work/shared/data"))
 VOCAB = seqio.SentencePieceVocabulary(str(SHARED / "vocab" / "sentencepiece.model"), 100)
 LENGTHS = {"inputs": 24, "targets": 12}
+FIRST_EXAMPLES = 20
 
 
 def as_json(value):
@@ -112,9 +122,9 @@ REGISTERED = [
     *glue_utils.get_super_glue_weight_mapping_sentinel(),
 ]
 TASKS = {
-    USER_TASK: ("wmt_t2t_translate/de-en:1.0.0", ["validation"], 5),
+    USER_TASK: ("wmt_t2t_translate/de-en:1.0.0", ["validation"], FIRST_EXAMPLES),
     # sst2 is also written at TFDS's current version, in both file formats
-    "glue_sst2_v002@2.0.0": ("glue/sst2:2.0.0", ["validation", "test"], 5),
+    "glue_sst2_v002@2.0.0": ("glue/sst2:2.0.0", ["validation", "test"], FIRST_EXAMPLES),
 }
 
 
@@ -127,26 +137,60 @@ def fixture_tasks():
         if info.is_file():
             written = [split["name"] for split in json.loads(info.read_text())["splits"]]
             splits = [split for split in written if split in (task.source._splits or written)]
-            TASKS[name] = (tfds_name, splits, 3)
+            TASKS[name] = (tfds_name, splits, FIRST_EXAMPLES)
+
+
+def output_features(task, vocabulary):
+    return {
+        key: seqio.Feature(vocabulary, add_eos=f.add_eos, required=f.required)
+        for key, f in task.output_features.items()
+    }
+
+
+def through_task(task, columns, lengths, vocabulary):
+    """The task's preprocessors over in-memory examples (a dict of columns), unshuffled."""
+    on_columns = seqio.Task(
+        f"{task.name}_on_columns",
+        source=seqio.FunctionDataSource(
+            lambda split, shuffle_files: tf.data.Dataset.from_tensor_slices(columns),
+            splits=["any"],
+        ),
+        preprocessors=task.preprocessors,
+        output_features=output_features(task, vocabulary),
+    )
+    ds = on_columns.get_dataset(lengths, split="any", shuffle=False, use_cached=False)
+    return [as_json(ex) for ex in ds.as_numpy_iterator()]
+
+
+def array_record_examples(task, tfds_name, split, count):
+    """The split's first examples as TFDS's data_source reads the ArrayRecord fixture."""
+    dataset, _, version = tfds_name.partition(":")
+    builder = tfds.builder_from_directory(str(ARRAY_RECORD_FIXTURES / dataset / version))
+    source = builder.as_data_source(split)
+    raws = [source[i] for i in range(min(count, len(source)))]
+    columns = {key: [raw[key] for raw in raws] for key in raws[0]}
+    return through_task(task, columns, LENGTHS, VOCAB)
 
 
 def task_examples(name, tfds_name, splits, count):
     task = seqio.TaskRegistry.get(name.partition("@")[0])
-    features = {
-        key: seqio.Feature(VOCAB, add_eos=f.add_eos, required=f.required)
-        for key, f in task.output_features.items()
-    }
     on_fixture = seqio.Task(
         re.sub(r"\W", "_", name) + "_on_fixture",
         source=seqio.TfdsDataSource(tfds_name=tfds_name, tfds_data_dir=str(FIXTURES)),
         preprocessors=task.preprocessors,
-        output_features=features,
+        output_features=output_features(task, VOCAB),
     )
     out = {}
     for split in splits:
         ds = on_fixture.get_dataset(LENGTHS, split=split, shuffle=False, use_cached=False)
         out[split] = [as_json(ex) for ex in ds.take(count).as_numpy_iterator()]
-    return {"tfds_name": tfds_name, "sequence_length": LENGTHS, "splits": out}
+    examples = {"tfds_name": tfds_name, "sequence_length": LENGTHS, "splits": out}
+    dataset, _, version = tfds_name.partition(":")
+    if (ARRAY_RECORD_FIXTURES / dataset / version).is_dir():
+        examples["array_record_splits"] = {
+            split: array_record_examples(task, tfds_name, split, count) for split in splits
+        }
+    return examples
 
 
 # ---------------------------------------------------------------- 2. text preprocessors
@@ -405,6 +449,36 @@ def sentinel_postprocessor_cases():
     ]
 
 
+# ---------------------------------------------------------------- 4. runs through T5's tasks
+
+DEMO_VOCAB = seqio.SentencePieceVocabulary(str(HERE / "demo_spiece.model"), 100)
+RUN_LENGTHS = {"inputs": 64, "targets": 64}
+RUNS = [c * n for c in "-.!=0ow" for n in (3, 5, 8, 10, 13, 16)] + [
+    "slowwwwwwwwly",
+    "sooooo goooood!!!",
+    "00:00:00:00:00",
+    "MCMXCIX, not IIII",
+    "hmmmmmm.... wait????",
+]
+# task -> a raw example as TFDS gives it, for a run and its index
+RUN_EXAMPLES = {
+    USER_TASK: lambda run, i: {"de": f"Er ging {run}", "en": f"He went {run}"},
+    "wmt_t2t_ende_v003": lambda run, i: {"de": f"Er ging {run}", "en": f"He went {run}"},
+    "glue_sst2_v002": lambda run, i: {"sentence": f"it was {run}", "label": i % 2, "idx": i},
+}
+
+
+def run_examples(name: str, make_raw) -> dict:
+    raws = [make_raw(run, i) for i, run in enumerate(RUNS)]
+    columns = {key: [raw[key] for raw in raws] for key in raws[0]}
+    task = seqio.TaskRegistry.get(name)
+    return {
+        "raw": raws,
+        "sequence_length": RUN_LENGTHS,
+        "examples": through_task(task, columns, RUN_LENGTHS, DEMO_VOCAB),
+    }
+
+
 def main():
     fixture_tasks()
     reference = {
@@ -414,6 +488,7 @@ def main():
         "metrics": metric_cases(),
         "postprocessors": postprocessor_cases(),
         "sentinel_postprocessor": sentinel_postprocessor_cases(),
+        "runs": {name: run_examples(name, make_raw) for name, make_raw in RUN_EXAMPLES.items()},
     }
     path = HERE / "t5_reference.json"
     path.write_text(json.dumps(reference, separators=(",", ":"), sort_keys=True) + "\n")
