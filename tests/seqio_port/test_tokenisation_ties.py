@@ -1,8 +1,9 @@
 """t5forge tokenises runs of one character or string as T5 does: the ids tensorflow-text gives
 through seqio 0.0.20 (reference/tokenisation_reference.json.gz, recorded in a side environment
 by make_tokenisation_reference.py beside it), for SeqIO's test vocabulary, the 4,000-piece
-vocabulary `t5forge demo` trains and one with byte fallback. sentencepiece 0.2.3 alone breaks 39 of the demo's ties the
-other way ("slowwwwwwwwly": ▁slow|w|www|www where T5 has ▁slow|www|www|w)."""
+vocabulary `t5forge demo` trains and one with byte fallback. sentencepiece 0.2.3 alone breaks
+39 of the demo's ties and 45 of the byte-fallback one's the other way ("slowwwwwwwwly":
+▁slow|w|www|www where T5 has ▁slow|www|www|w)."""
 
 import gzip
 import json
