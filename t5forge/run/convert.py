@@ -80,6 +80,13 @@ def convert(
             elif to == formats.T5X:
                 from t5forge.interop.t5x_writer import save_t5x_checkpoint
 
+                switches = config.family_switches()
+                if switches:
+                    raise ConfigError(
+                        f"T5X's network has no {switches[0]} (a T5Gemma switch this model "
+                        "sets); convert it --to t5forge or --to hf instead"
+                    )
+
                 written = save_t5x_checkpoint(params, output, checkpoint.step)
             else:
                 _write_t5forge(config, params, output, vocab, extra_ids)

@@ -202,3 +202,19 @@ def test_gemma_vocabulary_travels_as_tokenizer_model(test_spm_path, tmp_path):
     assert again.vocabulary.extra_ids == 0
     assert again.vocabulary.encode("the house") == vocabulary.encode("the house")
     assert isinstance(again.generate(["the house"], max_length=4)[0], str)
+
+
+def test_convert_to_t5forge_and_refused_to_t5x(tmp_path):
+    """`t5forge convert --from hf` keeps a T5Gemma exact; T5X has no such network."""
+    hf_dir = tmp_path / "hf"
+    _random_hf_model("untied").save_pretrained(hf_dir)
+    forge = t5forge.load(hf_dir)
+    t5forge.convert(hf_dir, tmp_path / "forge", from_="hf", to="t5forge")
+    again = t5forge.load(tmp_path / "forge")
+    assert again.config == forge.config
+    decoder_inputs = _decoder_inputs(TARGETS)
+    np.testing.assert_array_equal(
+        again.logits(ENCODER_INPUTS, decoder_inputs), forge.logits(ENCODER_INPUTS, decoder_inputs)
+    )
+    with pytest.raises(ConfigError, match="T5X's network has no num_kv_heads"):
+        t5forge.convert(hf_dir, tmp_path / "t5x", from_="hf", to="t5x")
