@@ -236,8 +236,9 @@ class T5TieOrder:
         return ids
 
     @functools.cached_property
-    def _prefixes(self) -> frozenset[bytes]:
-        return frozenset(p[:n] for p in self._pieces for n in range(1, len(p) + 1))
+    def _longest(self) -> int:
+        """The longest piece, in bytes: how far a piece starting anywhere can reach."""
+        return max(map(len, self._pieces), default=0)
 
     @functools.cached_property
     def _score_range(self) -> tuple[float, float]:
@@ -267,15 +268,13 @@ class T5TieOrder:
             so_far = best_score[at]
             char_length = min(_CHAR_LENGTH[normalized[at] >> 4], stop - at)
             has_single = False
-            end = at + 1
-            while end <= stop and normalized[at:end] in self._prefixes:
+            for end in range(at + 1, min(stop, at + self._longest) + 1):
                 piece_id = self._pieces.get(normalized[at:end])
                 if piece_id is not None and self._types[piece_id] != _UNUSED:
                     candidate = self._score(piece_id, end - at) + so_far
                     if end not in best_from or candidate > best_score[end]:
                         best_score[end], best_from[end] = _single(candidate), (at, piece_id)
                     has_single = has_single or end - at == char_length
-                end += 1
             if not has_single:
                 end = at + char_length
                 candidate = _single(unk_score + so_far)
