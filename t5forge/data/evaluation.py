@@ -21,6 +21,7 @@ from t5forge import storage
 from t5forge.data.feature_converters import MODEL_DTYPE, EncDecFeatureConverter, FeatureConverter
 from t5forge.data.tasks import Mixture, Task, get_mixture_or_task
 from t5forge.errors import ConfigError, DataError, T5ForgeError
+from t5forge.user_code import described, raised_in_user_code
 
 Batch = dict[str, np.ndarray]
 PredictFn = Callable[[Batch], Any]  # -> int tokens [batch, length]
@@ -62,9 +63,9 @@ def _metric_values(task: Task, fn: Callable, targets: list, outputs: list) -> di
     except T5ForgeError as e:
         raise DataError(f"{where}: {e}") from None
     except Exception as e:
-        raise DataError(
-            f"{where} raised {type(e).__name__}: {e}; fix the metric function"
-        ) from None
+        at = raised_in_user_code(e)
+        place = f" ({at})" if at else ""
+        raise DataError(f"{where} raised {described(e)}{place}; fix the metric function") from None
     if not isinstance(values, Mapping):
         raise DataError(
             f"{where} returned {type(values).__name__} {values!r:.60}, not a dict; return "

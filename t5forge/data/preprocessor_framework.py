@@ -30,6 +30,7 @@ import grain
 
 from t5forge.data.regroup import BatchMapDataset
 from t5forge.errors import DataError
+from t5forge.user_code import described, raised_in_user_code
 
 Example = dict[str, Any]
 _CONTEXT_ARGS = ("sequence_length", "output_features")
@@ -53,11 +54,19 @@ def _accepted(fn: Callable, names: Sequence[str]) -> tuple[str, ...]:
 
 @contextlib.contextmanager
 def _errors_named(task_name: str, step_name: str):
-    """Re-raises a step's DataError with the task and step named in front."""
+    """Re-raises a step's DataError, or an exception the user's own step raised, as one
+    DataError with the task and step named in front (and where the user's code raised it)."""
     try:
         yield
     except DataError as e:
         raise DataError(f"task {task_name!r}, preprocessor {step_name}: {e}") from None
+    except Exception as e:
+        at = raised_in_user_code(e)
+        if at is None:
+            raise
+        raise DataError(
+            f"task {task_name!r}, preprocessor {step_name} raised {described(e)} ({at})"
+        ) from None
 
 
 class _ExampleCall:
@@ -155,7 +164,8 @@ class DatasetPreprocessor(Preprocessor):
         kwargs = {**self.kwargs, **self._context_kwargs(ctx, _CONTEXT_ARGS + ("context",))}
         if "seed" in inspect.signature(self.fn).parameters:
             kwargs.setdefault("seed", seed)
-        return self.fn(ds, **kwargs)
+        with _errors_named(ctx.task_name, self.name):
+            return self.fn(ds, **kwargs)
 
 
 class _BatchCall:

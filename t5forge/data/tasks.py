@@ -43,6 +43,7 @@ from t5forge.data.shuffle_buffer import (
 from t5forge.data.sources import DataSource, is_random_access
 from t5forge.data.vocabularies import Vocabulary
 from t5forge.errors import DataError
+from t5forge.user_code import described, raised_in_user_code
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,7 +263,16 @@ class Task(DatasetProvider):
         """Applies postprocess_fn (if any) to decoded text, as evaluation does."""
         if self.postprocess_fn is None:
             return text
-        return self.postprocess_fn(text, example=example, is_target=is_target)
+        try:
+            return self.postprocess_fn(text, example=example, is_target=is_target)
+        except Exception as e:
+            at = raised_in_user_code(e)
+            if at is None:
+                raise
+            name = getattr(self.postprocess_fn, "__name__", type(self.postprocess_fn).__name__)
+            raise DataError(
+                f"task {self.name!r}, postprocess_fn {name} raised {described(e)} ({at})"
+            ) from None
 
     def label_token_ids(self) -> tuple[int, ...]:
         """The target token id of each of `single_token_labels` (empty when it has none).

@@ -7,31 +7,9 @@ import importlib
 import sys
 from pathlib import Path
 
-import t5forge
 from t5forge.compat import stand_in_modules
 from t5forge.errors import ConfigError, T5ForgeError
-
-# Code that is not the user's: the interpreter's and the environment's, and t5forge itself.
-_LIBRARY_DIRS = tuple(
-    str(Path(p).resolve()) for p in {sys.prefix, sys.base_prefix, Path(t5forge.__file__).parent}
-)
-
-
-def _is_users(filename: str) -> bool:
-    return not filename.startswith("<") and not str(Path(filename).resolve()).startswith(
-        _LIBRARY_DIRS
-    )
-
-
-def _innermost_frame(error: BaseException) -> tuple[str, int] | None:
-    """(file, line) where `error` was raised, past the import system's own frames."""
-    tb, where = error.__traceback__, None
-    while tb is not None:
-        filename = tb.tb_frame.f_code.co_filename
-        if not filename.startswith("<frozen importlib"):
-            where = (filename, tb.tb_lineno)
-        tb = tb.tb_next
-    return where
+from t5forge.user_code import described, raised_in_user_code
 
 
 def explain_import_failure(error: BaseException) -> ConfigError | None:
@@ -43,10 +21,9 @@ def explain_import_failure(error: BaseException) -> ConfigError | None:
             f"{error.filename}:{error.lineno}: syntax error in a task module ({error.msg}); "
             "fix the module, then rerun"
         )
-    where = _innermost_frame(error)
-    if where is None or not _is_users(where[0]):
+    at = raised_in_user_code(error)
+    if at is None:
         return None
-    at = f"{where[0]}:{where[1]}"
     if isinstance(error, ModuleNotFoundError):
         # gin re-raises an import error as a copy without `name`; the original is its context.
         missing = error.name or getattr(error.__context__, "name", None) or "a module"
@@ -55,10 +32,7 @@ def explain_import_failure(error: BaseException) -> ConfigError | None:
             f"(pip install {missing.partition('.')[0]}, or the package that provides it), or "
             "put the folder holding it on PYTHONPATH"
         )
-    message = str(error).splitlines()[0] if str(error) else ""
-    return ConfigError(
-        f"{at}: the task module raised {type(error).__name__}: {message} while it was imported"
-    )
+    return ConfigError(f"{at}: the task module raised {described(error)} while it was imported")
 
 
 def import_task_modules(modules) -> None:

@@ -361,3 +361,52 @@ def test_a_module_that_fails_to_import_is_one_line_naming_its_file_and_line(
     line_number = text.splitlines().index(failing_line) + 1
     line = one_error(*in_process(capsys, *importing(command, module, faults, trained, tmp_path)))
     assert line.startswith(f"error: {path}:{line_number}: {said}"), line
+
+
+# A step or a postprocessor of the user's that raises: the task, the function, the exception
+# and the user's file and line where it was raised.
+RAISING_STEP = """
+@seqio.map_over_dataset
+def to_question(ex):
+    return {**ex, "inputs": ex["question"]}
+register("raising_step", [to_question])
+"""
+
+
+@pytest.mark.parametrize("command", ["tasks preview", "train"])
+def test_a_preprocessor_that_raises_is_one_line_naming_where(
+    capsys, faults, trained, module_dir, tmp_path, command
+):
+    module = write_module(module_dir, RAISING_STEP)
+    path = module_dir / f"{module}.py"
+    number = path.read_text().splitlines().index('    return {**ex, "inputs": ex["question"]}')
+    args = (
+        preview(module, "raising_step")
+        if command == "tasks preview"
+        else run_args(faults, trained, tmp_path, "train", "raising_step", module)
+    )
+    line = one_error(*in_process(capsys, *args))
+    assert line == (
+        f"error: task 'raising_step', preprocessor to_question raised KeyError: 'question' "
+        f"({path}:{number + 1})"
+    ), line
+
+
+def test_a_postprocessor_that_raises_is_one_line_naming_where(module_dir, tmp_path):
+    module = write_module(
+        module_dir,
+        """
+        def first_word(text, example=None, is_target=False):
+            return text.split()[5]
+        def exact_match(targets, predictions):
+            return {"exact_match": 0.0}
+        register("raising_postprocessor", postprocess_fn=first_word, metric_fns=[exact_match])
+        """,
+    )
+    import_task_modules([module])
+    with pytest.raises(DataError) as error:  # the targets are postprocessed first
+        Evaluator("raising_postprocessor", {"inputs": 16, "targets": 16}, 4, tmp_path)
+    assert str(error.value).startswith(
+        "task 'raising_postprocessor', postprocess_fn first_word raised IndexError: list index "
+        f"out of range ({module_dir / module}.py:"
+    ), error.value
