@@ -120,17 +120,17 @@ class T5TieOrder:
         """
         if not self.applies or not encoded:
             return []
-        lengths = np.fromiter((len(ids) for ids in encoded), np.int64, len(encoded))
+        lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
         if isinstance(encoded[0], np.ndarray):
             flat = np.concatenate(encoded)
         else:
             flat = np.fromiter(itertools.chain.from_iterable(encoded), np.int64, lengths.sum())
         powers = np.flatnonzero(self._is_power[flat])
-        first_after = np.append(self._first[flat][1:], -1)  # across texts: only extra work
-        last_before = np.insert(self._last[flat][:-1], 0, -1)
+        after = flat[np.minimum(powers + 1, len(flat) - 1)]  # across texts: only extra work
+        before = flat[np.maximum(powers - 1, 0)]
         powers = powers[
-            (first_after[powers] == self._first[flat[powers]])
-            | (last_before[powers] == self._last[flat[powers]])
+            (self._first[after] == self._first[flat[powers]])
+            | (self._last[before] == self._last[flat[powers]])
         ]
         ends = np.cumsum(lengths)
         texts = np.searchsorted(ends, powers, side="right")
