@@ -13,6 +13,8 @@ import dataclasses
 import jax
 import numpy as np
 import pytest
+from commands import command_env
+from commands import t5forge as t5forge_command
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -218,3 +220,44 @@ def test_convert_to_t5forge_and_refused_to_t5x(tmp_path):
     )
     with pytest.raises(ConfigError, match="T5X's network has no num_kv_heads"):
         t5forge.convert(hf_dir, tmp_path / "t5x", from_="hf", to="t5x")
+
+
+@pytest.mark.slow
+def test_fine_tunes_packed_from_a_transformers_directory(tmp_path, test_spm_path):
+    """`t5forge train` with INITIAL_CHECKPOINT_PATH = a T5Gemma HF directory and a gin file of
+    its T5Config fields fine-tunes it on packed en->de, evaluates and infers."""
+    vocab_size = 128  # the task's 26 pieces and 100 sentinels
+    config = _hf_config("9b_2b")
+    for stack in (config.encoder, config.decoder):
+        stack.vocab_size = vocab_size
+    config.vocab_size = vocab_size
+    torch.manual_seed(0)
+    transformers.T5GemmaForConditionalGeneration(config).save_pretrained(tmp_path / "hf")
+    model_config = hf_t5gemma.config_from_hf(config.to_dict())
+    gin_file = tmp_path / "t5gemma.gin"
+    gin_file.write_text(
+        "".join(
+            f"T5Config.{field.name} = {getattr(model_config, field.name)!r}\n"
+            for field in dataclasses.fields(model_config)
+            if getattr(model_config, field.name) != field.default
+        )
+    )
+    run = t5forge_command(
+        "train",
+        "--gin_file=examples/finetune_en_de/finetune.gin",
+        f"--gin_file={gin_file}",
+        f"--gin.MODEL_DIR={tmp_path / 'run'}",
+        f"--gin.INITIAL_CHECKPOINT_PATH={tmp_path / 'hf'}",
+        "--gin.TRAIN_STEPS=2",
+        "--gin.BATCH_SIZE=4",
+        "--gin.CHECKPOINT_PERIOD=2",
+        "--gin.EVAL_PERIOD=2",
+        "--gin.TASK_FEATURE_LENGTHS={'inputs': 24, 'targets': 16}",
+        "--gin.infer_eval/utils.DatasetConfig.batch_size=8",
+        env=command_env(T5FORGE_VOCAB=test_spm_path),
+        check=True,
+    )
+    assert "loaded every parameter from" in run.stderr
+    trained = t5forge.load(tmp_path / "run" / "checkpoint_2").config
+    assert trained == dataclasses.replace(model_config, dropout_rate=0.1)  # finetune.gin's
+    assert (tmp_path / "run" / "inference_eval").is_dir()
