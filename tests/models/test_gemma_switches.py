@@ -144,3 +144,35 @@ def test_bad_switches_are_one_line(overrides, message):
     with pytest.raises(ConfigError, match=message) as caught:
         _gemma(**overrides)
     assert "\n" not in str(caught.value)
+
+
+def test_prefix_lm_decoding_agrees_with_the_teacher_forced_pass():
+    """A decoder-only network with the switches: the prefilled prompt (bidirectional inside
+    its windows) and cached steps give the forward pass's argmax."""
+    config = _gemma(
+        architecture="decoder_only",
+        num_encoder_layers=0,
+        encoder_layer_types=(),
+        encoder_overrides=(),
+    )
+    model = build_model(config)
+    params = jax.device_get(model.init_params(jax.random.PRNGKey(5)))
+    length, prompt = 10, np.array([7, 8, 9, 11], np.int32)
+    decoder = np.zeros((1, length), np.int32)
+    decoder[0, 1:5] = prompt
+    causal = np.zeros((1, length), np.int32)
+    causal[0, :5] = 1
+    batch = {
+        "decoder_input_tokens": decoder,
+        "decoder_causal_attention": causal,
+        "decoder_target_tokens": np.zeros_like(decoder),
+    }
+    generated = np.asarray(model.predict_batch(params, batch))[0]
+    generated = generated[generated > 0]
+    full = np.zeros((1, length), np.int32)
+    full[0, : 5 + len(generated)] = np.concatenate([[0], prompt, generated])[:length]
+    logits = model.network.apply(
+        {"params": params}, full, np.ones_like(full), decoder_causal_attention=causal
+    )
+    argmax = np.asarray(logits)[0].argmax(-1)
+    np.testing.assert_array_equal(generated, argmax[4 : 4 + len(generated)])
