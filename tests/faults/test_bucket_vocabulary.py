@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from commands import TASK
+from tiny_model import TINY_GIN_VALUES
 
 from faults.conftest import error_line
 from t5forge.data.vocabulary_locations import mapped_location
@@ -138,3 +139,35 @@ def test_a_wrong_vocabulary_map_is_one_line(faults, user_dir, tmp_path, case):
 def test_the_longest_mapped_folder_wins(monkeypatch, mapping, path, read_from):
     monkeypatch.setenv("T5FORGE_VOCAB_MAP", mapping)
     assert mapped_location(path) == read_from
+
+
+@pytest.mark.slow
+def test_the_readme_user_directory_trains_unchanged_through_the_map(
+    faults, user_dir, mirror, shared_data, tmp_path
+):
+    """The README's training command, its tasks.py and gin file as T5X writes them, a tiny
+    network and 2 steps: the gs:// vocabulary is read from the mapped copy."""
+    t5x_gin = shared_data.parent / "t5x_gin"
+    if not t5x_gin.is_dir():
+        pytest.skip(f"T5X's gin files not found at {t5x_gin}")
+    (tmp_path / "clones").mkdir()
+    (tmp_path / "clones" / "t5x-tmp").symlink_to(t5x_gin)  # the README's checkout name
+    model_dir = tmp_path / "model"
+    result = faults.run(
+        "train",
+        f"--gin_search_paths={user_dir},{tmp_path / 'clones'},{t5x_gin}",
+        "--gin_file=t5_1_1_base_de_en.gin",
+        f'--gin.MODEL_DIR="{model_dir}"',
+        "--gin.TASK_FEATURE_LENGTHS={'inputs': 16, 'targets': 16}",
+        "--gin.TRAIN_STEPS=2",
+        "--gin.BATCH_SIZE=4",
+        "--gin.partitioning.PjitPartitioner.num_partitions=1",
+        "--gin.train.eval_period=2",
+        "--gin.train.eval_steps=1",
+        *(f"--gin.network.T5Config.{k}={v}" for k, v in TINY_GIN_VALUES.items()),
+        f"--tfds_data_dir={FIXTURES}",
+        env=faults.env(PYTHONPATH=user_dir, T5FORGE_VOCAB_MAP=f"gs://t5-data/vocabs={mirror}"),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (model_dir / "checkpoint_2").is_dir()
+    assert "gs://t5-data" in (user_dir / "tasks.py").read_text()  # as T5X wrote it
