@@ -74,8 +74,13 @@ class SentencePieceVocabulary:
         if self.read_when_created:
             self._load()
 
+    @property
+    def model_file(self) -> str | None:
+        """The file this vocabulary reads: `path`, or its copy through $T5FORGE_VOCAB_MAP."""
+        return mapped_location(self.path) if self.path else None
+
     def _read_model_file(self) -> bytes:
-        location = mapped_location(self.path)
+        location = self.model_file
         named = location if location == self.path else f"{location} ({self.path}, mapped)"
         try:
             with storage.reported(location):

@@ -98,7 +98,7 @@ def model_metadata(model, dataset_cfg, model_dir: Path) -> dict:
             f"the task's vocabulary has {vocabulary.vocab_size} ids but the model's vocab_size is "
             f"{model.config.vocab_size}; set T5Config.vocab_size >= {vocabulary.vocab_size}"
         )
-    vocab_path = getattr(vocabulary, "path", None)  # known once the vocabulary is loaded
+    vocab_path = getattr(vocabulary, "model_file", None)  # known once the vocabulary is loaded
     if vocab_path and Path(vocab_path).is_file():
         target = Path(model_dir) / "spiece.model"
         if jax.process_index() == 0 and not target.exists():

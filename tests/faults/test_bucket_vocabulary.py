@@ -170,4 +170,7 @@ def test_the_readme_user_directory_trains_unchanged_through_the_map(
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert (model_dir / "checkpoint_2").is_dir()
+    # The copy it read is the model's vocabulary, as a local path's would be.
+    copy = mirror / "cc_all.32000" / "sentencepiece.model"
+    assert (model_dir / "spiece.model").read_bytes() == copy.read_bytes()
     assert "gs://t5-data" in (user_dir / "tasks.py").read_text()  # as T5X wrote it
