@@ -21,7 +21,7 @@ import gin
 
 from t5forge import storage
 from t5forge.config import gin_internals, gin_syntax
-from t5forge.errors import ConfigError
+from t5forge.errors import ConfigError, T5ForgeError
 
 PACKAGE_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -231,6 +231,8 @@ def explain_gin_error(error: Exception) -> ConfigError:
             break
     place = re.search(r'In file "([^"]+)", line (\d+)', str(error))
     at = f"{place.group(1)}:{place.group(2)}: " if place else ""
+    if isinstance(error, T5ForgeError):  # t5forge refused what an imported task module did
+        return ConfigError(f"{at}{message}")
     t5x_unknown = _explain_unknown_t5x_name(message, at)
     if t5x_unknown:
         return t5x_unknown

@@ -410,3 +410,17 @@ def test_a_postprocessor_that_raises_is_one_line_naming_where(module_dir, tmp_pa
         "task 'raising_postprocessor', postprocess_fn first_word raised IndexError: list index "
         f"out of range ({module_dir / module}.py:"
     ), error.value
+
+
+def test_a_refused_task_in_a_module_a_gin_file_imports_names_the_gin_line(
+    capsys, faults, trained, module_dir, tmp_path
+):
+    step, body = DATASET_PREPROCESSORS["first parameter not named ds"]
+    module = write_module(module_dir, body)
+    line = one_error(
+        *in_process(capsys, *importing("gin import", module, faults, trained, tmp_path))
+    )
+    assert line.startswith(
+        f"error: {tmp_path / 'imports_tasks.gin'}:1: task 'with_step': preprocessor {step} takes "
+        "a tf.data dataset"
+    ), line
