@@ -17,6 +17,7 @@ from commands import t5forge_in_process
 
 from faults.conftest import checkpoint_steps, error_line, in_process, one_error
 from t5forge.data.evaluation import Evaluator
+from t5forge.data.tasks import TaskRegistry
 from t5forge.errors import DataError
 from t5forge.run.task_modules import import_task_modules
 
@@ -59,14 +60,18 @@ def write_module(folder: Path, body: str, head: str = MODULE_HEAD) -> str:
 
 @pytest.fixture
 def module_dir(tmp_path, monkeypatch, faults):
-    """A folder on sys.path (and PYTHONPATH) for task modules, with the session's vocabulary."""
+    """A folder on sys.path (and PYTHONPATH) for task modules, with the session's vocabulary;
+    the tasks its modules register in this process are removed afterwards."""
     folder = tmp_path / "modules"
     folder.mkdir()
     monkeypatch.syspath_prepend(str(folder))
     for name, value in faults.env().items():
         if name.startswith("T5FORGE_"):
             monkeypatch.setenv(name, str(value))
-    return folder
+    registered = set(TaskRegistry.names())
+    yield folder
+    for name in set(TaskRegistry.names()) - registered:
+        TaskRegistry.remove(name)
 
 
 def preview(module: str, task: str) -> list[str]:
