@@ -39,14 +39,13 @@ def default_directory() -> str:
     )
 
 
-def use(directory: str, every_program: bool = False) -> None:
+def use(directory: str) -> None:
     """Points JAX's persistent compilation cache at `directory` ('' turns it off, even where
     $JAX_COMPILATION_CACHE_DIR would turn it on).
 
-    By default only programs that took JAX's threshold (a second) to compile are kept: a run's
-    train step and decoding loops. `every_program` keeps the quick ones too: a server compiles
-    dozens of small programs, and together they are most of its start-up. The setting is
-    process-wide.
+    Only programs that took JAX's threshold (a second) to compile are kept: a run's train step
+    and decoding loops (a server keeps its programs itself: t5forge/serving/executables.py).
+    The setting is process-wide.
     """
     import jax
 
@@ -61,7 +60,4 @@ def use(directory: str, every_program: bool = False) -> None:
             f"pass --compile_cache DIR elsewhere, or --compile_cache '' to turn it off"
         ) from None
     jax.config.update("jax_compilation_cache_dir", directory)
-    if every_program:
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     logger.info("compilation cache: %s", directory)

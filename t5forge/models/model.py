@@ -187,15 +187,15 @@ class BaseModel(abc.ABC):
         token_loss, _ = token_cross_entropy(logits, jnp.asarray(batch["decoder_target_tokens"]))
         return -jnp.sum(token_loss * self._weights(batch), axis=-1)
 
-    def score_batch(self, params, batch, *, compile_only: bool = False):
+    def score_batch(self, params, batch, *, run=None):
         """Log-likelihood [B] of each target sequence (sum over its weighted tokens).
-        `compile_only` compiles the program for this batch's shapes without running it and
-        returns None (a server's warm-up; later calls reuse it)."""
+        `run(name, jitted, owner, *arguments)` runs the program in place of a plain call: a
+        server runs its stored executables this way, or only compiles them (warm-up;
+        t5forge.serving.executables)."""
         self.check_token_ids(batch)
-        if compile_only:
-            self._jit_score.lower(params, self._array_features(batch)).compile()
-            return None
-        return self._jit_score(params, self._array_features(batch))
+        if run is None:
+            return self._jit_score(params, self._array_features(batch))
+        return run("score", self._jit_score, None, params, self._array_features(batch))
 
     # ------------------------------------------------------------------ decoding
 
@@ -299,7 +299,7 @@ class BaseModel(abc.ABC):
         return_all_decodes: bool = False,
         label_token_ids=None,
         *,
-        compile_only: bool = False,
+        run=None,
     ):
         """(tokens [B, L], {'scores': [B]}) for the best decode of each row, or with
         return_all_decodes all of them, [B, num_decodes, L] and [B, num_decodes], best last.
@@ -307,8 +307,8 @@ class BaseModel(abc.ABC):
         num_decodes defaults to 4 beams for 'beam' and 1 otherwise; L is max_decode_length,
         or the length of the batch's decoder_input_tokens. method 'labels' returns the best
         of `label_token_ids` per row ([B, 1], see predict_labels) instead of decoding.
-        `compile_only` compiles the decoding program for this batch's shapes and options
-        without running it and returns None (a server's warm-up; later calls reuse it).
+        `run` runs the decoding program in place of a plain call, as for `score_batch`
+        (None when it only compiled it).
         """
         if method not in PREDICT_METHODS:
             raise ConfigError(f"unknown decoding method {method!r}; use one of {PREDICT_METHODS}")
@@ -338,10 +338,12 @@ class BaseModel(abc.ABC):
             "topp": float(topp),
             "max_decode_length": int(length),
         }
-        if compile_only:
-            type(self)._predict.lower(self, params, inputs, rng, **static).compile()
+        if run is None:
+            sequences, scores = self._predict(params, inputs, rng, **static)
+        elif outputs := run("predict", type(self)._predict, self, params, inputs, rng, **static):
+            sequences, scores = outputs
+        else:
             return None
-        sequences, scores = self._predict(params, inputs, rng, **static)
         if return_all_decodes:
             return sequences, {"scores": scores}
         return sequences[:, -1], {"scores": scores[:, -1]}

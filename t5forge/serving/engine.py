@@ -19,6 +19,7 @@ import numpy as np
 
 from t5forge.api import Model
 from t5forge.data.buckets import Buckets
+from t5forge.serving.executables import ExecutableStore, server_identity
 from t5forge.serving.settings import ServerSettings
 from t5forge.serving.slots import SlotDecoder
 from t5forge.serving.stepwise import Decoded, RowOptions, StepDecoder
@@ -61,7 +62,11 @@ class Engine:
         self.model = model
         self.settings = settings
         self.params = model.params
-        self.decoder = StepDecoder(model.t5x_model)
+        # Every program runs through the store: on a restart they come back from disk.
+        self.programs = ExecutableStore(
+            settings.compile_cache, server_identity(model, settings, self.params)
+        )
+        self.decoder = StepDecoder(model.t5x_model, self.programs)
         self.batch_buckets = Buckets()
         # Continuous steps run at least two slots: XLA on CPU writes a one-slot step's caches
         # back by copying the whole pool (a one-slot step took 4-6 ms for the demo model and
@@ -87,6 +92,7 @@ class Engine:
                 settings.max_batch_size,
                 settings.max_new_tokens_limit,
                 self.input_buckets.sizes()[-1],
+                self.programs,
             )
 
     # ------------------------------------------------------------------ generation
@@ -193,7 +199,7 @@ class Engine:
             # All beams, the best picked here in numpy: indexing on the device would compile
             # small programs per shape that the warm-up does not.
             return_all_decodes=True,
-            compile_only=compile_only,
+            run=self.programs.prepare if compile_only else self.programs.run,
         )
         if compile_only:
             return None
@@ -216,8 +222,10 @@ class Engine:
         batch = self.batch_buckets.fit(len(pairs))
         features = self.model.score_features(inputs, targets, lengths, batch)
         if compile_only:
-            return self.model.t5x_model.score_batch(self.params, features, compile_only=True)
-        scores = self.model.t5x_model.score_batch(self.params, features)
+            return self.model.t5x_model.score_batch(
+                self.params, features, run=self.programs.prepare
+            )
+        scores = self.model.t5x_model.score_batch(self.params, features, run=self.programs.run)
         return [float(s) for s in np.asarray(scores)[: len(pairs)]]
 
     # ------------------------------------------------------------------ warm-up

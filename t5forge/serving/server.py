@@ -62,7 +62,10 @@ def serve(
         settings = ServerSettings(**setting_values)
     elif setting_values:
         raise ConfigError("pass either settings= or individual settings, not both")
-    compile_cache.use(settings.compile_cache, every_program=True)
+    # The server keeps its programs in its own store under settings.compile_cache
+    # (serving/executables.py), loaded without tracing; JAX's cache is off, since what it
+    # hands back cannot be stored again.
+    compile_cache.use("")
     service = InferenceService(load_for_serving(checkpoint, vocab, extra_ids, config), settings)
     server_config = uvicorn_config(create_app(service), settings, log_level)
     logger.info("serving on http://%s:%d (docs at /docs)", settings.host, settings.port)

@@ -4,13 +4,14 @@ It sits between the HTTP app (which only speaks JSON) and the batcher/engine (wh
 token rows): it applies the input length policy, chooses each row's device group, turns the
 engine's tokens back into text, and keeps the metrics. Warm-up compiles generation's programs
 on the device thread before anything else (until then the service is not ready), then the
-rest while it serves.
+rest while it serves; after a restart every program loads from the store before it is ready.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import logging
 import secrets
 import time
@@ -97,10 +98,15 @@ class InferenceService:
         await self.batcher.stop()
 
     async def _warm_up(self) -> None:
-        """Compiles every program (none is run): generation's on the device thread before the
-        service reports ready, then scoring's and beam search's on a worker thread while it
-        serves (a request that needs one of those first waits for its compilation)."""
+        """Readies every program (none is run). After a restart their stored executables
+        load in seconds, so the service reports ready only once every shape is in. Else
+        generation's compile on the device thread before the service reports ready, then
+        scoring's and beam search's on a worker thread while it serves (a request that needs
+        one of those first waits for its compilation); then all are stored for the next start."""
+        stored = await asyncio.to_thread(self.engine.programs.load)
         shapes = self.engine.warmup_shapes()
+        if stored:
+            shapes = [dataclasses.replace(shape, before_ready=True) for shape in shapes]
         self.shapes = {shape.name: "waiting" for shape in shapes}
         started = time.perf_counter()
         for shape in shapes:
@@ -122,14 +128,23 @@ class InferenceService:
             self.shapes[shape.name] = "ready"
         if not self.ready:
             self._report_ready(started)
-        logger.info("all %d shapes compiled in %.1f s", len(shapes), time.perf_counter() - started)
+        programs = self.engine.programs
+        logger.info(
+            "all %d shapes ready in %.1f s (%d programs loaded from stored executables, %d "
+            "compiled)",
+            len(shapes),
+            time.perf_counter() - started,
+            programs.loaded,
+            programs.compiled,
+        )
+        await asyncio.to_thread(programs.save)
 
     def _report_ready(self, started: float) -> None:
         self.ready = True
         self.metrics.ready.set(1)
         compiled = sum(state == "ready" for state in self.shapes.values())
         logger.info(
-            "ready: %d generation shapes compiled in %.1f s (%d more compile while serving)",
+            "ready: %d shapes compiled in %.1f s (%d more compile while serving)",
             compiled,
             time.perf_counter() - started,
             len(self.shapes) - compiled,

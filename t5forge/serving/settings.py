@@ -51,8 +51,8 @@ class ServerSettings:
     # Connections that have not sent a request's headers this long after connecting (or after
     # their last response) are closed, so idle sockets cannot exhaust file descriptors.
     header_timeout_s: float = 10.0
-    # JAX's persistent compilation cache: a restart with the same model and settings reads
-    # its programs instead of compiling them. '' turns it off.
+    # Where compiled programs are kept (serving/executables.py): a restart with the same code,
+    # model and settings loads every one instead of compiling it. '' turns it off.
     compile_cache: str = dataclasses.field(default_factory=compile_cache.default_directory)
 
     def __post_init__(self):

@@ -29,15 +29,25 @@ import jax.numpy as jnp
 import numpy as np
 
 from t5forge.models.decoding import DecodingCache
+from t5forge.serving.executables import ExecutableStore
 from t5forge.serving.stepwise import RowOptions, choose_next, option_arrays
 
 
 class SlotDecoder:
     """Decode slots for one encoder-decoder model (`t5forge.api.Model.t5x_model`)."""
 
-    def __init__(self, t5x_model, slots: int, cache_length: int, encoder_width: int):
+    def __init__(
+        self,
+        t5x_model,
+        slots: int,
+        cache_length: int,
+        encoder_width: int,
+        programs: ExecutableStore | None = None,
+    ):
+        """`programs`: where its executables are kept (the server's store; else in memory)."""
         self.model = t5x_model
         self.eos_id = t5x_model.eos_id
+        self.programs = programs or ExecutableStore.in_memory()
         self.slots = slots
         self.cache_length = cache_length
         self.encoder_width = encoder_width
@@ -125,9 +135,9 @@ class SlotDecoder:
             option_arrays(padded_rows),
         )
         if compile_only:
-            type(self)._admit.lower(self, *arguments).compile()
+            self.programs.prepare("admit", type(self)._admit, self, *arguments)
             return pool
-        return self._admit(*arguments)
+        return self.programs.run("admit", type(self)._admit, self, *arguments)
 
     @functools.partial(
         jax.jit, static_argnums=(0,), static_argnames=("rows", "width"), donate_argnums=(2,)
@@ -207,7 +217,9 @@ class SlotDecoder:
         arguments = (params, pool["moving"], pool["fixed"], jnp.asarray(live))
         static = {"rows": len(live), "width": width or self.encoder_width}
         if compile_only:
-            type(self)._step.lower(self, *arguments, **static).compile()
+            self.programs.prepare("step", type(self)._step, self, *arguments, **static)
             return None
-        moving, tokens, log_likelihood = self._step(*arguments, **static)
+        moving, tokens, log_likelihood = self.programs.run(
+            "step", type(self)._step, self, *arguments, **static
+        )
         return {**pool, "moving": moving}, tokens, log_likelihood

@@ -33,6 +33,7 @@ from t5forge.models.decoding import (
     _top_p_threshold,
     first_argmax,
 )
+from t5forge.serving.executables import ExecutableStore
 
 # Per-row top_k is read at run time, so the top-k candidates are taken with this static width.
 TOP_K_LIMIT = 64
@@ -92,9 +93,11 @@ def choose_next(logits, keys, temperature, top_k, top_p):
 class StepDecoder:
     """Starts batches and steps them for one model (`t5forge.api.Model.t5x_model`)."""
 
-    def __init__(self, t5x_model):
+    def __init__(self, t5x_model, programs: ExecutableStore | None = None):
+        """`programs`: where its executables are kept (the server's store; else in memory)."""
         self.model = t5x_model
         self.eos_id = t5x_model.eos_id
+        self.programs = programs or ExecutableStore.in_memory()
 
     # The jitted methods take self as a static argument: decoders of one model share their
     # compilations (a second server on the same model compiles nothing new).
@@ -146,20 +149,23 @@ class StepDecoder:
         (a server's warm-up; decode then reuses them)."""
         batch = next(iter(features.values())).shape[0]
         features, per_row = jax.device_put((features, option_arrays([RowOptions(0)] * batch)))
-        start = type(self)._start.lower(self, params, features, cache_length=cache_length)
-        start.compile()
+        start = self.programs.compile(
+            "generate start", type(self)._start, self, params, features, cache_length=cache_length
+        )
         cache, buffer = start.out_info
-        type(self)._step.lower(
+        self.programs.prepare(
+            "generate step",
+            type(self)._step,
             self,
             params,
             features,
             cache,
             buffer,
-            jnp.zeros((batch,), jnp.int32),
-            jnp.int32(0),
-            **per_row,
+            jax.ShapeDtypeStruct((batch,), jnp.int32),
+            jax.ShapeDtypeStruct((), jnp.int32),
+            *per_row.values(),
             cache_length=cache_length,
-        ).compile()
+        )
 
     def decode(
         self,
@@ -179,21 +185,26 @@ class StepDecoder:
         options = rows + [RowOptions(max_new_tokens=0)] * (batch - len(rows))
         # On the device once, not copied again by every step.
         features, per_row = jax.device_put((features, option_arrays(options)))
-        cache, buffer = self._start(params, features, cache_length=cache_length)
-        token = jnp.zeros((batch,), jnp.int32)
+        cache, buffer = self.programs.run(
+            "generate start", type(self)._start, self, params, features, cache_length=cache_length
+        )
+        token = np.zeros((batch,), np.int32)  # a host array: no program to compile
         results = [Decoded([], 0.0) for _ in rows]
         live = [o.max_new_tokens > 0 for o in rows]
         for step in range(cache_length):
             if not any(live):
                 break
-            token, generated, log_likelihood, cache = self._step(
+            token, generated, log_likelihood, cache = self.programs.run(
+                "generate step",
+                type(self)._step,
+                self,
                 params,
                 features,
                 cache,
                 buffer,
                 token,
                 jnp.int32(step),
-                **per_row,
+                *per_row.values(),  # in _step's order: seeds, temperature, top_k, top_p
                 cache_length=cache_length,
             )
             tokens, generated, log_likelihood = jax.device_get((token, generated, log_likelihood))

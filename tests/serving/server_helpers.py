@@ -29,6 +29,9 @@ TEST_SETTINGS = ServerSettings(
     warmup_num_beams=2,
     max_input_length=16,
     scheduler="continuous",
+    # No stored executables: every test server compiles, as a first start does (the stores
+    # have tests of their own, in temporary directories).
+    compile_cache="",
 )
 
 

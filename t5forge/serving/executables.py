@@ -1,0 +1,262 @@
+"""The server's compiled programs kept on disk, so a restart has every shape in seconds.
+
+JAX's persistent compilation cache alone leaves a restart most of its warm-up: to find a
+program in that cache JAX traces and lowers it first, and for the demo model's 92 shapes at
+batch 8 that was 29 s of a 38 s warm-up (19.5 s tracing, 9 s lowering) against 7.4 s to load
+the same executables serialised with `jax.experimental.serialize_executable` (2-core Xeon under
+a load of ~8; docs/performance.md). So the engine runs every program through a store: a
+program is looked up by its name, static options and argument shapes; on a miss it is lowered
+and compiled (JAX's cache still helps there); after warm-up every executable is written to one
+file per server identity, and the next start loads them without tracing anything.
+
+The identity is everything that can change a program while its arguments keep their shapes:
+t5forge's code, the model's config and weights' shapes and dtypes, the server settings that
+shape programs, jax/jaxlib, XLA flags and JAX's numerics options, the backend and the CPU
+(XLA:CPU compiles for the host's instruction set). The file's name is its digest and the file
+repeats the identity, so an entry made for anything else is refused, never run; a file or entry
+that cannot be read is compiled again; each case is one log line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import json
+import logging
+import os
+import pickle
+import platform
+import threading
+from pathlib import Path
+from typing import Any
+
+import jax
+
+logger = logging.getLogger(__name__)
+
+# Server settings that never reach a program (network, auth, queueing, refusals): a server
+# restarted on another port keeps its executables. Every other field is in the identity.
+_SETTINGS_OUTSIDE_PROGRAMS = frozenset(
+    {
+        "host",
+        "port",
+        "api_key",
+        "max_wait_ms",
+        "max_queue",
+        "max_items",
+        "max_body_bytes",
+        "retry_after_s",
+        "header_timeout_s",
+        "compile_cache",
+        "input_length_policy",
+        "max_num_beams",
+    }
+)
+# JAX options that change the programs traced from the same code.
+_JAX_OPTIONS = (
+    "jax_enable_x64",
+    "jax_default_matmul_precision",
+    "jax_default_prng_impl",
+    "jax_threefry_partitionable",
+    "jax_numpy_rank_promotion",
+)
+
+
+@functools.cache
+def code_digest() -> str:
+    """sha256 of t5forge's Python sources (a code change may change a program)."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@functools.cache
+def cpu_description() -> str:
+    """The CPU's model and instruction-set flags (/proc/cpuinfo), else what platform knows."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        lines = []
+    wanted = ("model name", "flags", "Features", "CPU part")
+    fields = {}
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key.strip() in wanted:
+            fields.setdefault(key.strip(), value.strip())
+    if not fields:
+        return f"{platform.machine()} {platform.processor()}"
+    return "; ".join(f"{key}: {value}" for key, value in sorted(fields.items()))
+
+
+def server_identity(model, settings, params) -> dict[str, str]:
+    """Everything a stored program depends on beyond its argument shapes (see module doc)."""
+    import jaxlib
+
+    device = jax.devices()[0]
+    weights = [
+        (jax.tree_util.keystr(path), tuple(leaf.shape), str(leaf.dtype))
+        for path, leaf in jax.tree_util.tree_leaves_with_path(params)
+    ]
+    program_settings = {
+        field.name: getattr(settings, field.name)
+        for field in dataclasses.fields(settings)
+        if field.name not in _SETTINGS_OUTSIDE_PROGRAMS
+    }
+    t5x_model = model.t5x_model
+    return {
+        "t5forge code": code_digest(),
+        "jax": f"jax {jax.__version__}, jaxlib {jaxlib.version.__version__}",
+        "XLA flags": os.environ.get("XLA_FLAGS", ""),
+        "JAX options": repr({name: getattr(jax.config, name, None) for name in _JAX_OPTIONS}),
+        "backend": f"{device.platform} {device.client.platform_version} {device.device_kind} "
+        f"x{jax.device_count()}",
+        "CPU": cpu_description(),
+        "model": f"{type(t5x_model).__qualname__} {model.config!r} eos {t5x_model.eos_id} "
+        f"max_input_length {model.max_input_length}",
+        "weights": hashlib.sha256(repr(weights).encode()).hexdigest(),
+        "settings": repr(sorted(program_settings.items())),
+    }
+
+
+@contextlib.contextmanager
+def _persistent_cache_hits():
+    """A list that gets an entry for each JAX persistent-cache hit of this thread meanwhile."""
+    hits, thread = [], threading.get_ident()
+
+    def record(event: str, **_) -> None:
+        if event == "/jax/compilation_cache/cache_hits" and threading.get_ident() == thread:
+            hits.append(event)
+
+    jax.monitoring.register_event_listener(record)
+    try:
+        yield hits
+    finally:
+        jax.monitoring.unregister_event_listener(record)
+
+
+def _signature(name: str, arguments: tuple, options: dict) -> str:
+    """A program's name, static options and the shapes/dtypes of its arguments after the
+    first (the weights, fixed by the identity). A program called with another tree of the
+    same shapes is refused by the executable itself, never run on it."""
+    shapes = [(tuple(leaf.shape), str(leaf.dtype)) for leaf in jax.tree.leaves(arguments[1:])]
+    return f"{name} {sorted(options.items())} {shapes}"
+
+
+class ExecutableStore:
+    """Compiled programs of one server identity: in memory, and in `directory` between runs
+    ('' keeps them in memory only)."""
+
+    def __init__(self, directory: str, identity: dict[str, str]):
+        self.identity = identity
+        key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+        self.path = Path(directory) / "serving" / f"{key[:32]}.executables" if directory else None
+        self._compiled: dict[str, Any] = {}
+        self._stored: dict[str, tuple] = {}  # serialised, loaded from disk, not yet used
+        self._serialised: dict[str, tuple] = {}  # the stored form of those taken from disk
+        self._unstorable: set[str] = set()  # read from JAX's persistent cache (see compile)
+        self.loaded = 0  # programs taken from disk
+        self.compiled = 0  # programs compiled here
+
+    @classmethod
+    def in_memory(cls) -> ExecutableStore:
+        """A store kept for this process only (a decoder used outside a server)."""
+        return cls("", {})
+
+    def load(self) -> int:
+        """Reads the stored programs of this identity, if any; how many there are."""
+        if self.path is None or not self.path.exists():
+            return 0
+        try:
+            with open(self.path, "rb") as file:
+                contents = pickle.load(file)
+            identity, programs = contents["identity"], contents["programs"]
+        except Exception as error:  # truncated, damaged or foreign: compile instead
+            logger.warning(
+                "stored executables %s are unreadable (%s); compiling instead", self.path, error
+            )
+            return 0
+        if identity != self.identity:
+            changed = sorted(
+                k for k in {*identity, *self.identity} if identity.get(k) != self.identity.get(k)
+            )
+            logger.warning(
+                "stored executables %s were made for another %s; compiling instead",
+                self.path,
+                ", ".join(changed),
+            )
+            return 0
+        self._stored = programs
+        return len(programs)
+
+    def compile(self, name: str, fn, owner, *arguments, **options):
+        """The executable of `fn` for these arguments: already here, loaded from disk, or
+        lowered and compiled now."""
+        signature = _signature(name, arguments, options)
+        executable = self._compiled.get(signature)
+        if executable is not None:
+            return executable
+        from jax.experimental import serialize_executable
+
+        stored = self._stored.pop(signature, None)
+        if stored is not None:
+            try:
+                executable = serialize_executable.deserialize_and_load(*stored)
+                self._serialised[signature] = stored
+                self.loaded += 1
+            except Exception as error:
+                logger.warning(
+                    "stored executable of %s is unusable (%s); compiling it", name, error
+                )
+        if executable is None:
+            static = (owner,) if owner is not None else ()
+            with _persistent_cache_hits() as hits:
+                executable = fn.lower(*static, *arguments, **options).compile()
+            if hits:
+                # XLA:CPU serialises an executable it loaded without its machine code: the
+                # copy loads, then fails when run ("Function ... not found"). Servers turn
+                # JAX's cache off (t5forge.serving.server); this is for one it reached anyway.
+                self._unstorable.add(signature)
+                logger.info("%s came from JAX's persistent cache; it is not stored", name)
+            self.compiled += 1
+        self._compiled[signature] = executable
+        return executable
+
+    def prepare(self, name: str, fn, owner, *arguments, **options) -> None:
+        """Has the executable ready without running it (`run`'s hook for warm-up)."""
+        self.compile(name, fn, owner, *arguments, **options)
+
+    def run(self, name: str, fn, owner, *arguments, **options):
+        """Runs `fn` through its executable for these arguments. The hook every program
+        call site takes: `fn` jitted, `owner` its static first argument (None for a plain
+        function), keyword `options` static, `arguments` dynamic, the weights first."""
+        return self.compile(name, fn, owner, *arguments, **options)(*arguments)
+
+    def save(self) -> None:
+        """Writes every program of this identity when any was compiled here (atomically: a
+        reader sees the old file or the new one)."""
+        if self.path is None or not self.compiled:
+            return
+        from jax.experimental import serialize_executable
+
+        # Those read from disk are written as they were read (see `compile`).
+        programs = {
+            signature: self._serialised.get(signature) or serialize_executable.serialize(executable)
+            for signature, executable in self._compiled.items()
+            if signature not in self._unstorable
+        }
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        try:
+            with open(partial, "wb") as file:
+                pickle.dump({"identity": self.identity, "programs": programs}, file)
+            os.replace(partial, self.path)
+        except OSError as error:
+            partial.unlink(missing_ok=True)
+            logger.warning("cannot store executables in %s (%s)", self.path, error.strerror)
+            return
+        logger.info("stored %d executables in %s", len(programs), self.path)
