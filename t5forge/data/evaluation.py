@@ -214,9 +214,9 @@ class Evaluator:
             {"inputs": data.text(example, "inputs"), "targets": _json_value(target)}
             for example, target in zip(data.examples, data.targets)
         ]
-        metrics: dict[str, float] = {}
+        outputs = {}  # what each kind of metric reads: predictions, scores
         if task.metric_fns:
-            predictions = [
+            outputs["prediction"] = [
                 task.postprocess(
                     data.vocabulary.decode(np.asarray(tokens).tolist()),
                     example=example,
@@ -224,20 +224,20 @@ class Evaluator:
                 )
                 for tokens, example in zip(data.run(predict_fn), data.examples)
             ]
-            for record, prediction in zip(records, predictions):
-                record["prediction"] = _json_value(prediction)
-            for fn in task.metric_fns:
-                metrics.update(_metric_values(task, fn, data.targets, predictions))
         if task.score_metric_fns:
-            scores = [float(score) for score in data.run(score_fn)]
-            for record, score in zip(records, scores):
-                record["score"] = score
-            for fn in task.score_metric_fns:
-                metrics.update(_metric_values(task, fn, data.targets, scores))
+            outputs["score"] = [float(score) for score in data.run(score_fn)]
+        for field, values in outputs.items():
+            for record, value in zip(records, values):
+                record[field] = _json_value(value)
+        # Written before the metrics run: a metric that fails leaves what the model said.
         storage.write_atomically(
             self.output_dir / f"{task.name}-predictions.jsonl",
             "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records),
         )
+        metrics: dict[str, float] = {}
+        for fns, field in ((task.metric_fns, "prediction"), (task.score_metric_fns, "score")):
+            for fn in fns:
+                metrics.update(_metric_values(task, fn, data.targets, outputs[field]))
         with (self.output_dir / f"{task.name}-metrics.jsonl").open("a", encoding="utf-8") as f:
             f.write(json.dumps({"step": step, "metrics": metrics}) + "\n")
         return metrics

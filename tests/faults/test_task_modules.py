@@ -213,6 +213,9 @@ def test_eval_with_a_metric_that_misbehaves(faults, trained, module_dir, tmp_pat
     )
     line = error_line(result)
     assert "task 'with_metric', metric user_metric" in line and BAD_METRICS[case][1] in line
+    # What the model said is kept for the user debugging the metric.
+    rows = (tmp_path / "eval" / "with_metric-predictions.jsonl").read_text().splitlines()
+    assert len(rows) == 4 and all('"prediction": ' in row for row in rows)
 
 
 @pytest.mark.slow
