@@ -14,10 +14,9 @@ p99 time to first token (TTFT) and latency, and requests not answered within --t
 scheduler runs in its own `t5forge serve` process, one after the other, and its ready time is
 recorded.
 
-Start-up comes first, for the models in --startup_models: `t5forge serve --checkpoint DIR` with
-default settings (only the port, the compilation cache directory and the log level given), once
-with an empty compilation cache and then --restarts times with the cache that start filled;
-the median restart is what an operator's restart costs (issue 28: at most 30 s).
+Start-up comes first, for the models in --startup_models: benchmarks/serve_startup.py's first
+start on an empty compile cache and --restarts restarts on the one it filled, each timed to
+ready and to every shape compiled; the median restart is what an operator's restart costs.
 
 Then the same load goes to the peer, benchmarks/serve_ct2.py in a process of its own: the same
 Hugging Face weights converted by CTranslate2's TransformersConverter (benchmarks/decode.py's
@@ -56,6 +55,7 @@ sys.path.insert(0, str(ROOT))
 import decode  # noqa: E402  (same directory: CTranslate2's conversion of the same weights)
 import harness  # noqa: E402  (same directory)
 import serve  # noqa: E402  (same directory: the models, vocabulary, sentences, server process)
+import serve_startup  # noqa: E402  (same directory)
 
 PLOT = ROOT / "docs" / "images" / "serve_load.png"
 SCHEDULERS = ("continuous", "static")
@@ -211,25 +211,6 @@ def _schedulers(bench, name: str, model_dir: Path, scratch: Path, rates, sentenc
                 reference = _greedy_tokens(url, checks)
             levels[scheduler] = _levels(bench, name, scheduler, url, pid, rates, sentences, args)
     return levels, reference
-
-
-def _startup(bench, name: str, model_dir: Path, scratch: Path, restarts: int) -> None:
-    """Default settings: a first start with an empty compilation cache, then `restarts`
-    restarts with the cache it filled; the ready times and the median restart."""
-    flags = ["--compile_cache", str(scratch / f"compile_cache_{name}_default"),
-             "--log_level", "warning"]  # fmt: skip
-    times = []
-    for start in range(1 + restarts):
-        with serve.server_process(model_dir, flags) as (_, ready, _):
-            times.append(ready)
-            kind = "restart, compile cache filled" if start else "first start, empty cache"
-            print(f"{name}, default settings: ready in {ready:.1f} s ({kind})", flush=True)
-    bench.settings[f"ready_s {name} default first start"] = times[0]
-    if restarts:
-        bench.settings[f"ready_s {name} default restarts"] = times[1:]
-        median = float(np.median(times[1:]))
-        bench.settings[f"ready_s {name} default restart median"] = median
-        print(f"{name}, default settings: median restart {median:.1f} s of {restarts}", flush=True)
 
 
 def _peer(
@@ -397,7 +378,7 @@ def main() -> int:
             print(f"{name}: {serve.MODELS[name]}", flush=True)
             model_dir = serve.write_model(name, Path(scratch), vocab)
             if name in args.startup_models:
-                _startup(bench, name, model_dir, Path(scratch), args.restarts)
+                serve_startup.time_startups(bench, name, model_dir, Path(scratch), args.restarts)
             levels[name] = _model(
                 bench, name, model_dir, vocab, Path(scratch), rates[name], sentences, args
             )

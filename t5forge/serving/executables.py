@@ -238,9 +238,16 @@ class ExecutableStore:
 
     def save(self) -> None:
         """Writes every program of this identity when any was compiled here (atomically: a
-        reader sees the old file or the new one)."""
-        if self.path is None or not self.compiled:
-            return
+        reader sees the old file or the new one), then lets go of the serialised copies read
+        from disk (22 MB for the demo model at 2 slots, 44 shapes; the loaded programs stay)."""
+        try:
+            if self.path is not None and self.compiled:
+                self._write()
+        finally:
+            self._stored.clear()
+            self._serialised.clear()
+
+    def _write(self) -> None:
         from jax.experimental import serialize_executable
 
         # Those read from disk are written as they were read (see `compile`).
