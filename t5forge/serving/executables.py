@@ -3,11 +3,11 @@
 JAX's persistent compilation cache alone leaves a restart most of its warm-up: to find a
 program in that cache JAX traces and lowers it first, and for the demo model's 92 shapes at
 batch 8 that was 29 s of a 38 s warm-up (19.5 s tracing, 9 s lowering) against 7.4 s to load
-the same executables serialised with `jax.experimental.serialize_executable` (2-core AMD EPYC under
-a load of ~8; docs/performance.md). So the engine runs every program through a store: a
+the same executables serialised with `jax.experimental.serialize_executable` (2-core AMD EPYC
+under a load of ~8; docs/performance.md). So the engine runs every program through a store: a
 program is looked up by its name, static options and argument shapes; on a miss it is lowered
-and compiled (JAX's cache still helps there); after warm-up every executable is written to one
-file per server identity, and the next start loads them without tracing anything.
+and compiled; after warm-up every executable is written to one file per server identity, and
+the next start loads them without tracing anything.
 
 The identity is everything that can change a program while its arguments keep their shapes:
 t5forge's code, the model's config and weights' shapes and dtypes, the server settings that
