@@ -37,10 +37,13 @@ def _mappings() -> list[tuple[str, str]]:
 
 def mapped_location(path: str) -> str:
     """Where `path` is read: under the local folder of the longest matching prefix of
-    $T5FORGE_VOCAB_MAP (on a path-component boundary), else `path` itself."""
+    $T5FORGE_VOCAB_MAP (on a path-component boundary; a prefix that is the whole path maps
+    the file itself), else `path` itself."""
     for prefix, folder in _mappings():
-        if path == prefix or path.startswith(prefix + "/"):
-            return os.path.join(folder, path[len(prefix) :].lstrip("/"))
+        if path == prefix:
+            return folder
+        if path.startswith(prefix + "/"):
+            return os.path.join(folder, path[len(prefix) + 1 :])
     return path
 
 

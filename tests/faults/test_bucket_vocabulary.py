@@ -134,6 +134,7 @@ def test_a_wrong_vocabulary_map_is_one_line(faults, user_dir, tmp_path, case):
         ),
         ("gs://t5-data/vocab=/v", README_VOCABULARY, README_VOCABULARY),  # not a folder of it
         ("", README_VOCABULARY, README_VOCABULARY),
+        (f"{README_VOCABULARY}=/v/spm.model", README_VOCABULARY, "/v/spm.model"),  # one file
     ],
 )
 def test_the_longest_mapped_folder_wins(monkeypatch, mapping, path, read_from):
