@@ -11,11 +11,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import t5forge
-
-# Code that is not the user's: the interpreter's and the environment's, and t5forge itself.
+# Code that is not the user's: the interpreter's and the environment's, and t5forge itself
+# (the package this file is in).
 _LIBRARY_DIRS = tuple(
-    str(Path(p).resolve()) for p in {sys.prefix, sys.base_prefix, Path(t5forge.__file__).parent}
+    str(Path(p).resolve()) for p in {sys.prefix, sys.base_prefix, Path(__file__).parent}
 )
 
 

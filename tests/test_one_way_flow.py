@@ -16,7 +16,7 @@ TINY_GIN = PACKAGE / "configs" / "models" / "t5_1_1" / "tiny.gin"
 # t5forge/ it belongs to) and units of lower layers; units sharing a layer never import each
 # other. "t5forge" is the package itself (t5forge.load, t5forge.train, ..., __version__).
 LAYERS = [
-    ("errors", "version", "host_memory"),
+    ("errors", "version", "host_memory", "user_code"),
     ("storage", "compile_cache"),
     ("data", "models", "event_files"),
     ("training", "seqio", "tasks"),
