@@ -55,7 +55,7 @@ def _rope_theta(stack: dict) -> float:
     return float(rope.get("rope_theta", stack.get("rope_theta", 10000.0)))
 
 
-def _check_stack(name: str, stack: dict) -> None:
+def check_stack(name: str, stack: dict) -> None:
     activation = stack.get("hidden_activation", _ACTIVATION)
     if activation != _ACTIVATION:
         raise ConfigError(
@@ -88,7 +88,7 @@ def config_from_hf(hf_config: dict) -> T5Config:
             "T5Gemma config.json needs 'encoder' and 'decoder' sub-configs; this one lacks them"
         )
     for name, stack in (("encoder", encoder), ("decoder", decoder)):
-        _check_stack(name, stack)
+        check_stack(name, stack)
     for key in _SHARED_BY_STACKS:
         if encoder.get(key) != decoder.get(key):
             raise ConfigError(
@@ -147,6 +147,12 @@ def _refuse_unexportable(config: T5Config) -> None:
         "logits_scaled": False,
         "is_decoder_only": False,
         "scale_attn_logits": False,
+        # T5Gemma 2's switches
+        "qk_norm": False,
+        "rope_local_theta": None,
+        "encoder_window": "symmetric",
+        "merged_attention": False,
+        "eoi_token_id": None,
     }
     for name, value in needed.items():
         if getattr(config, name) != value:
@@ -211,17 +217,17 @@ def config_to_hf(config: T5Config) -> dict:
     }
 
 
-def _linear(hf_name: str, path: tuple, fan_in: int, fan_out: int) -> tuple:
+def linear_entry(hf_name: str, path: tuple, fan_in: int, fan_out: int) -> tuple:
     return (f"{hf_name}.weight", path + ("kernel",), (fan_in, fan_out), True)
 
 
-def _attention_entries(hf_prefix: str, path: tuple, config: T5Config, kv_width: int):
+def attention_entries(hf_prefix: str, path: tuple, config: T5Config, kv_width: int):
     """q/k/v/o of one attention; keys and values project `kv_width` (the encoder's, across)."""
     inner, kv_inner = config.num_heads * config.head_dim, config.kv_heads * config.head_dim
-    yield _linear(f"{hf_prefix}.q_proj", path + ("query",), config.emb_dim, inner)
-    yield _linear(f"{hf_prefix}.k_proj", path + ("key",), kv_width, kv_inner)
-    yield _linear(f"{hf_prefix}.v_proj", path + ("value",), kv_width, kv_inner)
-    yield _linear(f"{hf_prefix}.o_proj", path + ("out",), inner, config.emb_dim)
+    yield linear_entry(f"{hf_prefix}.q_proj", path + ("query",), config.emb_dim, inner)
+    yield linear_entry(f"{hf_prefix}.k_proj", path + ("key",), kv_width, kv_inner)
+    yield linear_entry(f"{hf_prefix}.v_proj", path + ("value",), kv_width, kv_inner)
+    yield linear_entry(f"{hf_prefix}.o_proj", path + ("out",), inner, config.emb_dim)
 
 
 def _stack_entries(stack: str, config: T5Config, encoder_width: int) -> Iterator[tuple]:
@@ -252,7 +258,7 @@ def _stack_entries(stack: str, config: T5Config, encoder_width: int) -> Iterator
                     False,
                 )
             kv_width = encoder_width if hf_attention == "cross_attn" else config.emb_dim
-            yield from _attention_entries(
+            yield from attention_entries(
                 f"{hf_layer}.{hf_attention}", layer + (attention,), config, kv_width
             )
         for side in ("pre", "post"):
@@ -263,9 +269,15 @@ def _stack_entries(stack: str, config: T5Config, encoder_width: int) -> Iterator
                 False,
             )
         mlp = layer + ("mlp",)
-        yield _linear(f"{hf_layer}.mlp.gate_proj", mlp + ("wi_0",), config.emb_dim, config.mlp_dim)
-        yield _linear(f"{hf_layer}.mlp.up_proj", mlp + ("wi_1",), config.emb_dim, config.mlp_dim)
-        yield _linear(f"{hf_layer}.mlp.down_proj", mlp + ("wo",), config.mlp_dim, config.emb_dim)
+        yield linear_entry(
+            f"{hf_layer}.mlp.gate_proj", mlp + ("wi_0",), config.emb_dim, config.mlp_dim
+        )
+        yield linear_entry(
+            f"{hf_layer}.mlp.up_proj", mlp + ("wi_1",), config.emb_dim, config.mlp_dim
+        )
+        yield linear_entry(
+            f"{hf_layer}.mlp.down_proj", mlp + ("wo",), config.mlp_dim, config.emb_dim
+        )
     yield (f"{hf_stack}.norm.weight", (stack, f"{stack}_norm", "scale"), (config.emb_dim,), False)
 
 
@@ -277,7 +289,7 @@ def _tensor_map(config: T5Config) -> list[tuple[str, tuple, tuple, bool]]:
     entries += _stack_entries("decoder", config, encoder.emb_dim)
     if not config.logits_via_embedding:
         entries.append(
-            _linear(
+            linear_entry(
                 "lm_head.out_proj", ("decoder", "logits_dense"), config.emb_dim, config.vocab_size
             )
         )

@@ -472,11 +472,12 @@ def load_hf_dir(path, config: T5Config | None = None) -> tuple[T5Config, dict]:
     except json.JSONDecodeError as error:
         raise CheckpointError(f"{config_file} is not valid JSON: {error}") from error
     state_dict = _read_state_dict(path)
-    if hf_config.get("model_type") == "t5gemma":
-        from t5forge.interop import hf_t5gemma
+    if hf_config.get("model_type") in ("t5gemma", "t5gemma2"):
+        from t5forge.interop import hf_t5gemma, hf_t5gemma2
 
-        config = config or hf_t5gemma.config_from_hf(hf_config)
-        return config, hf_t5gemma.params_from_hf_state_dict(state_dict, config)
+        family = hf_t5gemma if hf_config["model_type"] == "t5gemma" else hf_t5gemma2
+        config = config or family.config_from_hf(hf_config)
+        return config, family.params_from_hf_state_dict(state_dict, config)
     config = config or config_from_hf(hf_config, state_dict)
     return config, params_from_hf_state_dict(state_dict, config)
 
@@ -486,15 +487,19 @@ def save_hf_dir(params: dict, config: T5Config, path, vocab_path=None, extra_ids
 
     With `vocab_path` the SentencePiece model is copied as spiece.model and
     tokenizer_config.json records its `extra_ids` (transformers would otherwise assume 100).
-    A T5Gemma config (hf_t5gemma.describes) is written as model_type 't5gemma', its vocabulary
-    as Gemma's tokenizer.model.
+    A T5Gemma (2) config (hf_t5gemma.describes, hf_t5gemma2.describes) is written as model_type
+    't5gemma' ('t5gemma2'), its vocabulary as Gemma's tokenizer.model.
     """
     from safetensors.numpy import save_file
 
-    from t5forge.interop import hf_t5gemma
+    from t5forge.interop import hf_t5gemma, hf_t5gemma2
 
     path = Path(path)
-    family = hf_t5gemma if hf_t5gemma.describes(config) else sys.modules[__name__]
+    family = sys.modules[__name__]
+    if hf_t5gemma2.describes(config):
+        family = hf_t5gemma2
+    elif hf_t5gemma.describes(config):
+        family = hf_t5gemma
     hf_config = family.config_to_hf(config)  # refusals before anything is written
     state_dict = family.params_to_hf_state_dict(params, config)
     path.mkdir(parents=True, exist_ok=True)
@@ -502,7 +507,7 @@ def save_hf_dir(params: dict, config: T5Config, path, vocab_path=None, extra_ids
     with storage.replaced_atomically(path / "model.safetensors") as temporary:
         save_file(state_dict, str(temporary), metadata={"format": "pt"})
     if vocab_path is not None:
-        gemma = family is hf_t5gemma
+        gemma = family in (hf_t5gemma, hf_t5gemma2)
         vocab_name = hf_t5gemma.TOKENIZER_FILE if gemma else "spiece.model"
         with storage.replaced_atomically(path / vocab_name) as temporary:
             shutil.copyfile(vocab_path, temporary)

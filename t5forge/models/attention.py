@@ -22,6 +22,7 @@ accumulated and softmaxed in float32 whatever the compute dtype.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -107,8 +108,11 @@ def soft_cap(logits, cap: float | None):
     return jnp.tanh(logits / cap) * cap
 
 
-def explicit_attention(query, key, value, bias, dropout=None, softcap=None):
-    """softmax(cap(q k^T) + bias) v written out; `dropout` (a callable) applies to the weights."""
+def explicit_attention(query, key, value, bias, dropout=None, softcap=None, with_lse=False):
+    """softmax(cap(q k^T) + bias) v written out; `dropout` (a callable) applies to the weights.
+
+    `with_lse` also returns the logits' log-sum-exp [b, q, h] (see merge_attention_parts).
+    """
     logits = jnp.einsum("bhqd,bhkd->bhqk", query, key, preferred_element_type=jnp.float32)
     logits = soft_cap(logits, softcap)
     if bias is not None:
@@ -116,20 +120,37 @@ def explicit_attention(query, key, value, bias, dropout=None, softcap=None):
     weights = jax.nn.softmax(logits).astype(value.dtype)
     if dropout is not None:
         weights = dropout(weights)
-    return jnp.einsum("bhqk,bhkd->bqhd", weights, value)
+    context = jnp.einsum("bhqk,bhkd->bqhd", weights, value)
+    if with_lse:
+        return context, jax.nn.logsumexp(logits, axis=-1).transpose(0, 2, 1)
+    return context
 
 
-def cached_attention(query, key, value, bias, softcap=None):
+def merge_attention_parts(parts):
+    """One softmax over several key sets from each set's own attention: [(context [N, q, H,
+    D], log-sum-exp [N, q, H]), ...] -> the context of attending to all their keys at once
+    (T5Gemma 2's decoder attends to its own positions and the encoder's in one softmax)."""
+    top = functools.reduce(jnp.maximum, [lse for _, lse in parts])
+    weights = [jnp.exp(lse - top)[..., None] for _, lse in parts]
+    total = functools.reduce(jnp.add, weights)
+    merged = functools.reduce(
+        jnp.add, [w * context.astype(jnp.float32) for w, (context, _) in zip(weights, parts)]
+    )
+    return (merged / total).astype(parts[0][0].dtype)
+
+
+def cached_attention(query, key, value, bias, softcap=None, with_lse=False):
     """Attention of decoding queries [B, H, q, D] over a heads-major cache [B, H, k, D].
 
     What one decoding step runs: q is 1, or the number of decodes (beams, samples) sharing
     one input's encoder memory. The cache is read as it lies (a fused kernel's layout would
     transpose it every step). With q > 1, batch and heads are folded into one batch axis:
     XLA:CPU runs that dot about 3x faster than the same einsum with two batch axes, while at
-    q = 1 the einsum is as fast. Returns [B, q, H, D]; float32 logits and softmax.
+    q = 1 the einsum is as fast. Returns [B, q, H, D]; float32 logits and softmax (and the
+    log-sum-exp [B, q, H] `with_lse`).
     """
     if query.shape[2] == 1:
-        return explicit_attention(query, key, value, bias, softcap=softcap)
+        return explicit_attention(query, key, value, bias, softcap=softcap, with_lse=with_lse)
     batch, heads, queries, head_dim = query.shape
     flat = (batch * heads, -1, head_dim)
     logits = jax.lax.dot_general(
@@ -147,10 +168,13 @@ def cached_attention(query, key, value, bias, softcap=None):
         value.reshape(flat),
         (((2,), (1,)), ((0,), (0,))),
     )
-    return context.reshape(batch, heads, queries, head_dim).transpose(0, 2, 1, 3)
+    context = context.reshape(batch, heads, queries, head_dim).transpose(0, 2, 1, 3)
+    if with_lse:
+        return context, jax.nn.logsumexp(logits, axis=-1).transpose(0, 2, 1)
+    return context
 
 
-def slot_attention(query, key, value, bias, softcap=None):
+def slot_attention(query, key, value, bias, softcap=None, with_lse=False):
     """One decoding step's self-attention when each position may lie in another row's cache.
 
     query [G, H, R, D] holds the R decodes of each of G inputs; key/value [G * S, H, L, D] the
@@ -160,11 +184,12 @@ def slot_attention(query, key, value, bias, softcap=None):
     they reorder. Every decode is scored against all S rows of its input (S times the work
     of cached_attention's dots, which are small next to the step's projections) and the
     softmax runs over rows and positions together. With S = 1 every row reads its own cache:
-    that is cached_attention. Returns [G, R, H, D]; float32 logits and softmax.
+    that is cached_attention. Returns [G, R, H, D]; float32 logits and softmax (and the
+    log-sum-exp [G, R, H] `with_lse`).
     """
     slots = bias.shape[1]
     if slots == 1:
-        return cached_attention(query, key, value, bias[:, 0], softcap)
+        return cached_attention(query, key, value, bias[:, 0], softcap, with_lse)
     groups, heads, queries, head_dim = query.shape
     length = key.shape[2]
     flat = (groups * slots * heads, -1, head_dim)
@@ -175,14 +200,18 @@ def slot_attention(query, key, value, bias, softcap=None):
         (((2,), (2,)), ((0,), (0,))),
         preferred_element_type=jnp.float32,
     ).reshape(groups, slots, heads, queries, length)
-    weights = jax.nn.softmax(soft_cap(logits, softcap) + bias.astype(jnp.float32), axis=(1, 4))
+    logits = soft_cap(logits, softcap) + bias.astype(jnp.float32)
+    weights = jax.nn.softmax(logits, axis=(1, 4))
     context = jax.lax.dot_general(
         weights.astype(value.dtype).reshape(groups * slots * heads, queries, length),
         value.reshape(flat),
         (((2,), (1,)), ((0,), (0,))),
         preferred_element_type=jnp.float32,
     ).reshape(groups, slots, heads, queries, head_dim)
-    return jnp.sum(context, axis=1).astype(value.dtype).transpose(0, 2, 1, 3)
+    context = jnp.sum(context, axis=1).astype(value.dtype).transpose(0, 2, 1, 3)
+    if with_lse:
+        return context, jax.nn.logsumexp(logits, axis=(1, 4)).transpose(0, 2, 1)
+    return context
 
 
 def attend(

@@ -40,7 +40,15 @@ GEMMA_SWITCHES = (
     "scale_embeddings",
     "decoder_start_token_id",
     "encoder_overrides",
+    "qk_norm",
+    "rope_local_theta",
+    "encoder_window",
+    "merged_attention",
+    "eoi_token_id",
 )
+# How an encoder's sliding window lies around its query: |q - k| <= W (T5Gemma), or W keys of
+# which (W + 1) // 2 at or before the query (T5Gemma 2).
+ENCODER_WINDOWS = ("symmetric", "split")
 # The widths an encoder may hold apart from the decoder (T5Gemma 9b-2b: a 9b encoder, 2b decoder).
 ENCODER_OVERRIDABLE = ("emb_dim", "num_heads", "num_kv_heads", "head_dim", "mlp_dim")
 
@@ -107,6 +115,15 @@ class T5Config:
     # (field, value) pairs where the encoder's widths differ from the decoder's (the fields
     # above are the decoder's); the decoder's cross-attention projects the encoder's width.
     encoder_overrides: tuple[tuple[str, int], ...] = ()
+    # T5Gemma 2's (Gemma 3's) switches: RMSNorms over head_dim on queries and keys; another RoPE
+    # base for sliding layers (None: rope_theta); the encoder window's shape (ENCODER_WINDOWS);
+    # the decoder attending to its own positions and the encoder's in one softmax with one set
+    # of projections; a token (end of image) embedded by a learned vector of its own.
+    qk_norm: bool = False
+    rope_local_theta: float | None = None
+    encoder_window: str = "symmetric"
+    merged_attention: bool = False
+    eoi_token_id: int | None = None
 
     def __post_init__(self):
         # gin and JSON hand us lists; the config must stay hashable (it is a static jit argument).
@@ -187,6 +204,7 @@ class T5Config:
             )
         for name in (
             "rope_theta",
+            "rope_local_theta",
             "query_pre_attn_scalar",
             "attn_logit_softcap",
             "final_logit_softcap",
@@ -253,11 +271,24 @@ class T5Config:
                 f"T5Config.encoder_overrides has {unknown}; the encoder may differ only in "
                 f"{ENCODER_OVERRIDABLE}"
             )
-        if self.encoder_overrides and not self.separate_embeddings:
+        overridden = dict(self.encoder_overrides)
+        if "emb_dim" in overridden and not self.separate_embeddings:
             raise ConfigError(
-                "T5Config.encoder_overrides needs separate_embeddings=True: a shared embedding "
-                "has one width"
+                "T5Config.encoder_overrides' emb_dim needs separate_embeddings=True: a shared "
+                "embedding has one width"
             )
+        if self.encoder_window not in ENCODER_WINDOWS:
+            raise ConfigError(
+                f"T5Config.encoder_window must be one of {ENCODER_WINDOWS}, "
+                f"got {self.encoder_window!r}"
+            )
+        if self.merged_attention and (self.is_decoder_only or "emb_dim" in overridden):
+            raise ConfigError(
+                "T5Config.merged_attention needs an encoder-decoder whose encoder has the "
+                "decoder's width (one set of projections reads both)"
+            )
+        if self.rope_local_theta is not None and self.rope_theta is None:
+            raise ConfigError("T5Config.rope_local_theta needs rope_theta (the full layers' base)")
         if self.encoder_overrides:
             self.encoder_config()  # validates the encoder's widths
 

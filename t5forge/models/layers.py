@@ -18,7 +18,12 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from t5forge.models import axes
-from t5forge.models.attention import attend, cached_attention, slot_attention
+from t5forge.models.attention import (
+    attend,
+    cached_attention,
+    merge_attention_parts,
+    slot_attention,
+)
 from t5forge.models.rope import apply_rope
 
 # Large enough to zero a softmax weight, small enough to stay finite in bfloat16.
@@ -137,13 +142,14 @@ class RMSNorm(nn.Module):
     dtype: jnp.dtype = jnp.float32
     epsilon: float = LAYER_NORM_EPSILON
     zero_centered: bool = False
+    axis_name: str = axes.EMBED  # the logical axis of what is normalised (KV: QK-norm)
 
     @nn.compact
     def __call__(self, x):
         init = nn.initializers.zeros if self.zero_centered else nn.initializers.ones
         scale = self.param(
             "scale",
-            nn.with_logical_partitioning(init, (axes.EMBED,)),
+            nn.with_logical_partitioning(init, (self.axis_name,)),
             (x.shape[-1],),
             jnp.float32,
         )
@@ -157,13 +163,16 @@ class RMSNorm(nn.Module):
 class Embed(nn.Module):
     """A token embedding; `attend` turns it into tied output logits (float32).
 
-    `scaled` multiplies the looked-up vectors by sqrt(features) (Gemma), not the tied logits.
+    `scaled` multiplies the looked-up vectors by sqrt(features) (Gemma), not the tied logits;
+    `special_token_id` is embedded by a learned vector of its own, `eoi_embedding` (T5Gemma 2's
+    end of image), unscaled.
     """
 
     num_embeddings: int
     features: int
     dtype: jnp.dtype = jnp.float32
     scaled: bool = False
+    special_token_id: int | None = None
 
     def setup(self):
         self.embedding = self.param(
@@ -174,12 +183,22 @@ class Embed(nn.Module):
             (self.num_embeddings, self.features),
             jnp.float32,
         )
+        if self.special_token_id is not None:
+            self.eoi_embedding = self.param(
+                "eoi_embedding",
+                nn.with_logical_partitioning(nn.initializers.zeros, (axes.EMBED,)),
+                (self.features,),
+                jnp.float32,
+            )
 
     def __call__(self, token_ids):
         """Embedding vectors [..., features] of token_ids, in the activation dtype."""
         vectors = jnp.take(self.embedding, token_ids, axis=0).astype(self.dtype)
         if self.scaled:
             vectors = vectors * jnp.asarray(self.features**0.5, self.dtype)
+        if self.special_token_id is not None:
+            special = (token_ids == self.special_token_id)[..., None]
+            vectors = jnp.where(special, self.eoi_embedding.astype(self.dtype), vectors)
         return vectors
 
     def attend(self, x):
@@ -263,6 +282,23 @@ def decoder_self_mask(length: int, valid=None, segment_ids=None, causal_attentio
     return mask
 
 
+# Where a merged attention keeps the encoder's keys/values: under cross-attention's module name,
+# so decoding shares them between the decodes of one input as it shares cross-attention's.
+MEMORY_NAME = "encoder_decoder_attention"
+
+
+class MemoryCache(nn.Module):
+    """The 'cache' entries `key`/`value` of a fixed memory, for a module that also has a cache
+    of its own (MultiHeadAttention.merged)."""
+
+    def store(self, key, value):
+        self.put_variable("cache", "key", key)
+        self.put_variable("cache", "value", value)
+
+    def read(self):
+        return self.get_variable("cache", "key"), self.get_variable("cache", "value")
+
+
 class MultiHeadAttention(nn.Module):
     """Dot-product attention with T5X's q/k/v/out kernels and an optional key/value cache.
 
@@ -289,6 +325,9 @@ class MultiHeadAttention(nn.Module):
     query_scale: float | None = None
     softcap: float | None = None
     rope_theta: float | None = None
+    qk_norm: bool = False  # RMSNorms over head_dim on queries and keys (T5Gemma 2)
+    norm_epsilon: float = LAYER_NORM_EPSILON
+    zero_centered_norm: bool = False
 
     @property
     def _kv_heads(self) -> int:
@@ -307,6 +346,11 @@ class MultiHeadAttention(nn.Module):
         self.value = Dense(kv_inner, (axes.EMBED, axes.JOINED_KV), self.dtype)
         self.out = Dense(self.emb_dim, (axes.JOINED_KV, axes.EMBED), self.dtype)
         self.dropout = Dropout(self.dropout_rate)
+        if self.qk_norm:
+            norm = (self.dtype, self.norm_epsilon, self.zero_centered_norm, axes.KV)
+            self.query_norm, self.key_norm = RMSNorm(*norm), RMSNorm(*norm)
+        # The encoder's keys/values of a merged attention (`merged`), as cross-attention's.
+        self.memory = MemoryCache(name=MEMORY_NAME)
 
     def _heads(self, x, names: tuple[str, ...], positions=None) -> list:
         """Projections of x [B, T, E] by the `names` kernels, each [B, heads, T, head_dim]
@@ -319,6 +363,9 @@ class MultiHeadAttention(nn.Module):
             )
             for name, y in zip(names, projections, strict=True)
         ]
+        if self.qk_norm:  # before the scale and the rotation, as Gemma 3
+            norms = {"query": self.query_norm, "key": self.key_norm}
+            heads = [norms[n](h) if n in norms else h for n, h in zip(names, heads, strict=True)]
         scale = self.head_dim**-0.5 if self.scale_logits else self.query_scale
         if scale is not None and names[0] == "query":  # scales q k^T on every path
             heads[0] = heads[0] * jnp.asarray(scale, heads[0].dtype)
@@ -400,41 +447,57 @@ class MultiHeadAttention(nn.Module):
         read only, and it may hold one memory per input [B, ...] for N = B * k rows (k decodes
         of each input).
         """
+        if index is not None:
+            query, key, value = self._write_step(inputs_q, index, write)
+            return self._attend_slots(query, key, value, bias)
         key = self.get_variable("cache", "key")
         value = self.get_variable("cache", "value")
-        if index is not None:
-            query, new_key, new_value = self._heads(
-                inputs_q, ("query", "key", "value"), jnp.reshape(index, (1,))
-            )
-            if write is not None:
-                keep = write[:, None, None, None]
-                start = (0, 0, index, 0)
-                old_key = jax.lax.dynamic_slice(key, start, new_key.shape)
-                old_value = jax.lax.dynamic_slice(value, start, new_value.shape)
-                new_key = jnp.where(keep, new_key, old_key)
-                new_value = jnp.where(keep, new_value, old_value)
-            key = jax.lax.dynamic_update_slice(key, new_key.astype(key.dtype), (0, 0, index, 0))
-            value = jax.lax.dynamic_update_slice(
-                value, new_value.astype(value.dtype), (0, 0, index, 0)
-            )
-            self.put_variable("cache", "key", key)
-            self.put_variable("cache", "value", value)
-            return self._attend_slots(query, key, value, bias)
         return self._attend_cache(inputs_q, key, value, bias)
+
+    def _write_step(self, inputs_q, index, write):
+        """(query, keys, values) of one decoding step: its key/value written into the cache
+        at `index` (for rows where `write` is true, see decode_step)."""
+        key = self.get_variable("cache", "key")
+        value = self.get_variable("cache", "value")
+        query, new_key, new_value = self._heads(
+            inputs_q, ("query", "key", "value"), jnp.reshape(index, (1,))
+        )
+        if write is not None:
+            keep = write[:, None, None, None]
+            start = (0, 0, index, 0)
+            old_key = jax.lax.dynamic_slice(key, start, new_key.shape)
+            old_value = jax.lax.dynamic_slice(value, start, new_value.shape)
+            new_key = jnp.where(keep, new_key, old_key)
+            new_value = jnp.where(keep, new_value, old_value)
+        key = jax.lax.dynamic_update_slice(key, new_key.astype(key.dtype), (0, 0, index, 0))
+        value = jax.lax.dynamic_update_slice(value, new_value.astype(value.dtype), (0, 0, index, 0))
+        self.put_variable("cache", "key", key)
+        self.put_variable("cache", "value", value)
+        return query, key, value
 
     def _attend_slots(self, query, key, value, bias):
         """Each row's query [rows, heads, 1, head_dim] over its group's self-attention caches
         (attention.slot_attention)."""
+        context = self._slots_context(query, key, value, bias)
+        return self._project_context(context.reshape(context.shape[:2] + (-1,)))
+
+    def _slots_context(self, query, key, value, bias, with_lse=False):
+        """slot_attention's context [rows, 1, heads, head_dim] (and log-sum-exp [rows, 1,
+        heads] `with_lse`) for queries [rows, heads, 1, head_dim]."""
         rows, slots = query.shape[0], bias.shape[1]
         query = query.reshape(rows // slots, slots, self.num_heads, self.head_dim)
-        context = slot_attention(
+        out = slot_attention(
             query.transpose(0, 2, 1, 3),
             self._all_heads(key),
             self._all_heads(value),
             bias,
             self.softcap,
+            with_lse,
         )
-        return self._project_context(context.reshape(rows, 1, self.num_heads * self.head_dim))
+        if not with_lse:
+            return out.reshape(rows, 1, self.num_heads, self.head_dim)
+        context, lse = out
+        return context.reshape(rows, 1, self.num_heads, self.head_dim), lse.reshape(rows, 1, -1)
 
     def _attend_cache(self, inputs_q, key, value, bias):
         """One query per row over a heads-major cache (attention.cached_attention).
@@ -442,17 +505,65 @@ class MultiHeadAttention(nn.Module):
         The k decodes of one input (beams, samples) that share a memory are folded into the
         query axis, so the memory is read once per input, not k times.
         """
-        rows, memories = inputs_q.shape[0], key.shape[0]
         (query,) = self._heads(inputs_q, ("query",))  # [rows, heads, 1, head_dim]
+        context = self._cache_context(query, key, value, bias)
+        return self._project_context(context.reshape(context.shape[:2] + (-1,)))
+
+    def _cache_context(self, query, key, value, bias, with_lse=False):
+        """cached_attention's context [rows, 1, heads, head_dim] (and log-sum-exp [rows, 1,
+        heads] `with_lse`) for queries [rows, heads, 1, head_dim] over per-input memories."""
+        rows, memories = query.shape[0], key.shape[0]
         query = query.reshape(memories, rows // memories, self.num_heads, self.head_dim)
-        context = cached_attention(
+        out = cached_attention(
             query.transpose(0, 2, 1, 3),
             self._all_heads(key),
             self._all_heads(value),
             bias,
             self.softcap,
+            with_lse,
         )
-        return self._project_context(context.reshape(rows, 1, self.num_heads * self.head_dim))
+        if not with_lse:
+            return out.reshape(rows, 1, self.num_heads, self.head_dim)
+        context, lse = out
+        return context.reshape(rows, 1, self.num_heads, self.head_dim), lse.reshape(rows, 1, -1)
+
+    # -- merged attention (T5Gemma 2's decoder): one softmax over its own and the encoder's
+    # positions, both projected by these kernels; the encoder's keys are not rotated.
+
+    def merged(self, inputs, memory, self_bias, cross_bias, deterministic=True, positions=None):
+        """Teacher-forced merged attention of inputs [B, T, E] over themselves and `memory`
+        [B, S, E]; biases [., ., T, T] and [., ., T, S]."""
+        query, key, value = self._heads(inputs, ("query", "key", "value"), positions)
+        memory_key, memory_value = self._heads(memory, ("key", "value"))
+        lead = jnp.broadcast_shapes(self_bias.shape[:3], cross_bias.shape[:3])
+        bias = jnp.concatenate(
+            [
+                jnp.broadcast_to(self_bias, lead + self_bias.shape[3:]),
+                jnp.broadcast_to(cross_bias, lead + cross_bias.shape[3:]),
+            ],
+            axis=-1,
+        )
+        key = jnp.concatenate([key, memory_key.astype(key.dtype)], axis=2)
+        value = jnp.concatenate([value, memory_value.astype(value.dtype)], axis=2)
+        return self._attend(query, key, value, bias, deterministic)
+
+    def fill_merged_cache(self, memory, batch_size: int, length: int):
+        """An empty self-attention cache and the memory's keys/values ('init' mode)."""
+        self.zero_cache(batch_size, length)
+        self.memory.store(*self._heads(memory, ("key", "value")))
+
+    def merged_step(self, inputs_q, self_bias, cross_bias, index, write=None):
+        """One decoding step of merged attention: decode_step's self part and cross part,
+        joined into one softmax (attention.merge_attention_parts)."""
+        query, key, value = self._write_step(inputs_q, index, write)
+        memory_key, memory_value = self.memory.read()
+        context = merge_attention_parts(
+            [
+                self._slots_context(query, key, value, self_bias, with_lse=True),
+                self._cache_context(query, memory_key, memory_value, cross_bias, with_lse=True),
+            ]
+        )
+        return self._project_context(context.reshape(context.shape[:2] + (-1,)))
 
     def _project_context(self, context):
         return constrain(self.out(context), axes.BATCH, axes.LENGTH, axes.EMBED)

@@ -60,9 +60,15 @@ def _dropout(config: T5Config, x, deterministic: bool):
     return Dropout(config.dropout_rate, broadcast_dims=(-2,))(x, deterministic=deterministic)
 
 
-def _attention(config: T5Config, name: str, rotary: bool = True) -> MultiHeadAttention:
-    """An attention layer; `rotary` False for cross-attention, which RoPE leaves alone."""
+def _attention(
+    config: T5Config, name: str, rotary: bool = True, kind: str = FULL_ATTENTION
+) -> MultiHeadAttention:
+    """An attention layer of a `kind` layer; `rotary` False for cross-attention, which RoPE
+    leaves alone. Sliding layers rotate by rope_local_theta where it is set."""
     scalar = config.query_pre_attn_scalar
+    theta = config.rope_theta
+    if kind == SLIDING_ATTENTION and config.rope_local_theta is not None:
+        theta = config.rope_local_theta
     return MultiHeadAttention(
         config.emb_dim,
         config.num_heads,
@@ -74,7 +80,10 @@ def _attention(config: T5Config, name: str, rotary: bool = True) -> MultiHeadAtt
         num_kv_heads=config.num_kv_heads,
         query_scale=None if scalar is None else scalar**-0.5,
         softcap=config.attn_logit_softcap,
-        rope_theta=config.rope_theta if rotary else None,
+        rope_theta=theta if rotary else None,
+        qk_norm=config.qk_norm,
+        norm_epsilon=config.layer_norm_epsilon,
+        zero_centered_norm=config.zero_centered_norm,
         name=name,
     )
 
@@ -92,7 +101,10 @@ def _with_window(config: T5Config, kind: str, bias, query_positions, key_positio
     """Restricts a sliding layer's attention bias to its window (masks.py)."""
     if kind != SLIDING_ATTENTION:
         return bias
-    window = sliding_window_mask(query_positions, key_positions, config.sliding_window, causal)
+    split = config.encoder_window == "split"
+    window = sliding_window_mask(
+        query_positions, key_positions, config.sliding_window, causal, split
+    )
     return bias + mask_to_bias(window)
 
 
@@ -152,7 +164,7 @@ class EncoderLayer(nn.Module):
         bias = _with_window(cfg, self.attention_kind, bias, positions, positions, causal=False)
         x = constrain(x, axes.BATCH, axes.LENGTH, axes.EMBED)
         h = _norm(cfg, "pre_attention_layer_norm")(x)
-        h = _attention(cfg, "attention")(h, h, bias, det, rope_positions)
+        h = _attention(cfg, "attention", kind=self.attention_kind)(h, h, bias, det, rope_positions)
         h = _post_norm(cfg, "post_attention_layer_norm", h)
         x = x + _dropout(cfg, h, det)
         h = _norm(cfg, "pre_mlp_layer_norm")(x)
@@ -173,12 +185,16 @@ class DecoderLayer(nn.Module):
     @nn.compact
     def __call__(self, x, encoded, self_bias, cross_bias, index, write, rope_positions):
         cfg, det, mode = self.config, self.deterministic, self.decode_mode
-        cross = not cfg.is_decoder_only
-        self_attention = _attention(cfg, "self_attention")
+        merged = cfg.merged_attention
+        cross = not cfg.is_decoder_only and not merged
+        self_attention = _attention(cfg, "self_attention", kind=self.attention_kind)
         cross_attention = _attention(cfg, CROSS_ATTENTION, rotary=False) if cross else None
         if mode == INIT_CACHE:
-            self_attention.zero_cache(encoded.shape[0], self.cache_length)
-            cross_attention.fill_cache(encoded)
+            if merged:
+                self_attention.fill_merged_cache(encoded, encoded.shape[0], self.cache_length)
+            else:
+                self_attention.zero_cache(encoded.shape[0], self.cache_length)
+                cross_attention.fill_cache(encoded)
             return _layer_output(cfg, x)
 
         if mode == DECODE_STEP:
@@ -192,7 +208,11 @@ class DecoderLayer(nn.Module):
         )
         x = constrain(x, axes.BATCH, axes.LENGTH, axes.EMBED)
         h = _norm(cfg, "pre_self_attention_layer_norm")(x)
-        if mode == DECODE_STEP:
+        if merged and mode == DECODE_STEP:
+            h = self_attention.merged_step(h, self_bias, cross_bias, index, write)
+        elif merged:
+            h = self_attention.merged(h, encoded, self_bias, cross_bias, det, rope_positions)
+        elif mode == DECODE_STEP:
             h = self_attention.decode_step(h, self_bias, index, write)
         elif mode == PREFILL:
             h = self_attention.prefill(h, self_bias, det, rope_positions)
@@ -257,9 +277,15 @@ def _uses_stack_relpos(config: T5Config) -> bool:
     return not config.relative_attention_per_layer and config.rope_theta is None
 
 
-def _own_embedder(config: T5Config) -> Embed:
-    """A stack's own token embedding (separate_embeddings), under `<stack>/token_embedder`."""
-    return Embed(config.vocab_size, config.emb_dim, _dtype(config), config.scale_embeddings)
+def _embedder(config: T5Config) -> Embed:
+    """A token embedding: the shared one, or a stack's own (`<stack>/token_embedder`)."""
+    return Embed(
+        config.vocab_size,
+        config.emb_dim,
+        _dtype(config),
+        config.scale_embeddings,
+        config.eoi_token_id,
+    )
 
 
 def _rope_positions(length: int, segment_ids):
@@ -282,7 +308,7 @@ class Encoder(nn.Module):
         if _uses_stack_relpos(cfg):
             self.relpos_bias = _relative_bias(cfg, bidirectional=True)
         if self.embed is None:
-            self.token_embedder = _own_embedder(cfg)
+            self.token_embedder = _embedder(cfg)
         self.layers = _layer_stack(
             cfg,
             EncoderLayer,
@@ -326,7 +352,7 @@ class Decoder(nn.Module):
         if _uses_stack_relpos(cfg):
             self.relpos_bias = _relative_bias(cfg, bidirectional=False)
         if self.embed is None:
-            self.token_embedder = _own_embedder(cfg)
+            self.token_embedder = _embedder(cfg)
         self.layers = _layer_stack(
             cfg,
             DecoderLayer,
@@ -423,9 +449,7 @@ class _Network(nn.Module):
         cfg = self.config
         shared = None
         if not cfg.separate_embeddings:
-            self.token_embedder = Embed(
-                cfg.vocab_size, cfg.emb_dim, _dtype(cfg), cfg.scale_embeddings
-            )
+            self.token_embedder = _embedder(cfg)
             shared = self.token_embedder
         self.decoder = Decoder(cfg, shared, self.deterministic, self.decode_mode, self.cache_length)
 

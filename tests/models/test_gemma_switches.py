@@ -72,9 +72,24 @@ def test_encoder_keeps_its_own_widths(gemma):
     assert "relpos_bias" not in params["encoder"] and "token_embedder" not in params
 
 
-def test_packed_batch_matches_segments_run_separately(gemma):
+# T5Gemma 2's switches on top: QK-norm, a local RoPE base, the split encoder window, merged
+# decoder attention, the end-of-image token's own embedding; one shared embedding.
+GEMMA_3 = dict(
+    qk_norm=True,
+    rope_local_theta=10.0,
+    encoder_window="split",
+    merged_attention=True,
+    eoi_token_id=7,
+    separate_embeddings=False,
+    encoder_overrides={"num_heads": 2, "num_kv_heads": 1},
+)
+
+
+@pytest.mark.parametrize("family", [{}, GEMMA_3], ids=["t5gemma", "t5gemma2"])
+def test_packed_batch_matches_segments_run_separately(family):
     """RoPE counts positions from 0 in each segment and windows stay inside it."""
-    model, params = gemma
+    model = build_model(_gemma(**family))
+    params = jax.device_get(model.init_params(jax.random.PRNGKey(0)))
     rng = np.random.RandomState(3)
     singles = [_batch(rng, n, m) for n, m in ((4, 3), (5, 6))]
     packed = {
@@ -115,9 +130,11 @@ def test_remat_gives_the_same_gradients(gemma):
         np.testing.assert_allclose(a, b, atol=1e-5)
 
 
-def test_cached_decoding_agrees_with_the_teacher_forced_pass(gemma):
+@pytest.mark.parametrize("family", [{}, GEMMA_3], ids=["t5gemma", "t5gemma2"])
+def test_cached_decoding_agrees_with_the_teacher_forced_pass(family):
     """Greedy tokens (KV cache, windows past their width) are the forward pass's argmax."""
-    model, params = gemma
+    model = build_model(_gemma(**family))
+    params = jax.device_get(model.init_params(jax.random.PRNGKey(0)))
     batch = _batch(np.random.RandomState(4), 9, 8)
     tokens = np.asarray(model.predict_batch(params, batch, max_decode_length=8, method="greedy"))
     decoder = np.concatenate([np.zeros((1, 1), np.int32), tokens[:, :-1]], axis=1)
@@ -137,7 +154,7 @@ def test_cached_decoding_agrees_with_the_teacher_forced_pass(gemma):
         (dict(decoder_layer_types=(FULL,)), "decoder_layer_types names 1 layers"),
         (dict(head_dim=3), "head_dim must be even"),
         (dict(encoder_overrides={"vocab_size": 9}), "the encoder may differ only in"),
-        (dict(separate_embeddings=False), "encoder_overrides needs separate_embeddings"),
+        (dict(separate_embeddings=False), "emb_dim needs separate_embeddings"),
     ],
 )
 def test_bad_switches_are_one_line(overrides, message):
