@@ -50,7 +50,10 @@ _SETTING_FLAGS = {
     "only the warmed pair (--warmup_num_beams, --max_new_tokens) runs and others get 422",
     "header_timeout_s": "close a connection that has not sent a complete request head this many "
     "seconds after it opened or after its last response (idle sockets cannot pile up)",
-    "compile_cache": compile_cache.FLAG_HELP,
+    "compile_cache": "directory where the server keeps its compiled programs (DIR/serving/, "
+    "serialised executables), so that a restart with the same code, model and settings loads "
+    f"every shape instead of compiling it ('': off; default: ${compile_cache.ENV}, else "
+    "$JAX_COMPILATION_CACHE_DIR, else ~/.cache/t5forge/jax)",
 }
 _CHOICES = {"input_length_policy": INPUT_LENGTH_POLICIES, "scheduler": SCHEDULERS}
 
