@@ -45,8 +45,9 @@ def make_batches() -> list[dict[str, np.ndarray]]:
     return batches
 
 
-def run(partitioner, batches) -> dict:
-    model = build_model(get_config("t5_1_1/tiny", dtype="float32", vocab_size=VOCAB))
+def run(partitioner, batches, config=None) -> dict:
+    """The report of one layout; `config` replaces t5_1_1/tiny (multidevice_gemma_check.py)."""
+    model = build_model(config or get_config("t5_1_1/tiny", dtype="float32", vocab_size=VOCAB))
     tx = adafactor(0.1, param_logical_axes=model.param_logical_axes())
     trainer = Trainer(model, tx, partitioner, seed=0)
     state = trainer.init_state()
