@@ -6,7 +6,7 @@ RMSNorms before and after every block, one embedding per stack scaled by sqrt(wi
 head tied to the decoder's embedding without T5's 1/sqrt(d). Its decoder starts at bos (2).
 transformers keeps the encoder's and decoder's hyperparameters in two sub-configs; t5forge
 holds the decoder's in T5Config and the encoder's differing widths in `encoder_overrides`.
-The tensors map 1:1 (linear weights transposed); the generic walk is huggingface.py's.
+The tensors map 1:1 (linear weights transposed); the walk over them is hf_tensor_map.py's.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from t5forge.errors import ConfigError
-from t5forge.interop.huggingface import params_from_entries, state_dict_from_entries
+from t5forge.interop.hf_tensor_map import params_from_entries, state_dict_from_entries
 from t5forge.models.configs import SLIDING_ATTENTION, T5Config
 
 MODEL_TYPE = "t5gemma"

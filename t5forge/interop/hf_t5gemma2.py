@@ -16,7 +16,7 @@ import logging
 
 from t5forge.errors import ConfigError
 from t5forge.interop.hf_t5gemma import attention_entries, check_stack, linear_entry
-from t5forge.interop.huggingface import params_from_entries, state_dict_from_entries
+from t5forge.interop.hf_tensor_map import params_from_entries, state_dict_from_entries
 from t5forge.models.configs import SLIDING_ATTENTION, T5Config
 
 MODEL_TYPE = "t5gemma2"
