@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from t5forge import storage
-from t5forge.errors import ConfigError
+from t5forge.errors import ConfigError, DataError
 
 _CHUNK = 8 << 20
 # A file up to this size is hashed whole; a larger one by its first and last _SAMPLE bytes.
@@ -27,9 +27,10 @@ _PARALLEL_READS = 16
 def data_fingerprint(tasks: Iterable, split: str, use_cached: bool = False) -> list[list]:
     """[file name, size, CRC-32] of every file the tasks' split reads, in reading order: a
     file source's files, a TFDS dataset's dataset_info.json, features.json and shards, a
-    TFExample source's files, and with `use_cached` the task cache's shards, info and stats
-    instead (a Hugging Face or function source has none to list). Names without their folder:
-    the same files moved elsewhere (another T5FORGE_DATA_DIR) are the same data.
+    TFExample source's files; with `use_cached` the same, or the task cache's shards, info and
+    stats where the source's files are not here (a Hugging Face or function source has none to
+    list). Names without their folder: the same files moved elsewhere (another
+    T5FORGE_DATA_DIR) are the same data.
 
     A file up to 64 MiB is hashed whole (about one more read of data the run reads anyway);
     a larger one, such as a TFDS shard of C4 (hundreds of them, ~300 MiB each, re-hashed at
@@ -42,14 +43,24 @@ def data_fingerprint(tasks: Iterable, split: str, use_cached: bool = False) -> l
 
 
 def _data_files(task, split: str, use_cached: bool) -> list:
-    if use_cached:
-        from t5forge.data.cache import completed_cache_dir, split_files
-        from t5forge.data.cache_dirs import get_global_cache_dirs
-
-        task_dir = completed_cache_dir(task.name, split, get_global_cache_dirs())
-        return split_files(task_dir, split) if task_dir is not None else []
+    """The source's files, even when the run reads the task's cache: the cache is made from
+    them in their uncached order, so a run started on the source may resume on its cache (and
+    a cache rebuilt from changed files is seen through them). The cache's own files stand in
+    only where the source's are not here (a cache made on another machine, or by Beam)."""
     data_files = getattr(task.source, "data_files", None)
-    return data_files(split) if data_files is not None else []
+    if not use_cached:
+        return data_files(split) if data_files is not None else []
+    try:
+        source_files = data_files(split) if data_files is not None else []
+    except (DataError, OSError):
+        source_files = []
+    if source_files and all(storage.path(name).exists() for name in source_files):
+        return source_files
+    from t5forge.data.cache import completed_cache_dir, split_files
+    from t5forge.data.cache_dirs import get_global_cache_dirs
+
+    task_dir = completed_cache_dir(task.name, split, get_global_cache_dirs())
+    return split_files(task_dir, split) if task_dir is not None else []
 
 
 def _size_and_crc(name) -> list[int]:

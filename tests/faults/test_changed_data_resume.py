@@ -198,8 +198,36 @@ def test_infer_rerun_on_changed_data_is_refused(
     args = _infer_args(faults, trained / "checkpoint_12", output, task, data, *flags(cache))
     line = error_line(faults.run(*args, env=_env(faults, user_dir, data)))
     assert "was written by another run (data file" in line and "INFER_OUTPUT_DIR" in line, line
-    changed = "validation.array_record-" if kind == "cache" else f"{shard(data).name} changed"
-    assert changed in line and (kind == "cache" or f"({named}" in line), line
+    # A cached run names the source's shard too: its files stand in for the cache made of them.
+    assert f"{shard(data).name} changed ({named}" in line, line
+    assert _kept(output, task) == kept
+
+
+@pytest.mark.slow
+def test_infer_rerun_on_a_rebuilt_cache_without_its_source_is_refused(
+    faults, trained, user_dir, killed, tmp_path
+):
+    """Where the source's files are not here (a cache made on another machine), the cache's
+    own files are the fingerprint. The killed run recorded its source's files, so the rerun's
+    fingerprint differs from the first name on: refused (conservatively; a cache that recorded
+    its source's fingerprint could tell an unchanged cache apart), the output kept."""
+    task, flags, shard = KINDS["cache"]
+    data, cache, output = killed("cache")
+    data, output = (
+        shutil.copytree(data, tmp_path / "data"),
+        shutil.copytree(output, tmp_path / "out"),
+    )
+    cache = shutil.copytree(cache, tmp_path / "cache")
+    kept = _kept(output, task)
+    CHANGES["a record replaced"][0](shard(data))
+    _cache(faults, user_dir, data, cache, "--overwrite")
+    shutil.rmtree(shard(data).parent)
+    args = _infer_args(faults, trained / "checkpoint_12", output, task, data, *flags(cache))
+    line = error_line(faults.run(*args, env=_env(faults, user_dir, data)))
+    assert (
+        "was written by another run (data file dataset_info.json -> validation.array_record-"
+        in (line)
+    ), line
     assert _kept(output, task) == kept
 
 
