@@ -136,6 +136,17 @@ def config_from_hf(hf_config: dict) -> T5Config:
     )
 
 
+def require_export_form(config: T5Config, needed: dict, family: str) -> None:
+    """One line naming the first field of `config` that differs from what transformers'
+    `family` always has (`needed`: field -> the one value it can express)."""
+    for name, value in needed.items():
+        if getattr(config, name) != value:
+            raise ConfigError(
+                f"{family} export needs {name} = {value!r}, this config has "
+                f"{getattr(config, name)!r}; transformers' {family} has no other form"
+            )
+
+
 def _refuse_unexportable(config: T5Config) -> None:
     """One line for a config transformers' T5Gemma cannot express."""
     needed = {
@@ -154,12 +165,7 @@ def _refuse_unexportable(config: T5Config) -> None:
         "merged_attention": False,
         "eoi_token_id": None,
     }
-    for name, value in needed.items():
-        if getattr(config, name) != value:
-            raise ConfigError(
-                f"T5Gemma export needs {name} = {value!r}, this config has "
-                f"{getattr(config, name)!r}; transformers' T5Gemma has no other form"
-            )
+    require_export_form(config, needed, "T5Gemma")
     scalar = config.query_pre_attn_scalar
     if scalar is None or float(scalar) != int(scalar):
         raise ConfigError(

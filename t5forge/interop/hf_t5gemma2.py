@@ -15,7 +15,12 @@ from __future__ import annotations
 import logging
 
 from t5forge.errors import ConfigError
-from t5forge.interop.hf_t5gemma import attention_entries, check_stack, linear_entry
+from t5forge.interop.hf_t5gemma import (
+    attention_entries,
+    check_stack,
+    linear_entry,
+    require_export_form,
+)
 from t5forge.interop.hf_tensor_map import params_from_entries, state_dict_from_entries
 from t5forge.models.configs import SLIDING_ATTENTION, T5Config
 
@@ -251,12 +256,7 @@ def _refuse_unexportable(config: T5Config) -> None:
         "scale_attn_logits": False,
         "attn_logit_softcap": None,
     }
-    for name, value in needed.items():
-        if getattr(config, name) != value:
-            raise ConfigError(
-                f"T5Gemma 2 export needs {name} = {value!r}, this config has "
-                f"{getattr(config, name)!r}; transformers' T5Gemma 2 has no other form"
-            )
+    require_export_form(config, needed, "T5Gemma 2")
     scalar = config.query_pre_attn_scalar
     if scalar is None or float(scalar) != int(scalar) or config.eoi_token_id is None:
         raise ConfigError(

@@ -484,20 +484,9 @@ class MultiHeadAttention(nn.Module):
     def _slots_context(self, query, key, value, bias, with_lse=False):
         """slot_attention's context [rows, 1, heads, head_dim] (and log-sum-exp [rows, 1,
         heads] `with_lse`) for queries [rows, heads, 1, head_dim]."""
-        rows, slots = query.shape[0], bias.shape[1]
-        query = query.reshape(rows // slots, slots, self.num_heads, self.head_dim)
-        out = slot_attention(
-            query.transpose(0, 2, 1, 3),
-            self._all_heads(key),
-            self._all_heads(value),
-            bias,
-            self.softcap,
-            with_lse,
+        return self._grouped_context(
+            slot_attention, bias.shape[1], query, key, value, bias, with_lse
         )
-        if not with_lse:
-            return out.reshape(rows, 1, self.num_heads, self.head_dim)
-        context, lse = out
-        return context.reshape(rows, 1, self.num_heads, self.head_dim), lse.reshape(rows, 1, -1)
 
     def _attend_cache(self, inputs_q, key, value, bias):
         """One query per row over a heads-major cache (attention.cached_attention).
@@ -512,9 +501,15 @@ class MultiHeadAttention(nn.Module):
     def _cache_context(self, query, key, value, bias, with_lse=False):
         """cached_attention's context [rows, 1, heads, head_dim] (and log-sum-exp [rows, 1,
         heads] `with_lse`) for queries [rows, heads, 1, head_dim] over per-input memories."""
-        rows, memories = query.shape[0], key.shape[0]
-        query = query.reshape(memories, rows // memories, self.num_heads, self.head_dim)
-        out = cached_attention(
+        groups = query.shape[0] // key.shape[0]
+        return self._grouped_context(cached_attention, groups, query, key, value, bias, with_lse)
+
+    def _grouped_context(self, attend, group, query, key, value, bias, with_lse):
+        """`attend` over the queries regrouped [rows / group, heads, group, head_dim], its
+        context back as [rows, 1, heads, head_dim] (and log-sum-exp [rows, 1, heads])."""
+        rows = query.shape[0]
+        query = query.reshape(rows // group, group, self.num_heads, self.head_dim)
+        out = attend(
             query.transpose(0, 2, 1, 3),
             self._all_heads(key),
             self._all_heads(value),

@@ -11,17 +11,28 @@ from t5forge.models.configs import get_config
 from t5forge.models.model import build_model
 from t5forge.serving.engine import length_buckets
 from t5forge.serving.stepwise import RowOptions, StepDecoder
+from tests.models.test_gemma_switches import GEMMA, GEMMA_3
+
+# T5Gemma and T5Gemma 2 (merged decoder attention: the slots' own part and the encoder's joined
+# by their log-sum-exps) as tests/models/test_gemma_switches.py builds them.
+T5GEMMA = {**GEMMA, "vocab_size": 64}
+T5GEMMA_2 = {**T5GEMMA, **GEMMA_3}
 
 
 @pytest.mark.parametrize(
-    "preset, rows",
+    "preset, overrides, rows",
     [
-        ("t5_1_1/tiny", [[5, 9, 3, 12, 7, 1], [14, 3, 1]]),
-        ("decoder_only/tiny", [[5, 9, 3, 12, 7], [14, 3]]),
+        ("t5_1_1/tiny", {}, [[5, 9, 3, 12, 7, 1], [14, 3, 1]]),
+        ("decoder_only/tiny", {}, [[5, 9, 3, 12, 7], [14, 3]]),
+        ("t5_1_1/tiny", T5GEMMA, [[5, 9, 3, 12, 7, 1], [14, 3, 1]]),
+        ("t5_1_1/tiny", T5GEMMA_2, [[5, 9, 3, 12, 7, 1], [14, 3, 1]]),
     ],
+    ids=["t5_1_1", "decoder_only", "t5gemma", "t5gemma2"],
 )
-def test_greedy_rows_equal_the_library_decoder_and_sampled_rows_ignore_their_batch(preset, rows):
-    config = get_config(preset, vocab_size=64, dtype="float32")
+def test_greedy_rows_equal_the_library_decoder_and_sampled_rows_ignore_their_batch(
+    preset, overrides, rows
+):
+    config = get_config(preset, **{"vocab_size": 64, "dtype": "float32", **overrides})
     model = Model(config, jax.device_get(build_model(config).init_params(jax.random.PRNGKey(0))))
     decoder = StepDecoder(model.t5x_model)
     features, prompt_width = model.predict_features(rows, 8, 4)
