@@ -228,7 +228,7 @@ class _FileSource:
     def num_examples(self, split: str) -> int:
         return len(self.split(split))
 
-    def data_files(self, split: str) -> list[str]:
+    def fingerprinted_files(self, split: str) -> list[str]:
         """The files a split reads (none for a split this source lacks), for fingerprints."""
         if split not in self.split_patterns:
             return []

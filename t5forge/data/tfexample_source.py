@@ -84,7 +84,7 @@ class FileDataSource:
             )
         return expand_patterns(self.split_to_filepattern[split], split)
 
-    def data_files(self, split: str) -> list[str]:
+    def fingerprinted_files(self, split: str) -> list[str]:
         """The files a split reads (none for a split this source lacks), for fingerprints."""
         return self.list_shards(split) if split in self.split_to_filepattern else []
 

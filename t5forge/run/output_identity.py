@@ -47,11 +47,12 @@ def _data_files(task, split: str, use_cached: bool) -> list:
     them in their uncached order, so a run started on the source may resume on its cache (and
     a cache rebuilt from changed files is seen through them). The cache's own files stand in
     only where the source's are not here (a cache made on another machine, or by Beam)."""
-    data_files = getattr(task.source, "data_files", None)
+    # Not `data_files`: HuggingFaceSource keeps its constructor's `data_files` mapping there.
+    listed = getattr(task.source, "fingerprinted_files", None)
     if not use_cached:
-        return data_files(split) if data_files is not None else []
+        return listed(split) if listed is not None else []
     try:
-        source_files = data_files(split) if data_files is not None else []
+        source_files = listed(split) if listed is not None else []
     except (DataError, OSError):
         source_files = []
     if source_files and all(storage.path(name).exists() for name in source_files):

@@ -135,7 +135,7 @@ class TfdsDataSource:
         """The shard files a split reads (SeqIO decides by-file sharding from this)."""
         return [piece.path for piece in self._slices(split)]
 
-    def data_files(self, split: str) -> list[str]:
+    def fingerprinted_files(self, split: str) -> list[str]:
         """What a split's examples depend on, for fingerprints: dataset_info.json (the shard
         lengths), features.json (how examples decode) and the shard files the split reads."""
         if split not in self.splits:
