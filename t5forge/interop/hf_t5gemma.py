@@ -236,6 +236,25 @@ def attention_entries(hf_prefix: str, path: tuple, config: T5Config, kv_width: i
     yield linear_entry(f"{hf_prefix}.o_proj", path + ("out",), inner, config.emb_dim)
 
 
+def mlp_entries(hf_layer: str, layer: tuple, config: T5Config) -> Iterator[tuple]:
+    """Gemma's gated MLP (gate, up, down) as T5X's wi_0, wi_1, wo."""
+    mlp = layer + ("mlp",)
+    yield linear_entry(f"{hf_layer}.mlp.gate_proj", mlp + ("wi_0",), config.emb_dim, config.mlp_dim)
+    yield linear_entry(f"{hf_layer}.mlp.up_proj", mlp + ("wi_1",), config.emb_dim, config.mlp_dim)
+    yield linear_entry(f"{hf_layer}.mlp.down_proj", mlp + ("wo",), config.mlp_dim, config.emb_dim)
+
+
+def head_entries(config: T5Config) -> list[tuple]:
+    """The output head of an untied model (none where the head is the decoder's embedding)."""
+    if config.logits_via_embedding:
+        return []
+    return [
+        linear_entry(
+            "lm_head.out_proj", ("decoder", "logits_dense"), config.emb_dim, config.vocab_size
+        )
+    ]
+
+
 def _stack_entries(stack: str, config: T5Config, encoder_width: int) -> Iterator[tuple]:
     """The tensors of one stack, `config` holding that stack's widths."""
     hf_stack = f"model.{stack}"
@@ -274,16 +293,7 @@ def _stack_entries(stack: str, config: T5Config, encoder_width: int) -> Iterator
                 (config.emb_dim,),
                 False,
             )
-        mlp = layer + ("mlp",)
-        yield linear_entry(
-            f"{hf_layer}.mlp.gate_proj", mlp + ("wi_0",), config.emb_dim, config.mlp_dim
-        )
-        yield linear_entry(
-            f"{hf_layer}.mlp.up_proj", mlp + ("wi_1",), config.emb_dim, config.mlp_dim
-        )
-        yield linear_entry(
-            f"{hf_layer}.mlp.down_proj", mlp + ("wo",), config.mlp_dim, config.emb_dim
-        )
+        yield from mlp_entries(hf_layer, layer, config)
     yield (f"{hf_stack}.norm.weight", (stack, f"{stack}_norm", "scale"), (config.emb_dim,), False)
 
 
@@ -293,13 +303,7 @@ def _tensor_map(config: T5Config) -> list[tuple[str, tuple, tuple, bool]]:
     encoder = config.encoder_config()
     entries = list(_stack_entries("encoder", encoder, encoder.emb_dim))
     entries += _stack_entries("decoder", config, encoder.emb_dim)
-    if not config.logits_via_embedding:
-        entries.append(
-            linear_entry(
-                "lm_head.out_proj", ("decoder", "logits_dense"), config.emb_dim, config.vocab_size
-            )
-        )
-    return entries
+    return entries + head_entries(config)
 
 
 def _ignorable(config: T5Config) -> set[str]:

@@ -18,7 +18,8 @@ from t5forge.errors import ConfigError
 from t5forge.interop.hf_t5gemma import (
     attention_entries,
     check_stack,
-    linear_entry,
+    head_entries,
+    mlp_entries,
     require_export_form,
 )
 from t5forge.interop.hf_tensor_map import params_from_entries, state_dict_from_entries
@@ -140,10 +141,7 @@ def _layer_entries(hf_layer: str, layer: tuple, attention: str, config: T5Config
     yield from attention_entries(f"{hf_layer}.self_attn", path, config, config.emb_dim)
     yield _norm_entry(f"{hf_layer}.self_attn.q_norm", path + ("query_norm",), config.head_dim)
     yield _norm_entry(f"{hf_layer}.self_attn.k_norm", path + ("key_norm",), config.head_dim)
-    mlp = layer + ("mlp",)
-    yield linear_entry(f"{hf_layer}.mlp.gate_proj", mlp + ("wi_0",), config.emb_dim, config.mlp_dim)
-    yield linear_entry(f"{hf_layer}.mlp.up_proj", mlp + ("wi_1",), config.emb_dim, config.mlp_dim)
-    yield linear_entry(f"{hf_layer}.mlp.down_proj", mlp + ("wo",), config.mlp_dim, config.emb_dim)
+    yield from mlp_entries(hf_layer, layer, config)
 
 
 def _tensor_map(config: T5Config) -> list[tuple[str, tuple, tuple, bool]]:
@@ -186,13 +184,7 @@ def _tensor_map(config: T5Config) -> list[tuple[str, tuple, tuple, bool]]:
             "self_attention",
             config,
         )
-    if not config.logits_via_embedding:
-        entries.append(
-            linear_entry(
-                "lm_head.out_proj", ("decoder", "logits_dense"), config.emb_dim, config.vocab_size
-            )
-        )
-    return entries
+    return entries + head_entries(config)
 
 
 def _ignorable(config: T5Config) -> set[str]:
