@@ -80,3 +80,14 @@ def assert_all_same(ours: list, theirs: list, where: str) -> None:
     assert len(ours) == len(theirs), (where, len(ours), len(theirs))
     for index, (mine, other) in enumerate(zip(ours, theirs)):
         assert_same(mine, other, f"{where} #{index}")
+
+
+def tfrecord_frames(path) -> list[bytes]:
+    """The file's records, each in its full TFRecord frame (what TensorFlow's writer wrote), so
+    a test can reorder, drop or splice them and keep every checksum valid."""
+    data, frames, offset = Path(path).read_bytes(), [], 0
+    while offset < len(data):
+        end = offset + 16 + int.from_bytes(data[offset : offset + 8], "little")
+        frames.append(data[offset:end])
+        offset = end
+    return frames

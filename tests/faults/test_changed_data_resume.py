@@ -12,7 +12,7 @@ import shutil
 import pytest
 from commands import python
 
-from tests.data.tf_reference import FIXTURES
+from tests.data.tf_reference import FIXTURES, tfrecord_frames
 
 from .conftest import error_line
 from .test_output_identity import DIE_AFTER_FIRST_CHUNK
@@ -52,23 +52,15 @@ SHARD = "wmt_t2t_translate-{}.tfrecord-00001-of-00003"
 REVIEW = "reviews-00001-of-00002.tfrecord"
 
 
-def _frames(path) -> list[bytes]:
-    """The file's records, each in its full TFRecord frame (what TensorFlow's writer wrote)."""
-    data, frames, offset = path.read_bytes(), [], 0
-    while offset < len(data):
-        end = offset + 16 + int.from_bytes(data[offset : offset + 8], "little")
-        frames.append(data[offset:end])
-        offset = end
-    return frames
-
-
 def _reorder(path) -> None:
-    path.write_bytes(b"".join(reversed(_frames(path))))
+    path.write_bytes(b"".join(reversed(tfrecord_frames(path))))
 
 
 def _replace_first(path) -> None:
-    frames = _frames(path)
-    path.write_bytes(b"".join([_frames(path.with_name(SHARD.format("test")))[0], *frames[1:]]))
+    frames = tfrecord_frames(path)
+    path.write_bytes(
+        b"".join([tfrecord_frames(path.with_name(SHARD.format("test")))[0], *frames[1:]])
+    )
 
 
 CHANGES = {

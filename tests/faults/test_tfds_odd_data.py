@@ -27,7 +27,7 @@ from t5forge.data.tfexample_source import TFExampleDataSource
 from t5forge.data.tfrecord import read_records
 from t5forge.data.vocabularies import ByteVocabulary
 from t5forge.errors import DataError
-from tests.data.tf_reference import FIXTURES
+from tests.data.tf_reference import FIXTURES, tfrecord_frames
 
 from .conftest import one_error
 
@@ -123,19 +123,9 @@ def test_a_malformed_dataset_info_is_one_line_naming_file_and_field(
 # -- shard lengths against the records read ------------------------------------------------
 
 
-def _tfrecord_frames(path) -> list[bytes]:
-    """The file's records, each in its full TFRecord frame (what TensorFlow's writer wrote)."""
-    data, frames, offset = path.read_bytes(), [], 0
-    while offset < len(data):
-        end = offset + 16 + int.from_bytes(data[offset : offset + 8], "little")
-        frames.append(data[offset:end])
-        offset = end
-    return frames
-
-
 def _rewrite_tfrecord(shard, keep: int, extra) -> None:
-    frames = _tfrecord_frames(shard)
-    shard.write_bytes(b"".join(frames[:keep] + _tfrecord_frames(extra)[:3]))
+    frames = tfrecord_frames(shard)
+    shard.write_bytes(b"".join(frames[:keep] + tfrecord_frames(extra)[:3]))
 
 
 def _rewrite_array_record(shard, keep: int, extra) -> None:
