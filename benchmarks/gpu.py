@@ -101,9 +101,16 @@ def forge_train_side(
         partitioning.PjitPartitioner(devices=[device]),
     )
     start = time.perf_counter()
-    state = trainer.init_state()
+    # The params come from the very program the decode sides compile (the same config but
+    # dropout, which init does not read), so JAX's persistent cache hands it from phase to
+    # phase: on an H200 a large init compiled for ~250 s, longer than the train step itself.
+    params = build_model(get_config(config_name, dtype="bfloat16")).init_params(
+        jax.random.PRNGKey(0)
+    )
+    state = trainer.state_from_params(params)
     jax.block_until_ready(state)
     init_seconds = time.perf_counter() - start
+    print(f"  {config_name} train: t5forge: state ready in {init_seconds:.1f} s", flush=True)
     batch_size, tried = first_batch, []
     while True:
         start = time.perf_counter()
@@ -113,6 +120,11 @@ def forge_train_side(
         compiled = trainer.compile_train_step(state, batch)
         needed = _needed_bytes(compiled)
         tried.append((batch_size, needed, time.perf_counter() - start))
+        print(
+            f"  {config_name} train: t5forge: batch {batch_size} compiled in "
+            f"{tried[-1][2]:.1f} s, needs {needed / 2**30:.1f} GiB",
+            flush=True,
+        )
         state_bytes = compiled.memory_analysis().argument_size_in_bytes
         per_row = max(needed - state_bytes, 1) / batch_size
         fitting = int(min((limit - state_bytes) / per_row, 1 << 20)) // 8 * 8

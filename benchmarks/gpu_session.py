@@ -9,14 +9,17 @@ session runs, first thing, so no device time goes to writing commands:
 
 Phases, in the order of what matters most, each in a process of its own:
   1. device: the GPU, driver, library versions, load average;
-  2. decoding profiled (benchmarks/profile_decode.py, T5 1.1 large, bf16, batch 32): fixed vs
+  2. the train step at t5forge's largest batch (MFU), then 3-5. MFU rows, t5forge alone: remat
+     at twice the batch, XLA GPU flags, XLA attention; 6. both sides at transformers' batch;
+  7. greedy and beam 4 against transformers bf16 + SDPA (benchmarks/gpu.py);
+  8. decoding profiled (benchmarks/profile_decode.py, T5 1.1 large, bf16, batch 32): fixed vs
      per-step cost, compilations during timed calls, the server's one-program-per-step decoder
-     beside generate's while loop, a trace's top ops, and the decode program's optimized HLO;
-  3. the same with XLA's command buffers off (a while loop's body recorded as a CUDA graph is
-     the first suspect of the 240 ms step), then 4. with T5FORGE_HOST_MEMORY=system;
-  5. greedy and beam 4 against transformers bf16 + SDPA (benchmarks/gpu.py);
-  6. the train step at transformers' batch (both sides), then 7. at t5forge's largest;
-  8-10. MFU rows, t5forge alone: remat at twice the batch, XLA GPU flags, XLA attention.
+     beside generate's while loop, a trace's top ops, and the decode program's optimized HLO.
+The H200 lease of 2026-11-27 settled decoding (25.6x transformers greedy, 1.5 ms a step; the
+H100's 240 ms step is gone), so training, still unmeasured there, now comes first.
+
+The device image lacks grain, array_record and portpicker, which t5forge imports: carry their
+Python 3.12 wheels (docs/performance.md gives the commands).
 
 Each phase runs under what is left of --budget_s and is skipped when less than it needs is
 left; a phase cut off by the budget is not marked done, so --resume runs it again. JAX's
@@ -50,8 +53,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-# The command buffer setting of XLA:GPU that phase 3 turns off (an empty list: none).
-NO_COMMAND_BUFFERS = "--xla_gpu_enable_command_buffer="
 # XLA GPU flags that T5X's and Paxml's GPU recipes set for training.
 TRAINING_FLAGS = "--xla_gpu_enable_latency_hiding_scheduler=true --xla_gpu_enable_triton_gemm=false"
 LARGEST_FILE = 15 * 2**20  # under the device tool's 16 MiB per file returned
@@ -132,33 +133,12 @@ def phases(sizes: Sizes, work: Path) -> list[Phase]:
     dump = f"--xla_dump_to={work / 'hlo'} --xla_dump_hlo_module_re=_predict --xla_dump_hlo_as_text"
     return [
         Phase("device", (python, str(Path(__file__).resolve()), "--device_report"), 5),
-        profile(
-            "decode_profile",
-            60,
-            f"{sizes.short_decode},{sizes.new_tokens}",
-            "--stepwise",
-            f"--trace_dir={work / 'trace'}",
-            env=(("XLA_FLAGS", dump),),
-        ),
-        # The variants time the longer generate alone: its wall time against decode_profile's.
-        profile(
-            "decode_profile_no_command_buffer",
-            45,
-            str(sizes.new_tokens),
-            env=(("XLA_FLAGS", NO_COMMAND_BUFFERS),),
-        ),
-        profile(
-            "decode_profile_host_memory_system",
-            30,
-            str(sizes.new_tokens),
-            env=(("T5FORGE_HOST_MEMORY", "system"),),
-        ),
-        gpu("decode_vs_transformers", 90, "--phases=decode"),
-        train("train_at_transformers_batch", 150, sizes.transformers_batch, "--no_fill"),
-        train("train_largest", 120, sizes.largest_batch, "--no_fill", "--no_peer"),
+        # Training first: it is what the last lease left unmeasured. The first phase compiles
+        # the init (~250 s for large on an H200) into the cache every later phase reads.
+        train("train_largest", 400, sizes.largest_batch, "--no_fill", "--no_peer"),
         train(
             "mfu_remat_minimal",
-            120,
+            150,
             sizes.remat_batch,
             "--no_fill",
             "--no_peer",
@@ -166,7 +146,7 @@ def phases(sizes: Sizes, work: Path) -> list[Phase]:
         ),
         train(
             "mfu_xla_flags",
-            120,
+            150,
             sizes.largest_batch,
             "--no_fill",
             "--no_peer",
@@ -174,11 +154,21 @@ def phases(sizes: Sizes, work: Path) -> list[Phase]:
         ),
         train(
             "mfu_attention_xla",
-            120,
+            150,
             sizes.largest_batch,
             "--no_fill",
             "--no_peer",
             "--train_overrides=attention_implementation=xla",
+        ),
+        train("train_at_transformers_batch", 180, sizes.transformers_batch, "--no_fill"),
+        gpu("decode_vs_transformers", 120, "--phases=decode"),
+        profile(
+            "decode_profile",
+            150,
+            f"{sizes.short_decode},{sizes.new_tokens}",
+            "--stepwise",
+            f"--trace_dir={work / 'trace'}",
+            env=(("XLA_FLAGS", dump),),
         ),
     ]
 

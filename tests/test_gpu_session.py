@@ -18,15 +18,13 @@ import gpu_session  # noqa: E402
 
 PHASES = [
     "device",
-    "decode_profile",
-    "decode_profile_no_command_buffer",
-    "decode_profile_host_memory_system",
-    "decode_vs_transformers",
-    "train_at_transformers_batch",
     "train_largest",
     "mfu_remat_minimal",
     "mfu_xla_flags",
     "mfu_attention_xla",
+    "train_at_transformers_batch",
+    "decode_vs_transformers",
+    "decode_profile",
 ]
 
 
@@ -67,11 +65,6 @@ def test_every_phase_runs_at_toy_sizes_and_a_second_call_resumes(tmp_path):
         assert set(profile[part]) == {"step_ms", "fixed_s", "compiles_during_timed_calls"}
         assert set(profile[part]["compiles_during_timed_calls"].values()) == {0}
     assert profile["track_ms"], "the trace's tracks were summed"
-    for variant in ("decode_profile_no_command_buffer", "decode_profile_host_memory_system"):
-        # the longer generate alone, to set beside decode_profile's
-        assert list(phases[variant]["generate"]["compiles_during_timed_calls"]) == [
-            str(gpu_session.TINY.new_tokens)
-        ]
 
     ratios = phases["decode_vs_transformers"]["ratios"]
     assert [row.split(" decode")[0] for row in ratios] == [
@@ -97,7 +90,10 @@ def test_every_phase_runs_at_toy_sizes_and_a_second_call_resumes(tmp_path):
     with tarfile.open(out / "results.tar.gz") as archive:
         names = set(archive.getnames())
     assert {"decode_profile.json", "logs/device.log", "logs/mfu_attention_xla.log"} <= names
-    assert "jax device" in (out / "session.log").read_text()
+    log = (out / "session.log").read_text()
+    assert "jax device" in log
+    # A phase cut off by the lease still says how far the build got.
+    assert "state ready in" in log and "compiled in" in log
 
     # A second call on the same machine skips what the first finished.
     phases, seconds = _session(tmp_path, "--resume", "--budget_s=60")
