@@ -133,8 +133,8 @@ def phases(sizes: Sizes, work: Path) -> list[Phase]:
     dump = f"--xla_dump_to={work / 'hlo'} --xla_dump_hlo_module_re=_predict --xla_dump_hlo_as_text"
     return [
         Phase("device", (python, str(Path(__file__).resolve()), "--device_report"), 5),
-        # Training first: it is what the last lease left unmeasured. The first phase compiles
-        # the init (~250 s for large on an H200) into the cache every later phase reads.
+        # Training first: it is what the last lease left unmeasured (its build outlasted 274 s
+        # there). The first phase compiles the init into the cache every later phase reads.
         train("train_largest", 400, sizes.largest_batch, "--no_fill", "--no_peer"),
         train(
             "mfu_remat_minimal",
