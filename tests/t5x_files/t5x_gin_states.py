@@ -1,7 +1,7 @@
 """What each of T5X's 149 gin files does under t5forge: it runs, or it is refused in one line
-for a named reason. The walk test (test_t5x_gin_walk.py) checks every row;
-docs/t5x-gin-files.md shows the same table, written by `python tests/t5x_files/t5x_gin_states.py`
-(test_the_docs_page_shows_the_table checks that they match).
+for a named reason. The walk test (test_t5x_gin_walk.py) checks every row; README's
+"Coming from T5X" shows the same table, written by `python tests/t5x_files/t5x_gin_states.py`
+(test_readme_shows_the_table checks that they match).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 
 @dataclasses.dataclass(frozen=True)
 class Refused:
-    """Refused in one line: `reason` for the docs' table, `says` the words the line must hold."""
+    """Refused in one line: `reason` for the README, `says` the words the line must hold."""
 
     reason: str
     says: str
@@ -205,8 +205,8 @@ def state_text(state) -> str:
     return "runs" if state == RUNS else f"refused in one line: {state.reason}"
 
 
-def docs_table() -> str:
-    """The table of docs/t5x-gin-files.md: folder, then each file's state (runs, or the refusal's reason)."""
+def readme_table() -> str:
+    """The README's table: folder, then each file's state (runs, or the refusal's reason)."""
     lines = ["| T5X gin file | under t5forge |", "|---|---|"]
     lines += [f"| `{path}` | {state_text(state)} |" for path, state in STATES.items()]
     runs = sum(state == RUNS for state in STATES.values())
@@ -215,4 +215,4 @@ def docs_table() -> str:
 
 
 if __name__ == "__main__":
-    sys.stdout.write(docs_table())
+    sys.stdout.write(readme_table())

@@ -17,7 +17,7 @@ import gin
 import pytest
 from commands import REPO
 from t5x_gin_commands import T5X_GIN, all_files, argv
-from t5x_gin_states import RUNS, STATES, docs_table
+from t5x_gin_states import RUNS, STATES, readme_table
 
 from t5forge.cli import run_flags
 from t5forge.errors import ConfigError
@@ -34,7 +34,7 @@ def test_the_table_has_a_row_for_every_file():
 
 def test_the_docs_page_shows_the_table():
     page = (REPO / "docs" / "t5x-gin-files.md").read_text()
-    assert docs_table() in page, "run: python tests/t5x_files/t5x_gin_states.py"
+    assert readme_table() in page, "run: python tests/t5x_files/t5x_gin_states.py"
 
 
 @pytest.mark.parametrize("path", list(STATES))
