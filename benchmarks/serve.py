@@ -15,7 +15,7 @@ per device batch read from the server's /metrics. Batching on is compared with o
 GOAL_CONCURRENCY (32 clients, where the issue states its goal) and at the highest concurrency;
 every level's ratio and error counts are printed. Results go to benchmarks/results/serve.json
 (labelled "shared CPU" when the load average was above 0.3 at the start; `benchmarks/report.py
---write-readme` puts its comparisons in README's table) and a plot to
+--write-docs` puts its comparisons in docs/benchmarks.md's table) and a plot to
 docs/images/serve_throughput.png.
 
 A quick check that it runs end to end (a few minutes; writes nothing under the repository):

@@ -1,5 +1,5 @@
 """benchmarks/harness.py and report.py without any model: statistics, the shared-CPU label,
-the results file and the README block (benchmarks themselves never run in tests)."""
+the results file and the block of docs/benchmarks.md (benchmarks themselves never run in tests)."""
 
 import argparse
 import json
@@ -133,9 +133,9 @@ def test_results_file_names_machine_load_commit_and_every_side(tmp_path, monkeyp
     assert [c["ratio"] for c in result["comparisons"]] == [4.0, None]
 
 
-def test_readme_block_names_provenance_and_the_missing_peer(tmp_path, monkeypatch):
+def test_results_block_names_provenance_and_the_missing_peer(tmp_path, monkeypatch):
     result = json.loads(_benchmark(tmp_path, monkeypatch, load=0.1).finish().read_text())
-    block = report.readme_block([result])
+    block = report.results_block([result])
     assert block.startswith(report.BLOCK_START) and block.endswith(report.BLOCK_END)
     assert (
         "| greedy decode, batch 8 (`benchmarks/decode.py`) | 512.0 new tokens/s | "
@@ -152,25 +152,25 @@ def test_shared_cpu_results_are_refused_unless_allowed_and_then_marked(tmp_path,
     result = json.loads(_benchmark(tmp_path, monkeypatch, load=2.5).finish().read_text())
     assert result["shared_cpu"] is True
     with pytest.raises(T5ForgeError, match="the decode results were measured on a shared CPU"):
-        report.readme_block([result])
+        report.results_block([result])
     rows = report.rows(result)
     assert all(row[-1].endswith("(shared CPU)") for row in rows)
-    assert "4.00x (shared CPU)" in report.readme_block([result], allow_shared=True)
+    assert "4.00x (shared CPU)" in report.results_block([result], allow_shared=True)
 
 
-def test_write_readme_replaces_only_the_marked_block(tmp_path, monkeypatch, capsys):
+def test_write_docs_replaces_only_the_marked_block(tmp_path, monkeypatch, capsys):
     _benchmark(tmp_path, monkeypatch, load=2.5).finish()
-    readme = tmp_path / "README.md"
+    page = tmp_path / "benchmarks.md"
     original = (
         f"# t5forge\n\n## How it compares\n\n{report.BLOCK_START}\nold sentence\n"
         f"{report.BLOCK_END}\n\n| feature table | stays |\n"
     )
-    readme.write_text(original)
-    argv = ["--results_dir", str(tmp_path / "results"), "--readme", str(readme), "--write-readme"]
+    page.write_text(original)
+    argv = ["--results_dir", str(tmp_path / "results"), "--page", str(page), "--write-docs"]
     assert report.main(argv) == 1
-    assert "error: " in capsys.readouterr().err and readme.read_text() == original
+    assert "error: " in capsys.readouterr().err and page.read_text() == original
     assert report.main([*argv, "--allow-shared"]) == 0
-    written = readme.read_text()
+    written = page.read_text()
     assert "old sentence" not in written and "4.00x (shared CPU)" in written
     assert written.startswith("# t5forge\n\n## How it compares\n\n<!-- bench:start -->")
     assert written.endswith("<!-- bench:end -->\n\n| feature table | stays |\n")
@@ -178,13 +178,13 @@ def test_write_readme_replaces_only_the_marked_block(tmp_path, monkeypatch, caps
 
 def test_missing_markers_and_missing_results_are_one_line_errors():
     with pytest.raises(T5ForgeError, match="no <!-- bench:start -->"):
-        report.replace_block("# README without markers\n", "block")
+        report.replace_block("# A page without markers\n", "block")
     with pytest.raises(T5ForgeError, match="run `make bench` first"):
-        report.readme_block([])
+        report.results_block([])
 
 
-def test_project_readme_has_one_bench_block():
-    text = (BENCHMARKS.parent / "README.md").read_text()
+def test_benchmarks_page_has_one_bench_block():
+    text = report.BENCHMARKS_PAGE.read_text()
     assert text.count(report.BLOCK_START) == text.count(report.BLOCK_END) == 1
     compares = text.index("## How it compares")
     assert compares < text.index(report.BLOCK_START) < text.index(report.BLOCK_END)
