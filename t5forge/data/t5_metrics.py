@@ -1,10 +1,11 @@
 """`t5.evaluation.metrics`: T5's metric functions, computed as T5 computes them.
 
 BLEU is sacrebleu's corpus BLEU with T5's settings (targets: one reference stream, or a list
-of streams); ROUGE is rouge-score's F-measure x100 (`rouge` takes the bootstrap aggregate's
-mid value as T5 does, `rouge_mean` the plain mean); SQuAD and TriviaQA normalize as the
-official scripts; the scikit-learn scores T5 uses (accuracy, binary and macro F1, Matthews
-correlation) are computed here with scikit-learn's formulas, Pearson and Spearman by scipy.
+of streams); SQuAD and TriviaQA normalize as the official scripts; the scikit-learn scores T5
+uses (accuracy, binary and macro F1, Matthews correlation) are computed with scikit-learn's
+formulas, Pearson and Spearman by scipy. `rouge`, `rouge_mean`, `accuracy`,
+`sequence_accuracy` and `mean_group_metric` are t5forge.data.metrics' own functions, which
+give T5's numbers under T5's names and signatures: each metric has one implementation.
 """
 
 from __future__ import annotations
@@ -16,9 +17,16 @@ from collections.abc import Callable
 
 import numpy as np
 import scipy.stats
-from rouge_score import rouge_scorer, scoring
 
-from t5forge.data.metrics import corpus_bleu
+from t5forge.data.metrics import (
+    accuracy,
+    corpus_bleu,
+    mean_group_metric,
+    per_class_f1,
+    rouge,
+    rouge_mean,
+    sequence_accuracy,
+)
 from t5forge.errors import ConfigError
 
 __all__ = [
@@ -47,45 +55,6 @@ def bleu(targets, predictions, tokenizer: str = "intl") -> dict[str, float]:
     (T5's convention: each inner list holds one reference for every prediction)."""
     streams = [list(t) for t in targets] if isinstance(targets[0], list) else [list(targets)]
     return {"bleu": corpus_bleu(predictions, streams, tokenizer)}
-
-
-def _prepare_summary_rouge(summary: str) -> str:
-    """A newline after ' . ' so rougeLsum scores sentence by sentence."""
-    return summary.replace(" . ", " .\n")
-
-
-def _rouge_scores(targets, predictions, score_keys, kwargs):
-    scorer = rouge_scorer.RougeScorer(rouge_types=list(score_keys), **kwargs)
-    for prediction, target in zip(predictions, targets):
-        yield scorer.score(
-            target=_prepare_summary_rouge(target), prediction=_prepare_summary_rouge(prediction)
-        )
-
-
-def rouge(
-    targets, predictions, score_keys=("rouge1", "rouge2", "rougeLsum"), verbose=True, **kwargs
-) -> dict[str, float]:
-    """ROUGE F-measure x100, the mid value of rouge-score's bootstrap aggregate (T5's)."""
-    aggregator = scoring.BootstrapAggregator()
-    for scores in _rouge_scores(targets, predictions, score_keys, kwargs):
-        aggregator.add_scores(scores)
-    result = aggregator.aggregate()
-    return {key: result[key].mid.fmeasure * 100 for key in score_keys}
-
-
-def rouge_mean(
-    targets, predictions, score_keys=("rouge1", "rouge2", "rougeLsum"), **kwargs
-) -> dict[str, float]:
-    """ROUGE F-measure x100, the plain mean over examples (deterministic)."""
-    totals: dict[str, float] = collections.defaultdict(float)
-    count = 0
-    for scores in _rouge_scores(targets, predictions, score_keys, kwargs):
-        count += 1
-        for key, value in scores.items():
-            totals[key] += value.fmeasure
-    if not count:
-        raise ValueError("Predictions and targets must both have nonzero length")
-    return {key: totals[key] / count * 100 for key in score_keys}
 
 
 def _normalize_answer(value: str, punctuation: str, replacement: str) -> str:
@@ -156,14 +125,6 @@ def span_squad(targets, predictions) -> dict[str, float]:
     return squad([t["answers"] for t in targets], answers)
 
 
-def accuracy(targets, predictions) -> dict[str, float]:
-    return {"accuracy": 100 * _accuracy_score(targets, predictions)}
-
-
-def sequence_accuracy(targets, predictions) -> dict[str, float]:
-    return {"sequence_accuracy": 100 * np.mean([p == t for p, t in zip(predictions, targets)])}
-
-
 def pearson_corrcoef(targets, predictions) -> dict[str, float]:
     return {"pearson_corrcoef": 100 * scipy.stats.pearsonr(targets, predictions)[0]}
 
@@ -177,21 +138,6 @@ def all_match(targets, predictions) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------- scikit-learn's scores
-
-
-def _accuracy_score(targets, predictions) -> float:
-    return float(np.mean([t == p for t, p in zip(targets, predictions, strict=True)]))
-
-
-def _f_scores(targets, predictions, labels) -> list[float]:
-    """Per-label F1 as scikit-learn computes it (0 where it is undefined)."""
-    targets, predictions = np.asarray(targets), np.asarray(predictions)
-    scores = []
-    for label in labels:
-        true_positive = np.sum((predictions == label) & (targets == label))
-        denominator = np.sum(predictions == label) + np.sum(targets == label)
-        scores.append(2 * true_positive / denominator if denominator else 0.0)
-    return scores
 
 
 def _matthews_corrcoef(targets, predictions) -> float:
@@ -210,14 +156,19 @@ def _matthews_corrcoef(targets, predictions) -> float:
     return float(cov_true_pred / np.sqrt(cov_true * cov_pred))
 
 
+def _accuracy_score(targets, predictions) -> float:
+    """scikit-learn's accuracy_score: a fraction, where T5's `accuracy` reports percent."""
+    return accuracy(targets, predictions)["accuracy"] / 100
+
+
 def _fbeta_score(targets, predictions, beta=1, labels=None, average="macro", **unused):
     if beta != 1 or average != "macro" or labels is None:
         raise ConfigError("fbeta_score: t5forge computes beta=1, average='macro' over labels")
-    return float(np.mean(_f_scores(targets, predictions, list(labels))))
+    return float(np.mean(per_class_f1(targets, predictions, list(labels))))
 
 
 def _f1_score(targets, predictions, pos_label=1, **unused):
-    return float(_f_scores(targets, predictions, [pos_label])[0])
+    return float(per_class_f1(targets, predictions, [pos_label])[0])
 
 
 _SKLEARN = {
@@ -299,24 +250,3 @@ def deduplicate_metric(metric_fn: Callable, group_key="group", value_key="value"
         return metric_fn(kept_targets, kept_predictions)
 
     return deduplicated
-
-
-def mean_group_metric(
-    metric_fn: Callable, group_key="group", value_key="value", return_subgroup_scores=False
-) -> Callable:
-    """`metric_fn` per group, averaged over groups (MultiRC's exact match per question)."""
-
-    def grouped(targets, predictions):
-        groups = collections.defaultdict(lambda: ([], []))
-        for target, prediction in zip(targets, predictions):
-            groups[target[group_key]][0].append(target[value_key])
-            groups[target[group_key]][1].append(prediction[value_key])
-        scores = collections.defaultdict(list)
-        for group, (group_targets, group_predictions) in groups.items():
-            for metric, score in metric_fn(group_targets, group_predictions).items():
-                scores[metric].append(score)
-                if return_subgroup_scores:
-                    scores[f"{group}-{metric}"].append(score)
-        return {metric: np.mean(values) for metric, values in scores.items()}
-
-    return grouped
