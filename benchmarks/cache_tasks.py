@@ -43,8 +43,9 @@ CONFIGURATIONS = {
 TASK_MODULE = """
 import os
 from t5forge.data import preprocessors as pp
-from t5forge.data.sources import JsonLinesSource
-from t5forge.data.tasks import Feature, Task, TaskRegistry
+from t5forge.data.sources.text_files import JsonLinesSource
+from t5forge.data.providers.task import Feature, Task
+from t5forge.data.providers.mixture import TaskRegistry
 from t5forge.data.vocabularies import EnvironmentSentencePieceVocabulary
 
 vocabulary = EnvironmentSentencePieceVocabulary(extra_ids=100)

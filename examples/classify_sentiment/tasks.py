@@ -13,7 +13,8 @@ import functools
 
 from t5forge.data import metrics
 from t5forge.data import preprocessors as pp
-from t5forge.data.tasks import Feature, Mixture, MixtureRegistry, Task, TaskRegistry
+from t5forge.data.providers.mixture import Mixture, MixtureRegistry, TaskRegistry
+from t5forge.data.providers.task import Feature, Task
 from t5forge.data.vocabularies import EnvironmentSentencePieceVocabulary
 from t5forge.tasks.builtin import EXTRA_IDS, default_data_dir, jsonl_splits, span_corruption_task
 

@@ -21,15 +21,10 @@ import zlib
 
 from t5forge.data import metrics
 from t5forge.data import preprocessors as pp
-from t5forge.data.cache_dirs import add_global_cache_dirs
-from t5forge.data.sources import FunctionSource
-from t5forge.data.tasks import (
-    Feature,
-    MixtureRegistry,
-    Task,
-    TaskRegistry,
-    mixing_rate_num_examples,
-)
+from t5forge.data.cache.search_dirs import add_global_cache_dirs
+from t5forge.data.providers.mixture import MixtureRegistry, TaskRegistry, mixing_rate_num_examples
+from t5forge.data.providers.task import Feature, Task
+from t5forge.data.sources.function import FunctionSource
 from t5forge.data.vocabularies import EnvironmentSentencePieceVocabulary
 from t5forge.tasks.builtin import default_data_dir
 

@@ -100,7 +100,7 @@ def parse_common_flags(rest: list[str], help_text: str, command: str) -> argpars
             args.initialization_timeout,
         )
     import_task_modules(args.module_import)
-    from t5forge.data.cache_dirs import add_global_cache_dirs
+    from t5forge.data.cache.search_dirs import add_global_cache_dirs
 
     add_global_cache_dirs([d for d in args.seqio_additional_cache_dirs.split(",") if d])
     return args

@@ -19,7 +19,8 @@ import numpy as np
 
 from t5forge import storage
 from t5forge.data.feature_converters import MODEL_DTYPE, EncDecFeatureConverter, FeatureConverter
-from t5forge.data.tasks import Mixture, Task, get_mixture_or_task
+from t5forge.data.providers.mixture import Mixture, get_mixture_or_task
+from t5forge.data.providers.task import Task
 from t5forge.errors import ConfigError, DataError, T5ForgeError
 from t5forge.user_code import described, raised_in_user_code
 

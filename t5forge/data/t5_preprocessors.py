@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from t5forge.data.preprocessor_framework import Example, dataset_preprocessor, example_preprocessor
+from t5forge.data.grain_ops.regroup import RegroupIterDataset
 from t5forge.data.preprocessors import (
     LANGUAGE_NAMES,
     iid_denoising,
@@ -28,7 +28,7 @@ from t5forge.data.preprocessors import (
     span_corruption,
     split_tokens,
 )
-from t5forge.data.regroup import RegroupIterDataset
+from t5forge.data.preprocessors.framework import Example, dataset_preprocessor, example_preprocessor
 from t5forge.errors import DataError
 
 __all__ = [

@@ -99,7 +99,7 @@ def evaluate(
 
 
 def _identity(restore_cfg: RestoreCheckpointConfig, dataset_cfg: DatasetConfig, decode) -> dict:
-    from t5forge.data.tasks import get_mixture_or_task
+    from t5forge.data.providers.mixture import get_mixture_or_task
 
     tasks = get_mixture_or_task(dataset_cfg.mixture_or_task_name).tasks
     return {

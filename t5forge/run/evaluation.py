@@ -23,7 +23,7 @@ from t5forge.training.summaries import MetricsWriter
 
 def _tasks(name: str) -> list:
     """The task objects of a task or mixture (a mixture's tasks need not be registered)."""
-    from t5forge.data.tasks import get_mixture_or_task
+    from t5forge.data.providers.mixture import get_mixture_or_task
 
     return get_mixture_or_task(name).tasks
 
@@ -38,7 +38,7 @@ def training_eval(
     converter,
 ) -> dict:
     """Mean loss and token accuracy over up to `eval_steps` batches of each task's eval split."""
-    from t5forge.data.pipeline import make_batch_iterator
+    from t5forge.data.batch_iterator import make_batch_iterator
 
     results = {}
     for task in _tasks(cfg.mixture_or_task_name):

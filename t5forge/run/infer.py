@@ -45,7 +45,7 @@ def _run_task(
     max_decode_length: int,
     checkpoint: str,
 ) -> int:
-    from t5forge.data.pipeline import make_batch_iterator
+    from t5forge.data.batch_iterator import make_batch_iterator
 
     out_file = output / f"{task.name}-{mode}.jsonl"
     progress_file = output / f".{task.name}-{mode}.progress.json"
@@ -176,7 +176,7 @@ def infer(
 
     `model` is a t5forge model, a T5Config or a preset name; `mode` is 'predict' or 'score'.
     """
-    from t5forge.data.tasks import get_mixture_or_task
+    from t5forge.data.providers.mixture import get_mixture_or_task
 
     model = setup.resolve_model(model)
     setup.register_tasks(dataset_cfg)

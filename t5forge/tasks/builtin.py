@@ -16,8 +16,9 @@ from pathlib import Path
 from t5forge import storage
 from t5forge.data import metrics
 from t5forge.data import preprocessors as pp
-from t5forge.data.sources import JsonLinesSource
-from t5forge.data.tasks import Feature, Task, TaskRegistry
+from t5forge.data.providers.mixture import TaskRegistry
+from t5forge.data.providers.task import Feature, Task
+from t5forge.data.sources.text_files import JsonLinesSource
 from t5forge.data.vocabularies import EnvironmentSentencePieceVocabulary
 
 EXTRA_IDS = 100

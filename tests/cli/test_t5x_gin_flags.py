@@ -9,7 +9,7 @@ import pytest
 
 from t5forge.cli import run_flags
 from t5forge.config.gin_flags import split_gin_flags
-from t5forge.data import cache_dirs
+from t5forge.data.cache import search_dirs as cache_dirs
 from t5forge.errors import ConfigError
 
 # T5X's flags of each script (flags.DEFINE_* in t5x/{train,eval,infer}.py), with a value.

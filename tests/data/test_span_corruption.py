@@ -8,8 +8,8 @@ import pytest
 from denoising_checks import assert_resumes_exactly, restored_tokens
 
 from t5forge.data import preprocessors as pp
-from t5forge.data.sources import FunctionSource
-from t5forge.data.tasks import Feature, Task
+from t5forge.data.providers.task import Feature, Task
+from t5forge.data.sources.function import FunctionSource
 
 EXTRA_IDS = 100
 

@@ -8,8 +8,9 @@ import pytest
 import sentencepiece
 
 from t5forge.data import vocab_trainer
-from t5forge.data.sources import JsonLinesSource
-from t5forge.data.tasks import Feature, TaskRegistry
+from t5forge.data.providers.mixture import TaskRegistry
+from t5forge.data.providers.task import Feature
+from t5forge.data.sources.text_files import JsonLinesSource
 from t5forge.data.vocabularies import SentencePieceVocabulary
 from t5forge.errors import ConfigError, DataError
 

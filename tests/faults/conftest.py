@@ -83,8 +83,9 @@ def largest_file(directory: Path) -> Path:
 TSV_TASK_MODULE = """
 import os
 from t5forge.data import metrics, preprocessors as pp
-from t5forge.data.sources import TsvSource
-from t5forge.data.tasks import Feature, Task, TaskRegistry
+from t5forge.data.sources.text_files import TsvSource
+from t5forge.data.providers.task import Feature, Task
+from t5forge.data.providers.mixture import TaskRegistry
 from t5forge.data.vocabularies import EnvironmentSentencePieceVocabulary
 
 vocabulary = EnvironmentSentencePieceVocabulary(extra_ids=100)

@@ -25,7 +25,7 @@ from t5forge.config.t5x_compat.rules import (
     reference,
     resolve_macros,
 )
-from t5forge.data.tfexample_task import create_task_from_tfexample_file
+from t5forge.data.providers.tfexample_file_task import create_task_from_tfexample_file
 
 # Names with a twin that T5X's files also bind in files without imports.
 BOUND_WITHOUT_IMPORT = ("T5Config",)

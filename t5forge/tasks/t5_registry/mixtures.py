@@ -3,7 +3,7 @@ set size (T5's glue_utils tables). Importing this module registers T5's tasks to
 
 from __future__ import annotations
 
-from t5forge.data.tasks import MixtureRegistry
+from t5forge.data.providers.mixture import MixtureRegistry
 from t5forge.tasks.t5_registry import tasks  # noqa: F401  (registers the tasks mixed here)
 from t5forge.tasks.t5_registry.glue_utils import (
     GLUE_WEIGHT_MAPPING,

@@ -16,9 +16,10 @@ from t5forge.data import t5_metrics as metrics
 from t5forge.data import t5_postprocessors as postprocessors
 from t5forge.data import t5_preprocessors as preprocessors
 from t5forge.data.preprocessors import CacheDatasetPlaceholder, append_eos_after_trim, tokenize
-from t5forge.data.task_with_sentinels import add_task_with_sentinels
-from t5forge.data.tasks import Feature, Task, TaskRegistry
-from t5forge.data.tfds import TfdsDataSource
+from t5forge.data.providers.mixture import TaskRegistry
+from t5forge.data.providers.task import Feature, Task
+from t5forge.data.providers.with_sentinels import add_task_with_sentinels
+from t5forge.data.sources.tfds import TfdsDataSource
 from t5forge.tasks.t5_registry import glue_utils, tfds_configs
 from t5forge.tasks.t5_registry.vocabulary import get_default_vocabulary
 

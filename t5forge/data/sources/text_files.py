@@ -1,11 +1,7 @@
-"""Data sources: where a task's raw examples come from, split by split.
+"""Sources over local or object-storage text files: JSON lines, text lines and TSV.
 
-A source answers three questions a pipeline needs before it reads anything: which splits
-exist (`split_names`), how big each one is (`num_examples`, None when unknown), and how to
-read one (`split(name)`). A split is either random access (`__len__`/`__getitem__`, what
-grain needs for global shuffling, sharding and exact resume) or, for streaming sources,
-a re-iterable (`iter()` starts from the beginning). Sources load lazily and pickle without
-their loaded rows, so registering a task is cheap and grain workers can rebuild them.
+Each split is a list of file patterns, read whole on first use (gzip and zlib files too) and
+kept as rows, so the split is random access: grain shuffles it globally and resumes exactly.
 """
 
 from __future__ import annotations
@@ -15,58 +11,13 @@ import csv
 import functools
 import gzip
 import json
-import os
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import IO, Any, Protocol, runtime_checkable
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import IO
 
 from t5forge import storage
+from t5forge.data.sources import Example, Patterns, check_split, expand_patterns
 from t5forge.errors import DataError
-
-Example = dict[str, Any]
-Patterns = str | os.PathLike | Sequence[str | os.PathLike]
-
-
-@runtime_checkable
-class DataSource(Protocol):
-    """What a Task needs from a source."""
-
-    @property
-    def split_names(self) -> tuple[str, ...]: ...
-
-    def num_examples(self, split: str) -> int | None: ...
-
-    def split(self, split: str) -> Sequence[Example] | Iterable[Example]: ...
-
-
-def is_random_access(split_data: Any) -> bool:
-    """True when grain can index the split (and so shuffle it globally and resume exactly)."""
-    return hasattr(split_data, "__len__") and hasattr(split_data, "__getitem__")
-
-
-def _check_split(source_name: str, split: str, split_names: Sequence[str]) -> None:
-    if split not in split_names:
-        raise DataError(
-            f"{source_name} has no split {split!r}; available splits: {', '.join(split_names)}"
-        )
-
-
-def expand_patterns(patterns: Patterns, split: str) -> list[str]:
-    """Expands globs (sorted, so the order is deterministic); a pattern matching nothing fails."""
-    if isinstance(patterns, (str, os.PathLike)):
-        patterns = [patterns]
-    files: list[str] = []
-    for pattern in patterns:
-        matches = storage.glob(pattern)
-        if not matches:
-            raise DataError(
-                f"no file matches {str(pattern)!r} (split {split!r}); check the path "
-                "or set T5FORGE_DATA_DIR"
-            )
-        for match in matches:
-            storage.require_kind(match, "file", f"the {split} data file")
-        files.extend(matches)
-    return files
 
 
 def numbered_lines(path: str) -> Iterator[tuple[int, str]]:
@@ -219,7 +170,7 @@ class _FileSource:
         return tuple(self.split_patterns)
 
     def split(self, split: str) -> LazyRows:
-        _check_split(type(self).__name__, split, self.split_names)
+        check_split(type(self).__name__, split, self.split_names)
         if split not in self._splits:
             files = expand_patterns(self.split_patterns[split], split)
             self._splits[split] = LazyRows(_ReadFiles(self._reader, files))
@@ -263,162 +214,3 @@ class TsvSource(_FileSource):
         super().__init__(
             split_patterns, functools.partial(_read_tsv, field_names=tuple(field_names))
         )
-
-
-class _StreamingSplit:
-    """A re-iterable over a Hugging Face streaming split."""
-
-    def __init__(self, dataset):
-        self._dataset = dataset
-
-    def __iter__(self) -> Iterator[Example]:
-        return iter(self._dataset)
-
-
-_HF_FILE_BUILDERS = {
-    ".json": "json",
-    ".jsonl": "json",
-    ".csv": "csv",
-    ".parquet": "parquet",
-    ".txt": "text",
-}
-
-
-def _hf_builder_for(data_files: Mapping[str, Patterns]) -> str:
-    first = next(iter(data_files.values()))
-    name = str(first if isinstance(first, (str, os.PathLike)) else first[0])
-    stem = name[:-3] if name.endswith(".gz") else name
-    for suffix, builder in _HF_FILE_BUILDERS.items():
-        if stem.endswith(suffix):
-            return builder
-    raise DataError(
-        f"cannot tell the format of {name!r}; pass path='json'|'csv'|'parquet'|'text' "
-        "to HuggingFaceSource"
-    )
-
-
-class HuggingFaceSource:
-    """A Hugging Face `datasets` source: local JSON/CSV/Parquet/text files or a Hub dataset.
-
-    `HuggingFaceSource(data_files={'train': 'a/*.jsonl.gz'})` reads local files (format from
-    the extension); `HuggingFaceSource('user/name', name=config)` loads from the Hub;
-    `streaming=True` gives iterable splits for corpora that do not fit on disk.
-    """
-
-    def __init__(
-        self,
-        path: str | None = None,
-        *,
-        name: str | None = None,
-        data_files: Mapping[str, Patterns] | None = None,
-        streaming: bool = False,
-        **load_kwargs,
-    ):
-        if path is None and not data_files:
-            raise DataError("HuggingFaceSource needs a dataset name/path or data_files")
-        self.data_files = dict(data_files) if data_files else None
-        self.path = path or _hf_builder_for(self.data_files)
-        self.name = name
-        self.streaming = streaming
-        self.load_kwargs = load_kwargs
-        self._dataset = None
-
-    def _load(self):
-        if self._dataset is None:
-            import datasets
-
-            data_files = None
-            if self.data_files:
-                data_files = {s: expand_patterns(p, s) for s, p in self.data_files.items()}
-            try:
-                self._dataset = datasets.load_dataset(
-                    self.path,
-                    self.name,
-                    data_files=data_files,
-                    streaming=self.streaming,
-                    **self.load_kwargs,
-                )
-            except (FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as e:
-                first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                raise DataError(
-                    f"cannot load Hugging Face dataset {self.path!r}: {first_line}"
-                ) from None
-        return self._dataset
-
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        if self.streaming:
-            state["_dataset"] = None
-        return state
-
-    @property
-    def split_names(self) -> tuple[str, ...]:
-        if self.data_files:
-            return tuple(self.data_files)
-        return tuple(self._load().keys())
-
-    def split(self, split: str):
-        _check_split(f"Hugging Face dataset {self.path!r}", split, self.split_names)
-        data = self._load()[split]
-        return _StreamingSplit(data) if self.streaming else data
-
-    def num_examples(self, split: str) -> int | None:
-        _check_split(f"Hugging Face dataset {self.path!r}", split, self.split_names)
-        data = self._load()[split]
-        if not self.streaming:
-            return len(data)
-        info = getattr(data, "info", None)
-        splits = getattr(info, "splits", None) or {}
-        return splits[split].num_examples if split in splits else None
-
-    def __repr__(self):
-        return f"HuggingFaceSource({self.path!r}, streaming={self.streaming})"
-
-
-class _FunctionSplit:
-    """A re-iterable calling `fn(split)` each time iteration starts."""
-
-    def __init__(self, fn, split):
-        self.fn, self.split = fn, split
-
-    def __iter__(self):
-        return iter(self.fn(self.split))
-
-
-class FunctionSource:
-    """Examples produced by `fn(split)`: a list/sequence (random access) or any iterable.
-
-    The function must be deterministic and top level (picklable) so pipelines can resume.
-    """
-
-    def __init__(
-        self,
-        fn: Callable[[str], Iterable[Example]],
-        splits: Sequence[str],
-        num_examples: Mapping[str, int] | None = None,
-    ):
-        self.fn = fn
-        self._split_names = tuple(splits)
-        self._num_examples = dict(num_examples or {})
-
-    @property
-    def split_names(self) -> tuple[str, ...]:
-        return self._split_names
-
-    def split(self, split: str):
-        _check_split(
-            f"FunctionSource({getattr(self.fn, '__name__', self.fn)})", split, self.split_names
-        )
-        probe = self.fn(split)
-        if is_random_access(probe):
-            return probe
-        return _FunctionSplit(self.fn, split)
-
-    def num_examples(self, split: str) -> int | None:
-        if split in self._num_examples:
-            return self._num_examples[split]
-        data = self.split(split)
-        return len(data) if is_random_access(data) else None
-
-    def __repr__(self):
-        return f"FunctionSource({getattr(self.fn, '__name__', self.fn)!r})"

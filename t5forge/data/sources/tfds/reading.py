@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from t5forge import storage
-from t5forge.data.interleave import interleave
-from t5forge.data.tf_example import parse_example
-from t5forge.data.tfds.split_spec import FileSlice
-from t5forge.data.tfrecord import read_records
+from t5forge.data.grain_ops.interleave import interleave
+from t5forge.data.sources.tfds.split_spec import FileSlice
+from t5forge.data.tf_formats.example import parse_example
+from t5forge.data.tf_formats.records import read_records
 from t5forge.errors import DataError
 
 Decode = Callable[[dict, str], dict[str, Any]]

@@ -13,9 +13,9 @@ import math
 
 import numpy as np
 
-from t5forge.data.preprocessor_framework import dataset_preprocessor
-from t5forge.data.regroup import RegroupIterDataset
-from t5forge.data.token_streams import concatenated_random_chunks
+from t5forge.data.grain_ops.regroup import RegroupIterDataset
+from t5forge.data.preprocessors.framework import dataset_preprocessor
+from t5forge.data.preprocessors.token_streams import concatenated_random_chunks
 from t5forge.errors import DataError
 
 

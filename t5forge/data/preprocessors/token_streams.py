@@ -2,7 +2,7 @@
 
 The unsupervised objectives are built from these (T5 composes `select_random_chunk`,
 `reduce_concat_tokens` and `split_tokens` before every denoiser). t5forge's own objectives
-fuse them into one regroup for speed (t5forge.data.denoising); the steps are public too,
+fuse them into one regroup for speed (t5forge.data.preprocessors.denoising); the steps are public too,
 with T5's names, defaults and semantics, so custom objectives and ported task modules can
 compose them as they would in T5.
 """
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from t5forge.data.preprocessor_framework import Example, dataset_preprocessor, example_preprocessor
-from t5forge.data.regroup import RegroupIterDataset
+from t5forge.data.grain_ops.regroup import RegroupIterDataset
+from t5forge.data.preprocessors.framework import Example, dataset_preprocessor, example_preprocessor
 from t5forge.errors import DataError
 
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from t5forge.data.preprocessor_framework import ExamplePreprocessor
 from t5forge.data.preprocessors import append_eos_after_trim
-from t5forge.data.tasks import Task, TaskRegistry
+from t5forge.data.preprocessors.framework import ExamplePreprocessor
+from t5forge.data.providers.mixture import TaskRegistry
+from t5forge.data.providers.task import Task
 
 _EVALUATION_SUFFIXES = ("_train", "_dev", "_test", "_eval", ".")
 

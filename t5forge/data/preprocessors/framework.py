@@ -28,7 +28,7 @@ from typing import Any
 
 import grain
 
-from t5forge.data.regroup import BatchMapDataset
+from t5forge.data.grain_ops.regroup import BatchMapDataset
 from t5forge.errors import DataError
 from t5forge.user_code import described, raised_in_user_code
 

@@ -12,7 +12,7 @@ import dataclasses
 import re
 from collections.abc import Mapping
 
-from t5forge.data.tfds.dataset_dir import SplitFiles
+from t5forge.data.sources.tfds.dataset_dir import SplitFiles
 from t5forge.errors import DataError
 
 _SUB_SPEC = re.compile(r"^(?P<split>[\w-]+)(\[(?P<selector>[\d\w%:.-]+)\])?$")

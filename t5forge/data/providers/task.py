@@ -1,13 +1,12 @@
-"""Tasks and mixtures: named, registered recipes from raw data to model features.
+"""Tasks: named recipes from raw data to model features.
 
 A Task ties a source, a list of preprocessors and the output features (with their
 vocabularies) under a name that training, evaluation, caching and the CLI all share. Its
 `get_dataset` is a grain pipeline that is deterministic for a seed (each task derives its
 own seed from md5(task name) + the base seed, as seqio does) and whose iterator state
 restores exactly. A random-access split is shuffled whole by index; a streaming one as SeqIO
-shuffles it (data/shuffle_buffer.py: file order per epoch, then a `shuffle_buffer_size`
-buffer). A Mixture samples its tasks by rate with a per-element RNG, so it is just
-as deterministic and checkpointable.
+shuffles it (data/grain_ops/shuffle_buffer.py: file order per epoch, then a `shuffle_buffer_size`
+buffer). Mixtures of tasks and the registries that name both are in mixture.py.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from __future__ import annotations
 import abc
 import collections
 import dataclasses
-import difflib
 import hashlib
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -24,21 +22,21 @@ from typing import Any
 import grain
 import numpy as np
 
-from t5forge.data.cache_dirs import get_global_cache_dirs
-from t5forge.data.grain_adapters import IterableSplitDataset, MixtureDataset
-from t5forge.data.preprocessor_framework import (
-    CacheDatasetPlaceholder,
-    PipelineContext,
-    Preprocessor,
-    as_preprocessor,
-)
-from t5forge.data.regroup import READ_OPTIONS
-from t5forge.data.shuffle_buffer import (
+from t5forge.data.cache.search_dirs import get_global_cache_dirs
+from t5forge.data.grain_ops.adapters import IterableSplitDataset
+from t5forge.data.grain_ops.regroup import READ_OPTIONS
+from t5forge.data.grain_ops.shuffle_buffer import (
     SHUFFLE_BUFFER_SIZE,
     EpochShuffledFiles,
     ShuffleBufferDataset,
     derived_seed,
     shuffles_files,
+)
+from t5forge.data.preprocessors.framework import (
+    CacheDatasetPlaceholder,
+    PipelineContext,
+    Preprocessor,
+    as_preprocessor,
 )
 from t5forge.data.sources import DataSource, is_random_access
 from t5forge.data.vocabularies import Vocabulary
@@ -102,7 +100,7 @@ class _FinalizeExample:
         return out
 
 
-class _KeepFeatures:
+class KeepFeatures:
     """Drops everything but the given features (a mixture's tasks must yield one structure)."""
 
     def __init__(self, names):
@@ -315,7 +313,7 @@ class Task(DatasetProvider):
         self, split, *, shuffle, seed, shard_index, num_shards, num_epochs, use_cached
     ):
         if use_cached:
-            from t5forge.data.cache import CachedSource
+            from t5forge.data.cache.store import CachedSource
 
             data = CachedSource(self.name, split, get_global_cache_dirs())
             where = f"cache of task {self.name!r} split {split!r}"
@@ -443,227 +441,3 @@ class Task(DatasetProvider):
         if isinstance(ds, grain.MapDataset):
             ds = ds.to_iter_dataset(READ_OPTIONS)
         return ds
-
-
-# ---------------------------------------------------------------- Mixture
-
-
-def mixing_rate_num_examples(
-    task: Task,
-    maximum: float | None = None,
-    scale: float = 1.0,
-    temperature: float = 1.0,
-    split: str = "train",
-) -> float:
-    """Rate proportional to the task's size: (min(n * scale, maximum)) ** (1 / temperature)."""
-    n = task.num_input_examples(split)
-    if n is None:
-        raise DataError(
-            f"task {task.name!r} does not know its {split!r} size; give the "
-            "mixture a fixed rate for it"
-        )
-    rate = n * scale
-    if maximum is not None:
-        rate = min(rate, maximum)
-    if temperature != 1.0:
-        rate = rate ** (1.0 / temperature)
-    return float(rate)
-
-
-class Mixture(DatasetProvider):
-    """Several tasks sampled by rate: fixed numbers or callables `rate(task) -> float`."""
-
-    def __init__(
-        self,
-        name: str,
-        tasks_and_rates: Sequence[Any],
-        default_rate: float | Callable[[Task], float] | None = None,
-    ):
-        self.name = name
-        self._rates: dict[str, float | Callable] = {}
-        self._tasks: dict[str, Task] = {}
-        for entry in tasks_and_rates:
-            item, rate = entry if isinstance(entry, tuple) else (entry, default_rate)
-            if rate is None:
-                raise DataError(
-                    f"mixture {name!r}: no rate for {getattr(item, 'name', item)!r};"
-                    " give (task, rate) pairs or a default_rate"
-                )
-            resolved = get_mixture_or_task(item) if isinstance(item, str) else item
-            for task in resolved.tasks:
-                sub_rate = rate
-                if isinstance(resolved, Mixture):
-                    share = resolved.get_rate(task) / resolved.total_rate
-                    sub_rate = _ScaledRate(rate, share)
-                self._tasks[task.name] = task
-                self._rates[task.name] = sub_rate
-        if not self._tasks:
-            raise DataError(f"mixture {name!r} has no tasks")
-        if self.total_rate <= 0:
-            raise DataError(f"mixture {name!r}: every rate is zero")
-        first = next(iter(self._tasks.values()))
-        for task in self._tasks.values():
-            if set(task.output_features) != set(first.output_features):
-                raise DataError(
-                    f"mixture {name!r}: task {task.name!r} has features "
-                    f"{sorted(task.output_features)}, {first.name!r} has "
-                    f"{sorted(first.output_features)}; they must match"
-                )
-
-    def __repr__(self):
-        return f"Mixture({self.name!r}, tasks={list(self._tasks)})"
-
-    @property
-    def tasks(self) -> list[Task]:
-        return list(self._tasks.values())
-
-    @property
-    def output_features(self) -> dict[str, Feature]:
-        return self.tasks[0].output_features
-
-    @property
-    def splits(self) -> tuple[str, ...]:
-        first, *rest = self.tasks
-        return tuple(s for s in first.splits if all(s in t.splits for t in rest))
-
-    def get_rate(self, task: Task) -> float:
-        rate = self._rates[task.name]
-        return float(rate(task) if callable(rate) else rate)
-
-    @property
-    def total_rate(self) -> float:
-        return sum(self.get_rate(t) for t in self.tasks)
-
-    def num_input_examples(self, split: str) -> int | None:
-        counts = [t.num_input_examples(split) for t in self.tasks]
-        return None if None in counts else sum(counts)
-
-    def get_dataset(
-        self,
-        split: str,
-        *,
-        sequence_length: Mapping[str, int] | None = None,
-        shuffle: bool = True,
-        seed: int | None = None,
-        shard_index: int = 0,
-        num_shards: int = 1,
-        num_epochs: int | None = 1,
-        use_cached: bool = False,
-    ) -> grain.IterDataset:
-        """Examples sampled from the tasks by normalized rate, deterministic for a seed.
-
-        Stops when a sampled task runs out; pass num_epochs=None for training.
-        """
-        tasks = [t for t in self.tasks if self.get_rate(t) > 0]
-        rates = np.asarray([self.get_rate(t) for t in tasks], dtype=np.float64)
-        keep = _KeepFeatures(self.output_features)
-        parents = [
-            t.get_dataset(
-                split,
-                sequence_length=sequence_length,
-                shuffle=shuffle,
-                seed=seed,
-                shard_index=shard_index,
-                num_shards=num_shards,
-                num_epochs=num_epochs,
-                use_cached=use_cached,
-            ).map(keep)
-            for t in tasks
-        ]
-        return MixtureDataset(parents, rates / rates.sum(), task_seed(self.name, seed))
-
-
-class _ScaledRate:
-    """A sub-mixture task's rate: the parent rate times the task's share inside it."""
-
-    def __init__(self, rate, share):
-        self.rate, self.share = rate, share
-
-    def __call__(self, task):
-        rate = self.rate(task) if callable(self.rate) else self.rate
-        return rate * self.share
-
-
-# ---------------------------------------------------------------- registries
-
-
-class _Registry:
-    """Name -> object, with helpful errors (close names) for typos."""
-
-    kind = "item"
-    _items: dict[str, Any]
-
-    @classmethod
-    def names(cls) -> list[str]:
-        return sorted(cls._items)
-
-    @classmethod
-    def remove(cls, name: str) -> None:
-        cls._items.pop(name, None)
-
-    @classmethod
-    def _add(cls, item) -> Any:
-        if item.name in TaskRegistry._items or item.name in MixtureRegistry._items:
-            raise DataError(
-                f"{item.name!r} is already registered; call "
-                f"{cls.__name__}.remove({item.name!r}) first to replace it"
-            )
-        cls._items[item.name] = item
-        return item
-
-    @classmethod
-    def get(cls, name: str):
-        if name not in cls._items:
-            raise DataError(_unknown_message(name, cls.kind, cls.names()))
-        return cls._items[name]
-
-
-class TaskRegistry(_Registry):
-    """Global task registry: `TaskRegistry.add(Task(...))` or `add(name, source, ...)`."""
-
-    kind = "task"
-    _items: dict[str, Task] = {}
-
-    @classmethod
-    def add(cls, task_or_name: Task | str, *args, **kwargs) -> Task:
-        task = (
-            task_or_name if isinstance(task_or_name, Task) else Task(task_or_name, *args, **kwargs)
-        )
-        return cls._add(task)
-
-
-class MixtureRegistry(_Registry):
-    """Global mixture registry: `MixtureRegistry.add(name, [(task, rate), ...])`."""
-
-    kind = "mixture"
-    _items: dict[str, Mixture] = {}
-
-    @classmethod
-    def add(cls, mixture_or_name: Mixture | str, *args, **kwargs) -> Mixture:
-        mixture = (
-            mixture_or_name
-            if isinstance(mixture_or_name, Mixture)
-            else Mixture(mixture_or_name, *args, **kwargs)
-        )
-        return cls._add(mixture)
-
-
-def _unknown_message(name: str, kind: str, known: Sequence[str]) -> str:
-    close = difflib.get_close_matches(name, known, n=5, cutoff=0.6)
-    hint = f"did you mean {', '.join(close)}?" if close else f"{len(known)} registered"
-    return (
-        f"unknown {kind} {name!r}; {hint} (see `t5forge tasks list`; import the module "
-        "that registers it with --module_import)"
-    )
-
-
-def get_mixture_or_task(name: str | DatasetProvider) -> DatasetProvider:
-    """Looks a name up among mixtures, then tasks; unknown names list the close ones."""
-    if isinstance(name, DatasetProvider):
-        return name
-    if name in MixtureRegistry._items:
-        return MixtureRegistry._items[name]
-    if name in TaskRegistry._items:
-        return TaskRegistry._items[name]
-    known = TaskRegistry.names() + MixtureRegistry.names()
-    raise DataError(_unknown_message(name, "task or mixture", known))

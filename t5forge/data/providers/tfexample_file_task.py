@@ -14,9 +14,10 @@ from collections.abc import Mapping, Sequence
 
 from t5forge import storage
 from t5forge.data import preprocessors
-from t5forge.data.tasks import Feature, TaskRegistry
-from t5forge.data.tfexample_features import FixedLenFeature, string
-from t5forge.data.tfexample_source import TFExampleDataSource
+from t5forge.data.providers.mixture import TaskRegistry
+from t5forge.data.providers.task import Feature
+from t5forge.data.sources.files import TFExampleDataSource
+from t5forge.data.tf_formats.feature_specs import FixedLenFeature, string
 from t5forge.errors import DataError
 
 

@@ -14,16 +14,16 @@ from typing import Any
 
 import numpy as np
 
-from t5forge.data.shard_info import ShardInfo, files_for_host
-from t5forge.data.tfds.dataset_dir import (
+from t5forge.data.sources.shard_info import ShardInfo, files_for_host
+from t5forge.data.sources.tfds.dataset_dir import (
     PreparedDataset,
     default_data_dir,
     find_dataset,
     read_prepared,
 )
-from t5forge.data.tfds.features import ExampleDecoder
-from t5forge.data.tfds.reading import RandomAccessSplit, StreamingSplit
-from t5forge.data.tfds.split_spec import FileSlice, file_slices
+from t5forge.data.sources.tfds.features import ExampleDecoder
+from t5forge.data.sources.tfds.reading import RandomAccessSplit, StreamingSplit
+from t5forge.data.sources.tfds.split_spec import FileSlice, file_slices
 from t5forge.errors import DataError
 
 _data_dir_override: str | None = None

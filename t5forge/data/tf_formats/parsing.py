@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from t5forge.data.tf_example import parse_example
-from t5forge.data.tfexample_features import (
+from t5forge.data.tf_formats.example import parse_example
+from t5forge.data.tf_formats.feature_specs import (
     FixedLenFeature,
     FixedLenSequenceFeature,
     VarLenFeature,

@@ -22,7 +22,7 @@ from pathlib import Path
 import grain
 
 from t5forge import errors
-from t5forge.data.cache import (
+from t5forge.data.cache.store import (
     SplitStats,
     char_vocabularies,
     encode_example,
@@ -33,7 +33,7 @@ from t5forge.data.cache import (
     start_split,
     task_cache_dir,
 )
-from t5forge.data.regroup import READ_OPTIONS
+from t5forge.data.grain_ops.regroup import READ_OPTIONS
 from t5forge.errors import ConfigError, DataError, T5ForgeError
 
 EXAMPLES_PER_WORK_UNIT = 2000

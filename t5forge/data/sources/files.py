@@ -6,7 +6,7 @@ one path where SeqIO's takes a tf.data dataset of paths - interleaved as SeqIO i
 them (cycle_length 16, block_length 16), so the examples come in SeqIO's order.
 `TFExampleDataSource(split_to_filepattern, feature_description)` is that over TFRecord files
 of tf.Examples, each parsed with the feature description (`tf.io.FixedLenFeature` /
-`VarLenFeature`, TensorFlow's or t5forge.data.tfexample_features').
+`VarLenFeature`, TensorFlow's or t5forge.data.tf_formats.feature_specs').
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from t5forge.data.interleave import interleave
-from t5forge.data.shard_info import ShardInfo, files_for_host
+from t5forge.data.grain_ops.interleave import interleave
 from t5forge.data.sources import Patterns, expand_patterns
-from t5forge.data.tfexample_parsing import ExampleParser
-from t5forge.data.tfrecord import read_records
+from t5forge.data.sources.shard_info import ShardInfo, files_for_host
+from t5forge.data.tf_formats.parsing import ExampleParser
+from t5forge.data.tf_formats.records import read_records
 from t5forge.errors import DataError
 
 ReadFile = Callable[[str], Iterable[dict[str, Any]]]

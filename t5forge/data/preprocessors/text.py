@@ -1,9 +1,7 @@
-"""Preprocessors: the steps that turn raw source rows into model features, as grain transforms.
+"""Text preprocessors: per-example steps over strings and token ids (rekey, tokenize, EOS,
+translate / summarize / classify prompts, head-and-tail truncation, rank classification).
 
-This module is the namespace tasks are written against (`from t5forge.data import
-preprocessors as pp`): the text preprocessors live here; the framework (how a step runs in
-a pipeline, t5forge.data.preprocessor_framework) and the T5 unsupervised objectives
-(t5forge.data.denoising) are re-exported, so every step is `pp.<name>` as in SeqIO.
+Tasks reach them as `pp.<name>` through the package namespace (t5forge.data.preprocessors).
 """
 
 from __future__ import annotations
@@ -15,81 +13,14 @@ from typing import Any
 import grain
 import numpy as np
 
-# pp.* is the user-facing namespace (as seqio.preprocessors is): re-export the framework
-# the objectives and T5's token-stream steps so tasks, gin files and pickled steps that name them here resolve.
-from t5forge.data.denoising import (
-    iid_denoising,
-    noise_span_to_unique_sentinel,
-    nonnoise_span_to_unique_sentinel,
-    prefix_lm,
-    random_spans_helper,
-    random_spans_noise_mask,
-    span_corruption,
-)
-from t5forge.data.preprocessor_framework import (
-    BatchedExamplePreprocessor,
-    CacheDatasetPlaceholder,
-    DatasetPreprocessor,
+from t5forge.data.grain_ops.regroup import RegroupIterDataset
+from t5forge.data.preprocessors.framework import (
     Example,
-    ExamplePreprocessor,
-    PipelineContext,
-    Preprocessor,
-    as_preprocessor,
     batched_example_preprocessor,
     dataset_preprocessor,
     example_preprocessor,
 )
-from t5forge.data.regroup import RegroupIterDataset
-from t5forge.data.token_streams import (
-    reduce_concat_tokens,
-    select_random_chunk,
-    split_tokens,
-    split_tokens_to_inputs_length,
-    split_tokens_to_random_length,
-    split_tokens_to_targets_length,
-)
-from t5forge.data.ul2 import UL2_DENOISERS, prepend_prompt, ul2_objective
 from t5forge.errors import DataError
-
-__all__ = [
-    "LANGUAGE_NAMES",
-    "UL2_DENOISERS",
-    "BatchedExamplePreprocessor",
-    "CacheDatasetPlaceholder",
-    "DatasetPreprocessor",
-    "Example",
-    "ExamplePreprocessor",
-    "PipelineContext",
-    "Preprocessor",
-    "append_eos",
-    "append_eos_after_trim",
-    "as_preprocessor",
-    "batched_example_preprocessor",
-    "classify",
-    "dataset_preprocessor",
-    "example_preprocessor",
-    "iid_denoising",
-    "noise_span_to_unique_sentinel",
-    "nonnoise_span_to_unique_sentinel",
-    "prefix_lm",
-    "prepend_prompt",
-    "random_spans_helper",
-    "random_spans_noise_mask",
-    "rank_classification",
-    "reduce_concat_tokens",
-    "rekey",
-    "select_random_chunk",
-    "span_corruption",
-    "split_tokens",
-    "split_tokens_to_inputs_length",
-    "split_tokens_to_random_length",
-    "split_tokens_to_targets_length",
-    "summarize",
-    "tokenize",
-    "translate",
-    "truncate_head_and_tail",
-    "ul2_objective",
-]
 
 
 def _field(example: Example, key: str) -> Any:

@@ -19,7 +19,8 @@ import grain
 import numpy as np
 
 from t5forge.data.feature_converters import MODEL_DTYPE, FeatureConverter
-from t5forge.data.tasks import Mixture, Task, get_mixture_or_task
+from t5forge.data.providers.mixture import Mixture, get_mixture_or_task
+from t5forge.data.providers.task import Task
 from t5forge.errors import ConfigError
 
 

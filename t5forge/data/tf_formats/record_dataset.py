@@ -13,8 +13,8 @@ import functools
 import os
 from collections.abc import Iterator, Sequence
 
-from t5forge.data.interleave import interleave
-from t5forge.data.tfrecord import COMPRESSION_TYPES, read_records
+from t5forge.data.grain_ops.interleave import interleave
+from t5forge.data.tf_formats.records import COMPRESSION_TYPES, read_records
 from t5forge.errors import DataError
 
 

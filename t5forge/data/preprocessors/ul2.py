@@ -30,15 +30,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from t5forge.data.denoising import (
+from t5forge.data.grain_ops.regroup import RegroupIterDataset
+from t5forge.data.preprocessors.denoising import (
     corrupted_lengths,
     noise_span_to_unique_sentinel,
     nonnoise_span_to_unique_sentinel,
     random_spans_noise_mask,
 )
-from t5forge.data.preprocessor_framework import Example, dataset_preprocessor, example_preprocessor
-from t5forge.data.regroup import RegroupIterDataset
-from t5forge.data.token_streams import concatenated_random_chunks
+from t5forge.data.preprocessors.framework import Example, dataset_preprocessor, example_preprocessor
+from t5forge.data.preprocessors.token_streams import concatenated_random_chunks
 from t5forge.errors import DataError
 
 # The seven denoisers of the paper's final objective, with the released checkpoints' mode
