@@ -20,6 +20,7 @@ LAYERS = [
     ("storage", "compile_cache"),
     ("data", "models", "event_files"),
     ("training", "seqio", "tasks"),
+    ("t5",),
     ("compat",),
     ("interop",),
     ("checkpoints",),

@@ -11,8 +11,9 @@ import pytest
 import sacrebleu
 from rouge_score import rouge_scorer, scoring
 
-from t5forge.data import metrics, t5_metrics
+from t5forge.data import metrics
 from t5forge.errors import DataError
+from t5forge.t5.evaluation import metrics as t5_metrics
 
 T5_REFERENCE = json.loads(
     (Path(__file__).parents[1] / "seqio_port" / "reference" / "t5_reference.json").read_text()

@@ -24,7 +24,7 @@ from t5forge.data.providers.with_sentinels import add_task_with_sentinels
 from t5forge.data.sources.function import FunctionSource
 from t5forge.data.sources.tfds import TfdsDataSource
 from t5forge.seqio import SentencePieceVocabulary
-from t5forge.tasks.t5_registry import tfds_configs
+from t5forge.t5.data import tfds_configs
 
 HERE = Path(__file__).resolve().parent
 REFERENCE = json.loads((HERE / "reference" / "t5_reference.json").read_text())

@@ -2,7 +2,7 @@
 
 Importing this module registers them, as importing T5's does. Each task reads its TFDS
 dataset through t5forge's TensorFlow-free TfdsDataSource ($TFDS_DATA_DIR, T5X's
---tfds_data_dir), runs T5's preprocessors (t5forge.data.t5_preprocessors) and is scored with
+--tfds_data_dir), runs T5's preprocessors (t5forge.t5.data.preprocessors) and is scored with
 T5's postprocessors and metrics; the SuperGLUE, DPR and WSC tasks also get T5's
 `_1_sentinel` copies. xsum_v110 is the T5-paper follow-up's XSum task, here with
 T5's default vocabulary. Registered: the c4 objectives, every GLUE and SuperGLUE config
@@ -12,16 +12,14 @@ and the WMT pairs T5 registers.
 
 from __future__ import annotations
 
-from t5forge.data import t5_metrics as metrics
-from t5forge.data import t5_postprocessors as postprocessors
-from t5forge.data import t5_preprocessors as preprocessors
 from t5forge.data.preprocessors import CacheDatasetPlaceholder, append_eos_after_trim, tokenize
 from t5forge.data.providers.mixture import TaskRegistry
 from t5forge.data.providers.task import Feature, Task
 from t5forge.data.providers.with_sentinels import add_task_with_sentinels
 from t5forge.data.sources.tfds import TfdsDataSource
-from t5forge.tasks.t5_registry import glue_utils, tfds_configs
-from t5forge.tasks.t5_registry.vocabulary import get_default_vocabulary
+from t5forge.t5.data import glue_utils, postprocessors, preprocessors, tfds_configs
+from t5forge.t5.data.utils import get_default_vocabulary
+from t5forge.t5.evaluation import metrics
 
 DEFAULT_OUTPUT_FEATURES = {
     "inputs": Feature(vocabulary=get_default_vocabulary(), add_eos=True, required=False),

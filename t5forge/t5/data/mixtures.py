@@ -4,8 +4,8 @@ set size (T5's glue_utils tables). Importing this module registers T5's tasks to
 from __future__ import annotations
 
 from t5forge.data.providers.mixture import MixtureRegistry
-from t5forge.tasks.t5_registry import tasks  # noqa: F401  (registers the tasks mixed here)
-from t5forge.tasks.t5_registry.glue_utils import (
+from t5forge.t5.data import tasks  # noqa: F401  (registers the tasks mixed here)
+from t5forge.t5.data.glue_utils import (
     GLUE_WEIGHT_MAPPING,
     SUPER_GLUE_WEIGHT_MAPPING,
     SUPER_GLUE_WEIGHT_MAPPING_SENTINEL,

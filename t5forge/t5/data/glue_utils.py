@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import functools
 
-from t5forge.data import t5_metrics as metrics
-from t5forge.data import t5_postprocessors as postprocessors
-from t5forge.data import t5_preprocessors as preprocessors
+from t5forge.t5.data import postprocessors, preprocessors
+from t5forge.t5.evaluation import metrics
 
 SUPER_GLUE_WEIGHT_MAPPING = {
     "dpr_v001_simple": 1_322.0,

@@ -1,10 +1,12 @@
-"""T5's default vocabulary: cc_all.32000 with 100 extra ids, from $T5FORGE_VOCAB when set
-(a local copy), else from T5's bucket, read when a task first needs it."""
+"""`t5.data.utils`: T5's default vocabulary (cc_all.32000 with 100 extra ids, from
+$T5FORGE_VOCAB when set (a local copy), else from T5's bucket, read when a task first needs
+it) and T5's mixing-rate functions."""
 
 from __future__ import annotations
 
 import os
 
+from t5forge.data.providers.mixture import mixing_rate_num_examples
 from t5forge.data.vocabularies import (
     EnvironmentSentencePieceVocabulary,
     SentencePieceVocabulary,
@@ -31,3 +33,15 @@ class T5DefaultVocabulary(EnvironmentSentencePieceVocabulary):
 
 def get_default_vocabulary() -> T5DefaultVocabulary:
     return T5DefaultVocabulary()
+
+
+def rate_num_examples(
+    task, maximum=None, temperature=1.0, scale=1.0, fallback_to_num_input_examples=True
+) -> float:
+    """T5's rate proportional to a task's size (its argument order differs from SeqIO's)."""
+    return mixing_rate_num_examples(task, maximum=maximum, scale=scale, temperature=temperature)
+
+
+def rate_unsupervised(task, value: float = 1e6) -> float:
+    """T5's fixed rate for an unsupervised task in a mixture."""
+    return value

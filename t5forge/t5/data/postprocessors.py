@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from t5forge.data.t5_preprocessors import text
+from t5forge.t5.data.preprocessors import text
 
 __all__ = [
     "lower_text",
