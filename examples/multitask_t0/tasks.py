@@ -19,13 +19,18 @@ import operator
 import os
 import zlib
 
-from t5forge.data import metrics
+from t5forge.data import (
+    EnvironmentSentencePieceVocabulary,
+    Feature,
+    FunctionSource,
+    MixtureRegistry,
+    Task,
+    TaskRegistry,
+    metrics,
+    mixing_rate_num_examples,
+)
 from t5forge.data import preprocessors as pp
 from t5forge.data.cache.search_dirs import add_global_cache_dirs
-from t5forge.data.providers.mixture import MixtureRegistry, TaskRegistry, mixing_rate_num_examples
-from t5forge.data.providers.task import Feature, Task
-from t5forge.data.sources.function import FunctionSource
-from t5forge.data.vocabularies import EnvironmentSentencePieceVocabulary
 from t5forge.tasks.builtin import default_data_dir
 
 MAX_EXAMPLES_PER_TASK = 20000  # T0's cap on a task's mixing rate

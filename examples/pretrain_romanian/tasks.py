@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import os
 
+from t5forge.data import (
+    EnvironmentSentencePieceVocabulary,
+    Feature,
+    HuggingFaceSource,
+    Task,
+    TaskRegistry,
+)
 from t5forge.data import preprocessors as pp
-from t5forge.data.providers.mixture import TaskRegistry
-from t5forge.data.providers.task import Feature, Task
-from t5forge.data.sources.hugging_face import HuggingFaceSource
-from t5forge.data.vocabularies import EnvironmentSentencePieceVocabulary
 from t5forge.tasks.builtin import CORPUS_SPLITS, EXTRA_IDS, default_data_dir
 
 TASK_NAME = "pretrain_romanian"

@@ -10,12 +10,11 @@ import numpy as np
 import pytest
 
 from t5forge.cli import cache_tasks
+from t5forge.data import Task, TaskRegistry
 from t5forge.data.cache import search_dirs as cache_dirs
 from t5forge.data.cache.beam import SplitJob, plan_work_units, run_beam_cache
 from t5forge.data.cache.store import CachedSource, write_task_cache
 from t5forge.data.preprocessors import CacheDatasetPlaceholder
-from t5forge.data.providers.mixture import TaskRegistry
-from t5forge.data.providers.task import Task
 from t5forge.errors import ConfigError, DataError
 from t5forge.tasks.builtin import span_corruption_task
 

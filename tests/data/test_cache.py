@@ -7,9 +7,9 @@ import pytest
 from commands import t5forge
 
 from t5forge.cli import cache_tasks
+from t5forge.data import TaskRegistry
 from t5forge.data.cache import search_dirs as cache_dirs
 from t5forge.data.cache.store import CachedSource, write_task_cache
-from t5forge.data.providers.mixture import TaskRegistry
 from t5forge.errors import DataError
 
 LENGTHS = {"inputs": 256, "targets": 16}

@@ -11,11 +11,10 @@ import numpy as np
 import pytest
 
 from t5forge.cli import cache_tasks
+from t5forge.data import Task, TaskRegistry
 from t5forge.data.cache import search_dirs as cache_dirs
 from t5forge.data.cache.store import CachedSource
 from t5forge.data.preprocessors import CacheDatasetPlaceholder
-from t5forge.data.providers.mixture import TaskRegistry
-from t5forge.data.providers.task import Task
 from t5forge.errors import ConfigError
 
 LENGTHS = {"inputs": 256, "targets": 16}

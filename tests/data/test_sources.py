@@ -6,10 +6,15 @@ import pickle
 
 import pytest
 
-from t5forge.data.sources import DataSource, is_random_access
-from t5forge.data.sources.function import FunctionSource
-from t5forge.data.sources.hugging_face import HuggingFaceSource
-from t5forge.data.sources.text_files import JsonLinesSource, TextLineSource, TsvSource
+from t5forge.data import (
+    DataSource,
+    FunctionSource,
+    HuggingFaceSource,
+    JsonLinesSource,
+    TextLineSource,
+    TsvSource,
+)
+from t5forge.data.sources import is_random_access
 from t5forge.errors import DataError
 
 

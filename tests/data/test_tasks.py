@@ -8,20 +8,21 @@ import numpy as np
 import pytest
 
 import t5forge.tasks  # noqa: F401  (registers the built-in tasks)
-from t5forge.data import preprocessors as pp
-from t5forge.data.cache import search_dirs as cache_dirs
-from t5forge.data.providers import task as tasks_lib
-from t5forge.data.providers.mixture import (
+from t5forge.data import (
+    Feature,
+    FunctionSource,
+    JsonLinesSource,
     Mixture,
     MixtureRegistry,
+    SentencePieceVocabulary,
+    Task,
     TaskRegistry,
     get_mixture_or_task,
     mixing_rate_num_examples,
 )
-from t5forge.data.providers.task import Feature, Task
-from t5forge.data.sources.function import FunctionSource
-from t5forge.data.sources.text_files import JsonLinesSource
-from t5forge.data.vocabularies import SentencePieceVocabulary
+from t5forge.data import preprocessors as pp
+from t5forge.data.cache import search_dirs as cache_dirs
+from t5forge.data.providers import task as tasks_lib
 from t5forge.errors import DataError
 
 BUILTIN = [

@@ -7,11 +7,13 @@ import json
 import pytest
 import sentencepiece
 
-from t5forge.data import vocab_trainer
-from t5forge.data.providers.mixture import TaskRegistry
-from t5forge.data.providers.task import Feature
-from t5forge.data.sources.text_files import JsonLinesSource
-from t5forge.data.vocabularies import SentencePieceVocabulary
+from t5forge.data import (
+    Feature,
+    JsonLinesSource,
+    SentencePieceVocabulary,
+    TaskRegistry,
+    vocab_trainer,
+)
 from t5forge.errors import ConfigError, DataError
 
 

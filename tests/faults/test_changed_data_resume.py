@@ -21,11 +21,11 @@ USER_TASKS = """
 import functools, os
 from t5forge.data import metrics, preprocessors as pp
 from t5forge.data.tf_formats import feature_specs as tf
-from t5forge.data.providers.task import Feature, Task
-from t5forge.data.providers.mixture import TaskRegistry
+from t5forge.data import Feature, Task
+from t5forge.data import TaskRegistry
 from t5forge.data.sources.tfds import TfdsDataSource
-from t5forge.data.sources.files import TFExampleDataSource
-from t5forge.data.vocabularies import EnvironmentSentencePieceVocabulary
+from t5forge.data import TFExampleDataSource
+from t5forge.data import EnvironmentSentencePieceVocabulary
 
 features = {
     "inputs": Feature(EnvironmentSentencePieceVocabulary(extra_ids=100)),

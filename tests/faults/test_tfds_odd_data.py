@@ -20,13 +20,16 @@ from array_record.python.array_record_module import ArrayRecordReader, ArrayReco
 from commands import t5forge_in_process
 
 from t5forge.compat import stand_in_modules
-from t5forge.data import preprocessors
-from t5forge.data.providers.mixture import TaskRegistry
-from t5forge.data.providers.task import Feature, Task
-from t5forge.data.sources.files import TFExampleDataSource
+from t5forge.data import (
+    ByteVocabulary,
+    Feature,
+    Task,
+    TaskRegistry,
+    TFExampleDataSource,
+    preprocessors,
+)
 from t5forge.data.sources.tfds import TfdsDataSource, set_tfds_data_dir_override
 from t5forge.data.tf_formats.records import read_records
-from t5forge.data.vocabularies import ByteVocabulary
 from t5forge.errors import DataError
 from tests.data.tf_reference import FIXTURES, tfrecord_frames
 

@@ -17,11 +17,9 @@ import pytest
 from t5x_user_dir_setup import load_user_tasks
 
 from t5forge.compat import stand_in_modules
+from t5forge.data import Feature, FunctionSource, Task, TaskRegistry
 from t5forge.data.preprocessors.framework import PipelineContext
-from t5forge.data.providers.mixture import TaskRegistry
-from t5forge.data.providers.task import Feature, Task
 from t5forge.data.providers.with_sentinels import add_task_with_sentinels
-from t5forge.data.sources.function import FunctionSource
 from t5forge.data.sources.tfds import TfdsDataSource
 from t5forge.seqio import SentencePieceVocabulary
 from t5forge.t5.data import tfds_configs

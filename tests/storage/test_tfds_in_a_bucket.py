@@ -30,9 +30,7 @@ def test_the_data_fingerprint_of_a_bucket_copy_is_the_local_ones(
 ):
     """Names without folders, sizes and CRCs, read from the store (whole, and with the
     whole-file limit lowered so the shards are known by their ends, read by seeking)."""
-    from t5forge.data import preprocessors
-    from t5forge.data.providers.task import Feature, Task
-    from t5forge.data.vocabularies import ByteVocabulary
+    from t5forge.data import ByteVocabulary, Feature, Task, preprocessors
     from t5forge.run import output_identity
 
     monkeypatch.setattr(output_identity, "_WHOLE_FILE_LIMIT", whole_file_limit)
