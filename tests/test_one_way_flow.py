@@ -26,7 +26,7 @@ LAYERS = [
     ("checkpoints",),
     ("api",),
     ("run", "serving"),
-    ("config",),
+    ("gin_config",),
     ("t5forge",),
     ("cli",),
     ("__main__",),
@@ -138,7 +138,7 @@ importlib.import_module("t5forge.api")
 checkpoint, gin_file, output = sys.argv[1:]
 t5forge.load(checkpoint, config=gin_file)
 t5forge.convert(checkpoint, output, from_="t5x", to="t5forge", config=gin_file)
-print(sorted(name for name in sys.modules if name.startswith(("t5forge.cli", "t5forge.config"))))
+print(sorted(name for name in sys.modules if name.startswith(("t5forge.cli", "t5forge.gin_config"))))
 """
 
 

@@ -10,14 +10,14 @@ import tokenize
 
 from t5forge import compile_cache
 from t5forge.cli import absl_flags
-from t5forge.config import (  # gin_registry: the names gin files bind
+from t5forge.errors import ConfigError
+from t5forge.gin_config import (  # gin_registry: the names gin files bind
     binding_checks,
     gin_flags,
     gin_internals,
     gin_registry,  # noqa: F401
     gin_syntax,
 )
-from t5forge.errors import ConfigError
 from t5forge.run.task_modules import import_task_modules
 from t5forge.training import partitioning
 

@@ -26,7 +26,7 @@ from pathlib import Path
 STAND_INS = {
     "seqio": "t5forge.seqio",
     "seqio.dataset_providers": "t5forge.seqio.dataset_providers",
-    "seqio.evaluation": "t5forge.data.evaluation",
+    "seqio.evaluation": "t5forge.data.evaluator",
     "seqio.experimental": "t5forge.seqio.experimental",
     "seqio.feature_converters": "t5forge.seqio.feature_converters",
     "seqio.loggers": "t5forge.seqio.loggers",
@@ -82,7 +82,7 @@ class _StandInFinder(importlib.abc.MetaPathFinder):
 
 
 def _falls_back_to_stand_in(gin_module: types.ModuleType, name: str) -> None:
-    """A gin stand-in module (t5forge.config.t5x_compat) answers the names it lacks from
+    """A gin stand-in module (t5forge.gin_config.t5x_compat) answers the names it lacks from
     t5forge's SeqIO/T5 module, so `seqio.Feature` works in a task module gin imports."""
 
     def fallback(attribute: str):

@@ -41,7 +41,7 @@ _EXPORTS = {
     # batches and evaluation
     "BatchIterator": "t5forge.data.batch_iterator",
     "make_batch_iterator": "t5forge.data.batch_iterator",
-    "Evaluator": "t5forge.data.evaluation",
+    "Evaluator": "t5forge.data.evaluator",
 }
 
 # Exported name -> the module it is (`pp.tokenize`, `metrics.bleu`).

@@ -21,8 +21,8 @@ from t5forge import storage
 from t5forge.checkpoints.remote_model_dir import complete_steps
 from t5forge.errors import CheckpointError, ConfigError
 from t5forge.run import output_identity, setup
-from t5forge.run.configs import DatasetConfig, RestoreCheckpointConfig
-from t5forge.run.evaluation import InferenceEvaluation
+from t5forge.run.dataset_and_checkpoint_configs import DatasetConfig, RestoreCheckpointConfig
+from t5forge.run.training_and_inference_eval import InferenceEvaluation
 from t5forge.training.summaries import MetricsWriter
 
 IDENTITY_FILE = ".t5forge-eval.json"

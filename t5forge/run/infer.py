@@ -23,7 +23,7 @@ from t5forge import storage
 from t5forge.data.feature_converters import converter_for
 from t5forge.errors import ConfigError
 from t5forge.run import output_identity, setup
-from t5forge.run.configs import DatasetConfig, RestoreCheckpointConfig
+from t5forge.run.dataset_and_checkpoint_configs import DatasetConfig, RestoreCheckpointConfig
 from t5forge.run.model_dir_lock import ModelDirLock
 
 MODES = ("predict", "score")

@@ -18,7 +18,7 @@ from t5forge.errors import CheckpointError, ConfigError
 from t5forge.models.configs import T5Config, get_config
 from t5forge.models.model import BaseModel, build_model
 from t5forge.run import output_identity
-from t5forge.run.configs import DatasetConfig, RestoreCheckpointConfig
+from t5forge.run.dataset_and_checkpoint_configs import DatasetConfig, RestoreCheckpointConfig
 from t5forge.training import optimizers
 
 logger = logging.getLogger("t5forge")

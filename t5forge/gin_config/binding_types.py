@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 import gin.config
 
 from t5forge.models.configs import T5Config
-from t5forge.run import configs
+from t5forge.run import dataset_and_checkpoint_configs as configs
 from t5forge.run.evaluate import evaluate
 from t5forge.run.infer import infer
 from t5forge.run.train import train

@@ -17,7 +17,7 @@ import gin
 from t5forge.interop.gin_model_config import config_from_gin
 from t5forge.models.configs import T5Config
 from t5forge.models.model import DecoderOnlyModel, EncoderDecoderModel, build_model
-from t5forge.run import configs
+from t5forge.run import dataset_and_checkpoint_configs as configs
 from t5forge.run.evaluate import evaluate as run_evaluate
 from t5forge.run.infer import infer as run_infer
 from t5forge.run.precompile import precompile as run_precompile
@@ -72,6 +72,6 @@ precompile = gin.external_configurable(run_precompile, name="precompile")
 
 def precompile_requested() -> bool:
     """Whether the files bind precompile (T5X's precompile.gin), which train then runs."""
-    from t5forge.config import gin_internals
+    from t5forge.gin_config import gin_internals
 
     return bool(gin_internals.bindings_of(gin_internals.complete_selector("precompile")))

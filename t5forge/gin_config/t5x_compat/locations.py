@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from gin import config_parser
 
 from t5forge import storage
-from t5forge.config import gin_internals
-from t5forge.config.t5x_compat.names import MODULE_ALIASES
+from t5forge.gin_config import gin_internals
+from t5forge.gin_config.t5x_compat.names import MODULE_ALIASES
 
 
 class _Reference:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from t5forge.config.gin_registry import config_from_gin
 from t5forge.errors import ConfigError, T5ForgeError
+from t5forge.gin_config.gin_registry import config_from_gin
 from t5forge.models.configs import T5Config
 from t5forge.run.hooks import Hook
 from t5forge.training import optimizers, partitioning

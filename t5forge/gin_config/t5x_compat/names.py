@@ -5,7 +5,7 @@ One entry per name T5X's gin files import and bind (`from t5x import utils` ...
 of the same job (its `twin`: bindings move there after parsing, so a command-line override such as
 `--gin.utils.DatasetConfig.batch_size=8`, which names the twin, wins; calling the T5X name
 calls the twin), or has Python of its own
-(`build`, with T5X's signature). The rules (t5forge.config.t5x_compat.rules) say, per parameter,
+(`build`, with T5X's signature). The rules (t5forge.gin_config.t5x_compat.rules) say, per parameter,
 whether t5forge honours it, moves it, or reports it; README 'Coming from T5X' lists the same.
 """
 
@@ -15,8 +15,9 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping
 
-from t5forge.config.t5x_compat import objects
-from t5forge.config.t5x_compat.rules import (
+from t5forge.data.providers.tfexample_file_task import create_task_from_tfexample_file
+from t5forge.gin_config.t5x_compat import objects
+from t5forge.gin_config.t5x_compat.rules import (
     Rule,
     equivalent,
     honoured,
@@ -25,7 +26,6 @@ from t5forge.config.t5x_compat.rules import (
     reference,
     resolve_macros,
 )
-from t5forge.data.providers.tfexample_file_task import create_task_from_tfexample_file
 
 # Names with a twin that T5X's files also bind in files without imports.
 BOUND_WITHOUT_IMPORT = ("T5Config",)
@@ -71,7 +71,7 @@ class T5XName:
         `DatasetConfig.batch_size`) keep naming the twin alone; except the names T5X's size
         files bind without importing them (`network.T5Config:` after an include), which gin
         can only find under their own name."""
-        from t5forge.config import gin_internals
+        from t5forge.gin_config import gin_internals
 
         if self.same_object:
             return gin_internals.complete_selector(self.twin)
@@ -92,7 +92,7 @@ def _one_path(value):
 
 def _multi_partition(value) -> bool:
     """Whether any partitioner of the config asks for model parallelism."""
-    from t5forge.config import gin_internals
+    from t5forge.gin_config import gin_internals
 
     return any(
         selector.endswith("PjitPartitioner")
@@ -179,7 +179,7 @@ def _submesh_size(submesh) -> int | None:
 def _partitions(num_partitions):
     """T5X's PjitPartitioner takes its mesh from model_parallel_submesh when one is set, and
     from num_partitions otherwise; t5forge's model axis gets that many devices."""
-    from t5forge.config import gin_internals
+    from t5forge.gin_config import gin_internals
 
     for (_, selector), params in gin_internals.all_bindings().items():
         if selector.endswith("PjitPartitioner") and "model_parallel_submesh" in params:

@@ -15,12 +15,12 @@ import sys
 
 import gin
 
-from t5forge.config import gin_internals
-from t5forge.config.t5x_compat.locations import Locator, Written
-from t5forge.config.t5x_compat.modules import is_t5x_module
-from t5forge.config.t5x_compat.names import NAMES, T5XName
-from t5forge.config.t5x_compat.rules import Rule, macro_name, resolve_macros
 from t5forge.errors import ConfigError
+from t5forge.gin_config import gin_internals
+from t5forge.gin_config.t5x_compat.locations import Locator, Written
+from t5forge.gin_config.t5x_compat.modules import is_t5x_module
+from t5forge.gin_config.t5x_compat.names import NAMES, T5XName
+from t5forge.gin_config.t5x_compat.rules import Rule, macro_name, resolve_macros
 
 
 class _Report:

@@ -2,7 +2,7 @@
 
 A T5X gin file says `from t5x import utils` and then `utils.DatasetConfig.batch_size = 128`;
 with dynamic registration gin imports the module and looks the attribute up. Each T5X name of
-t5forge.config.t5x_compat.names is registered with gin once, and `t5x_module_names()` puts
+t5forge.gin_config.t5x_compat.names is registered with gin once, and `t5x_module_names()` puts
 modules holding them in `sys.modules` for the duration of a parse, then puts back whatever
 was there (a real `seqio`, the real `__main__`). Nothing called `t5x` or `seqio` stays
 importable afterwards; `from t5forge import seqio` is t5forge's own module, a different name.
@@ -17,10 +17,10 @@ import types
 
 import gin
 
-import t5forge.config.gin_registry  # noqa: F401  (registers the twins the T5X names forward to)
+import t5forge.gin_config.gin_registry  # noqa: F401  (registers the twins the T5X names forward to)
 from t5forge.compat import stand_in_modules
-from t5forge.config import gin_internals
-from t5forge.config.t5x_compat.names import (
+from t5forge.gin_config import gin_internals
+from t5forge.gin_config.t5x_compat.names import (
     BOUND_WITHOUT_IMPORT,
     MODULE_ALIASES,
     NAMES,

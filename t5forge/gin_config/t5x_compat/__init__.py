@@ -8,8 +8,8 @@ parse, translate.py moves the bindings onto t5forge's configurables and reports,
 line, what t5forge ignores or refuses. gin_flags.parse_gin drives the three.
 """
 
-from t5forge.config.t5x_compat.modules import t5x_module_names
-from t5forge.config.t5x_compat.names import shadowed_parameters
-from t5forge.config.t5x_compat.translate import translate
+from t5forge.gin_config.t5x_compat.modules import t5x_module_names
+from t5forge.gin_config.t5x_compat.names import shadowed_parameters
+from t5forge.gin_config.t5x_compat.translate import translate
 
 __all__ = ["shadowed_parameters", "t5x_module_names", "translate"]

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import gin.config
 
-from t5forge.config import binding_types, gin_internals
-from t5forge.config.t5x_compat.locations import Locator, Written, nested_leaves
-from t5forge.config.t5x_compat.names import NAMES
-from t5forge.config.t5x_compat.rules import macro_name, resolve_macros
 from t5forge.errors import ConfigError
+from t5forge.gin_config import binding_types, gin_internals
+from t5forge.gin_config.t5x_compat.locations import Locator, Written, nested_leaves
+from t5forge.gin_config.t5x_compat.names import NAMES
+from t5forge.gin_config.t5x_compat.rules import macro_name, resolve_macros
 
 MACRO = "gin.macro"
 Key = tuple[str, str, str]  # (scope, complete selector, parameter)

@@ -2,7 +2,7 @@
 
 Plain frozen dataclasses: Python callers build them directly, and the command line registers
 them with gin under T5X's module names (`utils.DatasetConfig.batch_size = 128`), see
-`t5forge.config.gin_registry`.
+`t5forge.gin_config.gin_registry`.
 """
 
 from __future__ import annotations

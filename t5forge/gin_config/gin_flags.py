@@ -5,7 +5,7 @@ What we add over T5X: plain string values need no inner quotes (`--gin.MODEL_DIR
 the T5X form `--gin.MODEL_DIR="'/tmp/m'"` still works), gin files are also searched in the
 package's own `configs/`, and a typo in a binding or file name is one line with the
 closest valid name instead of a parser traceback. T5X's own gin files (dynamic registration,
-`from t5x import utils`, ...) parse too: see t5forge.config.t5x_compat.
+`from t5x import utils`, ...) parse too: see t5forge.gin_config.t5x_compat.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 import gin
 
 from t5forge import storage
-from t5forge.config import gin_internals, gin_syntax
 from t5forge.errors import ConfigError, T5ForgeError
+from t5forge.gin_config import gin_internals, gin_syntax
 
 PACKAGE_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -166,7 +166,7 @@ def _unknown_configurable_hint(selector: str) -> str:
 def _through_imports(selector: str) -> list:
     """The configurables a selector names through the parsed files' imports (after the
     parse, so T5X's module names are put back for the look-up)."""
-    from t5forge.config import t5x_compat
+    from t5forge.gin_config import t5x_compat
 
     with t5x_compat.t5x_module_names():
         return gin_internals.through_imports(selector)
@@ -194,7 +194,7 @@ _T5X_SUPPORTED = "README 'Coming from T5X' lists the T5X names t5forge understan
 
 def _explain_unknown_t5x_name(message: str, where: str) -> ConfigError | None:
     """A T5X module or configurable t5forge has no stand-in for, with the file and line."""
-    from t5forge.config.t5x_compat.names import UNAVAILABLE_MODULES
+    from t5forge.gin_config.t5x_compat.names import UNAVAILABLE_MODULES
 
     module = re.match(r"No module named '((?:t5x|seqio|t5|mesh_tensorflow)(?:\.[\w.]+)?)'", message)
     if module:
@@ -294,7 +294,7 @@ _GIN_ERRORS = (
 def parse_gin(flags: GinFlags, extra_bindings: list[str] | None = None, finalize: bool = True):
     """Parses the files then the bindings (command line wins), as T5X does; T5X's own files
     are translated onto t5forge's names before the config is finalized."""
-    from t5forge.config import t5x_compat
+    from t5forge.gin_config import t5x_compat
 
     for path in flags.search_paths:
         gin.add_config_file_search_path(path)

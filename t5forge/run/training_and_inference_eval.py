@@ -17,7 +17,7 @@ from jax.experimental import multihost_utils
 from t5forge import storage
 from t5forge.data.feature_converters import converter_for
 from t5forge.run import setup
-from t5forge.run.configs import DatasetConfig
+from t5forge.run.dataset_and_checkpoint_configs import DatasetConfig
 from t5forge.training.summaries import MetricsWriter
 
 
@@ -110,7 +110,7 @@ class InferenceEvaluation:
         output_dir=None,
         method: str = "greedy",
     ):
-        from t5forge.data.evaluation import Evaluator
+        from t5forge.data.evaluator import Evaluator
 
         self.model = model
         self.writer = writer
