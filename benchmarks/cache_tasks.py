@@ -43,9 +43,10 @@ CONFIGURATIONS = {
 TASK_MODULE = """
 import os
 from t5forge.data import preprocessors as pp
-from t5forge.data.sources import JsonLinesSource
-from t5forge.data.tasks import Feature, Task, TaskRegistry
-from t5forge.data.vocabularies import EnvironmentSentencePieceVocabulary
+from t5forge.data import JsonLinesSource
+from t5forge.data import Feature, Task
+from t5forge.data import TaskRegistry
+from t5forge.data import EnvironmentSentencePieceVocabulary
 
 vocabulary = EnvironmentSentencePieceVocabulary(extra_ids=100)
 TaskRegistry.add(Task(

@@ -24,7 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import harness  # noqa: E402  (same directory)
 
-from t5forge.checkpoints import checkpointer, integrity  # noqa: E402
+from t5forge.checkpoints import (
+    checkpointer,
+    integrity,  # noqa: E402
+)
 from t5forge.models.configs import get_config  # noqa: E402
 from t5forge.models.model import build_model  # noqa: E402
 from t5forge.training import optimizers, partitioning  # noqa: E402

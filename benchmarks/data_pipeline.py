@@ -44,10 +44,12 @@ sys.path.insert(0, str(REPO))
 
 import harness  # noqa: E402  (same directory)
 
-from t5forge.data.feature_converters import EncDecFeatureConverter  # noqa: E402
-from t5forge.data.pipeline import make_batch_iterator  # noqa: E402
+from t5forge.data import (  # noqa: E402
+    EncDecFeatureConverter,
+    SentencePieceVocabulary,
+    make_batch_iterator,
+)
 from t5forge.data.vocab_trainer import train_vocabulary  # noqa: E402
-from t5forge.data.vocabularies import SentencePieceVocabulary  # noqa: E402
 from t5forge.tasks.builtin import span_corruption_task  # noqa: E402
 
 LENGTHS = {"inputs": 512, "targets": 114}

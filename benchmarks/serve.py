@@ -66,7 +66,7 @@ def _config(name: str):
     import gin
 
     from t5forge.checkpoints.reader import resolve_config
-    from t5forge.config.gin_flags import PACKAGE_CONFIGS
+    from t5forge.gin_config.gin_flags import PACKAGE_CONFIGS
 
     gin.add_config_file_search_path(str(PACKAGE_CONFIGS))
     return resolve_config(DEMO_GIN)

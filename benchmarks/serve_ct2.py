@@ -198,7 +198,7 @@ def main() -> int:
         sys.exit("error: ctranslate2 is not installed; pip install -e '.[bench]'")
     import uvicorn
 
-    from t5forge.data.vocabularies import SentencePieceVocabulary
+    from t5forge.data import SentencePieceVocabulary
 
     vocabulary_file = args.model / "shared_vocabulary.json"
     if not vocabulary_file.is_file():

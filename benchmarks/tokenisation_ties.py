@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import harness  # noqa: E402  (same directory)
 
-from t5forge.data.vocabularies import SentencePieceVocabulary  # noqa: E402
+from t5forge.data import SentencePieceVocabulary  # noqa: E402
 
 DEMO_VOCABULARY = harness.REPO / "tests" / "seqio_port" / "reference" / "demo_spiece.model"
 

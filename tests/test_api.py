@@ -12,7 +12,7 @@ import pytest
 
 import t5forge
 from t5forge.api import Model
-from t5forge.data.vocabularies import SentencePieceVocabulary
+from t5forge.data import SentencePieceVocabulary
 from t5forge.errors import CheckpointError, ConfigError, DataError
 from t5forge.interop.huggingface import save_hf_dir
 from t5forge.models.configs import get_config

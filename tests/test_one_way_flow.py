@@ -20,17 +20,37 @@ LAYERS = [
     ("storage", "compile_cache"),
     ("data", "models", "event_files"),
     ("training", "seqio", "tasks"),
+    ("t5",),
     ("compat",),
     ("interop",),
     ("checkpoints",),
     ("api",),
     ("run", "serving"),
-    ("config",),
+    ("gin_config",),
     ("t5forge",),
     ("cli",),
     ("__main__",),
 ]
 RANK = {unit: rank for rank, layer in enumerate(LAYERS) for unit in layer}
+
+# Inside data/ its families flow one way too, lowest first (a family is the folder or
+# top-level module under t5forge/data/); t5forge.data itself, the API users import, is above
+# them all, so no data module imports it.
+DATA_LAYERS = [
+    (
+        "buckets",
+        "feature_converters",
+        "grain_ops",
+        "metrics",
+        "sentencepiece_ties",
+        "vocabulary_locations",
+    ),
+    ("tf_formats", "vocabularies"),
+    ("cache", "preprocessors", "sources"),
+    ("providers",),
+    ("batch_iterator", "evaluator", "vocab_trainer"),
+]
+DATA_RANK = {family: rank for rank, layer in enumerate(DATA_LAYERS) for family in layer}
 
 
 def _modules() -> dict[str, Path]:
@@ -45,6 +65,10 @@ def _modules() -> dict[str, Path]:
 
 def _unit(module: str) -> str:
     return module.split(".")[1] if "." in module else module
+
+
+def _data_family(module: str) -> str:
+    return module.split(".")[2]
 
 
 def _imported_names(module: str, path: Path) -> set[str]:
@@ -103,6 +127,27 @@ def test_no_module_imports_a_layer_above_its_own():
     assert back == []
 
 
+def test_every_data_module_belongs_to_a_data_layer():
+    families = {_data_family(m) for m in _modules() if m.startswith("t5forge.data.")}
+    assert sorted(families - set(DATA_RANK)) == []
+
+
+def test_no_data_module_imports_a_data_layer_above_its_own():
+    back = sorted(
+        f"{module} -> {target}"
+        for module, targets in _import_graph().items()
+        if module.startswith("t5forge.data.")
+        for target in targets
+        if target == "t5forge.data"
+        or (
+            target.startswith("t5forge.data.")
+            and _data_family(target) != _data_family(module)
+            and DATA_RANK[_data_family(target)] >= DATA_RANK[_data_family(module)]
+        )
+    )
+    assert back == []
+
+
 def test_the_module_graph_has_no_cycle():
     graph = _import_graph()
     state: dict[str, str] = {}  # "open" while on the path, "done" once every import is seen
@@ -137,7 +182,7 @@ importlib.import_module("t5forge.api")
 checkpoint, gin_file, output = sys.argv[1:]
 t5forge.load(checkpoint, config=gin_file)
 t5forge.convert(checkpoint, output, from_="t5x", to="t5forge", config=gin_file)
-print(sorted(name for name in sys.modules if name.startswith(("t5forge.cli", "t5forge.config"))))
+print(sorted(name for name in sys.modules if name.startswith(("t5forge.cli", "t5forge.gin_config"))))
 """
 
 

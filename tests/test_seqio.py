@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from t5forge import seqio
-from t5forge.data.preprocessor_framework import ExamplePreprocessor
-from t5forge.data.tasks import get_mixture_or_task
+from t5forge.data import get_mixture_or_task
+from t5forge.data.preprocessors.framework import ExamplePreprocessor
 from t5forge.errors import ConfigError
 
 MODULE = Path(__file__).resolve().parent / "seqio_style_tasks.py"

@@ -11,10 +11,16 @@ vocabulary is $T5FORGE_VOCAB and the data $T5FORGE_DATA_DIR/rotten_tomatoes.
 
 import functools
 
-from t5forge.data import metrics
+from t5forge.data import (
+    EnvironmentSentencePieceVocabulary,
+    Feature,
+    Mixture,
+    MixtureRegistry,
+    Task,
+    TaskRegistry,
+    metrics,
+)
 from t5forge.data import preprocessors as pp
-from t5forge.data.tasks import Feature, Mixture, MixtureRegistry, Task, TaskRegistry
-from t5forge.data.vocabularies import EnvironmentSentencePieceVocabulary
 from t5forge.tasks.builtin import EXTRA_IDS, default_data_dir, jsonl_splits, span_corruption_task
 
 TASK_NAME = "classify_sentiment"

@@ -19,18 +19,18 @@ import operator
 import os
 import zlib
 
-from t5forge.data import metrics
-from t5forge.data import preprocessors as pp
-from t5forge.data.cache_dirs import add_global_cache_dirs
-from t5forge.data.sources import FunctionSource
-from t5forge.data.tasks import (
+from t5forge.data import (
+    EnvironmentSentencePieceVocabulary,
     Feature,
+    FunctionSource,
     MixtureRegistry,
     Task,
     TaskRegistry,
+    metrics,
     mixing_rate_num_examples,
 )
-from t5forge.data.vocabularies import EnvironmentSentencePieceVocabulary
+from t5forge.data import preprocessors as pp
+from t5forge.data.cache.search_dirs import add_global_cache_dirs
 from t5forge.tasks.builtin import default_data_dir
 
 MAX_EXAMPLES_PER_TASK = 20000  # T0's cap on a task's mixing rate
@@ -151,7 +151,8 @@ def rank_classification_task(name, source, template_key, target, choices, vocabu
 def t0_tasks(vocabulary=None) -> tuple[list[Task], list[Task]]:
     """(training tasks, eval tasks)."""
     vocab = vocabulary or EnvironmentSentencePieceVocabulary()
-    rouge = functools.partial(metrics.rouge, score_keys=("rouge1", "rouge2", "rougeL"))
+    # the plain mean over examples: the same numbers each eval (T5's bootstrap resamples).
+    rouge = functools.partial(metrics.rouge_mean, score_keys=("rouge1", "rouge2", "rougeL"))
     train = [
         generative_task(
             "t0_translate_en_de", _source("en_de_lohelp"), "translate_en_de", "de", vocab

@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import os
 
+from t5forge.data import (
+    EnvironmentSentencePieceVocabulary,
+    Feature,
+    HuggingFaceSource,
+    Task,
+    TaskRegistry,
+)
 from t5forge.data import preprocessors as pp
-from t5forge.data.sources import HuggingFaceSource
-from t5forge.data.tasks import Feature, Task, TaskRegistry
-from t5forge.data.vocabularies import EnvironmentSentencePieceVocabulary
 from t5forge.tasks.builtin import CORPUS_SPLITS, EXTRA_IDS, default_data_dir
 
 TASK_NAME = "pretrain_romanian"

@@ -8,8 +8,8 @@ $T5FORGE_VOCAB, data $T5FORGE_DATA_DIR/rotten_tomatoes.
 """
 
 from examples.classify_sentiment.tasks import TASK_NAME, sentiment_task
+from t5forge.data import Task, TaskRegistry
 from t5forge.data import preprocessors as pp
-from t5forge.data.tasks import Task, TaskRegistry
 
 MODE = "[NLU]"
 MODE_TASK_NAME = f"{TASK_NAME}_nlu"

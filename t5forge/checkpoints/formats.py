@@ -32,7 +32,7 @@ class CheckpointFormat:
 
 
 def _is_t5forge_checkpoint(path: Path) -> bool:
-    from t5forge.checkpoints.checkpointer import resolve_step_dir
+    from t5forge.checkpoints.step_dir import resolve_step_dir
 
     try:
         resolve_step_dir(path)

@@ -76,7 +76,7 @@ def read(
     and Mesh TF checkpoints, which record none, unless `infer_config` lets their parameters
     imply it. A t5forge checkpoint is restored into `target_params` (initialised, maybe
     sharded, arrays or their shapes; default the config's shapes) through `assignment_map`
-    (see checkpointer.restore_params); the other formats are read whole and must fit.
+    (see step_dir.restore_params); the other formats are read whole and must fit.
     """
     local = Path(remote_model_dir.local_copy(hub.local_path(path)))
     if not local.exists():
@@ -113,7 +113,7 @@ def read(
 
 
 def _read_t5forge(step_or_model_dir: Path, config, target_params, assignment_map) -> Checkpoint:
-    from t5forge.checkpoints.checkpointer import read_metadata, resolve_step_dir, restore_params
+    from t5forge.checkpoints.step_dir import read_metadata, resolve_step_dir, restore_params
 
     step_dir = resolve_step_dir(step_or_model_dir)
     metadata = read_metadata(step_dir)

@@ -28,7 +28,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    from t5forge.checkpoints.checkpointer import verify_checkpoint
+    from t5forge.checkpoints.step_dir import verify_checkpoint
 
     print(verify_checkpoint(args.path))
     return 0

@@ -15,7 +15,7 @@ import argparse
 import numpy as np
 
 from t5forge.cli.commands import COMMANDS
-from t5forge.config.gin_flags import resolve_gin_file
+from t5forge.gin_config.gin_flags import resolve_gin_file
 from t5forge.run.convert import SOURCES, TARGETS, convert
 
 HELP = COMMANDS["convert"].summary

@@ -28,7 +28,7 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--model_dir", default="runs/demo")
     parser.add_argument("--train_steps", type=int, default=None)
-    from t5forge.config import gin_flags
+    from t5forge.gin_config import gin_flags
 
     args = parser.parse_args(gin_flags.split_gin_flags(argv).rest)
     model_dir = Path(args.model_dir).absolute()
@@ -45,7 +45,7 @@ def main(argv: list[str]) -> int:
     os.environ["T5FORGE_DATA_DIR"] = str(DATA)
 
     from t5forge.cli import run_flags
-    from t5forge.config import gin_registry
+    from t5forge.gin_config import gin_registry
     from t5forge.run.task_modules import import_task_modules
 
     bindings = [f"--gin.MODEL_DIR={model_dir}"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from t5forge.cli import run_flags
 from t5forge.cli.commands import COMMANDS
-from t5forge.config import gin_registry
+from t5forge.gin_config import gin_registry
 
 HELP = COMMANDS["infer"].summary
 

@@ -10,14 +10,14 @@ import tokenize
 
 from t5forge import compile_cache
 from t5forge.cli import absl_flags
-from t5forge.config import (  # gin_registry: the names gin files bind
+from t5forge.errors import ConfigError
+from t5forge.gin_config import (  # gin_registry: the names gin files bind
     binding_checks,
     gin_flags,
     gin_internals,
     gin_registry,  # noqa: F401
     gin_syntax,
 )
-from t5forge.errors import ConfigError
 from t5forge.run.task_modules import import_task_modules
 from t5forge.training import partitioning
 
@@ -100,7 +100,7 @@ def parse_common_flags(rest: list[str], help_text: str, command: str) -> argpars
             args.initialization_timeout,
         )
     import_task_modules(args.module_import)
-    from t5forge.data.cache_dirs import add_global_cache_dirs
+    from t5forge.data.cache.search_dirs import add_global_cache_dirs
 
     add_global_cache_dirs([d for d in args.seqio_additional_cache_dirs.split(",") if d])
     return args

@@ -67,7 +67,7 @@ def _parse_lengths(text: str) -> dict[str, int]:
 
 
 def _list() -> None:
-    from t5forge.data.tasks import MixtureRegistry, TaskRegistry
+    from t5forge.data.providers.mixture import MixtureRegistry, TaskRegistry
 
     for name in TaskRegistry.names():
         task = TaskRegistry.get(name)
@@ -82,7 +82,7 @@ def _list() -> None:
 
 
 def _show(name: str) -> None:
-    from t5forge.data.tasks import Mixture, get_mixture_or_task
+    from t5forge.data.providers.mixture import Mixture, get_mixture_or_task
 
     item = get_mixture_or_task(name)
     if isinstance(item, Mixture):
@@ -115,7 +115,7 @@ def _show(name: str) -> None:
 
 
 def _preview(args) -> None:
-    from t5forge.data.tasks import get_mixture_or_task
+    from t5forge.data.providers.mixture import get_mixture_or_task
 
     item = get_mixture_or_task(args.name)
     features = item.output_features

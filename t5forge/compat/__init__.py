@@ -20,12 +20,13 @@ import importlib.machinery
 import sys
 import types
 from collections.abc import Mapping
+from pathlib import Path
 
 # SeqIO/T5/TFDS/TensorFlow module name -> the t5forge module that stands in for it.
 STAND_INS = {
     "seqio": "t5forge.seqio",
     "seqio.dataset_providers": "t5forge.seqio.dataset_providers",
-    "seqio.evaluation": "t5forge.data.evaluation",
+    "seqio.evaluation": "t5forge.data.evaluator",
     "seqio.experimental": "t5forge.seqio.experimental",
     "seqio.feature_converters": "t5forge.seqio.feature_converters",
     "seqio.loggers": "t5forge.seqio.loggers",
@@ -33,21 +34,27 @@ STAND_INS = {
     "seqio.preprocessors": "t5forge.seqio.preprocessors",
     "seqio.utils": "t5forge.seqio.utils",
     "seqio.vocabularies": "t5forge.seqio.vocabularies",
-    "t5": "t5forge.compat.t5",
-    "t5.data": "t5forge.compat.t5_data",
-    "t5.data.glue_utils": "t5forge.tasks.t5_registry.glue_utils",
-    "t5.data.mixtures": "t5forge.tasks.t5_registry.mixtures",
-    "t5.data.postprocessors": "t5forge.data.t5_postprocessors",
-    "t5.data.preprocessors": "t5forge.data.t5_preprocessors",
-    "t5.data.tasks": "t5forge.tasks.t5_registry.tasks",
-    "t5.evaluation": "t5forge.compat.t5_evaluation",
-    "t5.evaluation.metrics": "t5forge.data.t5_metrics",
     "tensorflow": "t5forge.compat.tensorflow",
     "tensorflow.compat": "t5forge.compat.tensorflow",
     "tensorflow.compat.v1": "t5forge.compat.tensorflow",
     "tensorflow.compat.v2": "t5forge.compat.tensorflow",
     "tensorflow_datasets": "t5forge.compat.tensorflow_datasets",
 }
+
+
+def _t5_port() -> dict[str, str]:
+    """T5's names by rule: `t5.X` is t5forge.t5.X, for every module under t5forge/t5/."""
+    package = __name__.partition(".")[0]
+    root = Path(__file__).resolve().parent.parent / "t5"
+    names = {}
+    for path in sorted(root.rglob("*.py")):
+        name = ".".join(["t5", *path.relative_to(root).with_suffix("").parts])
+        name = name.removesuffix(".__init__")
+        names[name] = f"{package}.{name}"
+    return names
+
+
+STAND_INS.update(_t5_port())
 
 
 # Importing these registers T5's tasks, so gin's `import t5.data.mixtures` imports them too.
@@ -75,7 +82,7 @@ class _StandInFinder(importlib.abc.MetaPathFinder):
 
 
 def _falls_back_to_stand_in(gin_module: types.ModuleType, name: str) -> None:
-    """A gin stand-in module (t5forge.config.t5x_compat) answers the names it lacks from
+    """A gin stand-in module (t5forge.gin_config.t5x_compat) answers the names it lacks from
     t5forge's SeqIO/T5 module, so `seqio.Feature` works in a task module gin imports."""
 
     def fallback(attribute: str):

@@ -13,7 +13,7 @@ import types
 from t5forge.errors import DataError
 
 # Names forwarded to t5forge's TensorFlow-free tf.Example description module.
-_FEATURES_MODULE = "t5forge.data.tfexample_features"
+_FEATURES_MODULE = "t5forge.data.tf_formats.feature_specs"
 _DESCRIPTION_NAMES = ("FixedLenFeature", "VarLenFeature", "FixedLenSequenceFeature")
 _DTYPE_NAMES = (
     "string",
@@ -33,7 +33,9 @@ _COMPAT_NAMES = ("v1", "v2")
 # TensorFlow names a task module passes as values, with the t5forge function doing that job:
 # tf.data.TFRecordDataset as TFExampleDataSource's reader_cls reads records from a path, with
 # its compression_type / buffer_size / num_parallel_reads (functools.partial of it included).
-_FORWARDED = {"tf.data.TFRecordDataset": ("t5forge.data.tfrecord_dataset", "tfrecord_dataset")}
+_FORWARDED = {
+    "tf.data.TFRecordDataset": ("t5forge.data.tf_formats.record_dataset", "tfrecord_dataset")
+}
 
 
 __path__: list[str] = []  # a package to the import system: its submodules are stand-ins too

@@ -9,7 +9,7 @@ from __future__ import annotations
 import types
 
 from t5forge.errors import DataError
-from t5forge.tasks.t5_registry import tfds_configs
+from t5forge.t5.data import tfds_configs
 
 
 class Split:

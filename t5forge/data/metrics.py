@@ -12,6 +12,7 @@ second), which every command naming a task would otherwise pay at start-up.
 
 from __future__ import annotations
 
+import logging
 import re
 import string
 from collections import defaultdict
@@ -21,6 +22,8 @@ from typing import Any
 import numpy as np
 
 from t5forge.errors import DataError
+
+logger = logging.getLogger(__name__)
 
 MetricFn = Callable[[Sequence[Any], Sequence[Any]], dict[str, float]]
 
@@ -72,31 +75,73 @@ def corpus_bleu(predictions: Sequence[str], streams, tokenize: str = "intl") -> 
     return float(score.score)
 
 
-def _split_sentences_for_lsum(text: str) -> str:
-    """rougeLsum scores sentence by sentence; sentences are separated by newlines."""
-    return re.sub(r"([.!?]) ", r"\1\n", text)
+def _newline_after_spaced_periods(text: str) -> str:
+    """T5's sentence handling for rougeLsum: rouge-score splits summaries at newlines, and
+    T5 puts one after each space-separated period (' . ', as tokenized summaries have)."""
+    return text.replace(" . ", " .\n")
 
 
 def rouge(
     targets: Sequence[str],
     predictions: Sequence[str],
     score_keys: Sequence[str] = ("rouge1", "rouge2", "rougeLsum"),
+    aggregate: str = "bootstrap",
+    verbose: bool = True,
+    **scorer_options: Any,
 ) -> dict[str, float]:
-    """Mean ROUGE F-measure x100 per key (rouge-score, no stemming, deterministic mean)."""
-    from rouge_score import rouge_scorer
+    """ROUGE F-measure x100 per key, the numbers `t5.evaluation.metrics.rouge` reports.
+
+    The one ROUGE in t5forge: rouge-score's RougeScorer over each (target, prediction)
+    with T5's newline after ' . ' (rougeLsum scores sentence by sentence).
+    `aggregate="bootstrap"` (T5's) takes the mid value of rouge-score's
+    BootstrapAggregator, which resamples with numpy's global random state;
+    `aggregate="mean"` takes the plain mean over examples (deterministic: `rouge_mean`).
+    `scorer_options` go to RougeScorer (`use_stemmer`, `tokenizer`, `split_summaries`);
+    T5 passes none. `verbose` logs the bootstrap's 95% interval, as T5 does.
+    """
+    from rouge_score import rouge_scorer, scoring
 
     _check_lengths(targets, predictions, "rouge")
-    scorer = rouge_scorer.RougeScorer(list(score_keys))
-    totals = defaultdict(float)
-    for target, prediction in zip(targets, predictions):
-        if "rougeLsum" in score_keys:
-            target, prediction = (
-                _split_sentences_for_lsum(target),
-                _split_sentences_for_lsum(prediction),
+    if aggregate not in ("bootstrap", "mean"):
+        raise DataError(f"metric rouge: aggregate must be 'bootstrap' or 'mean', got {aggregate!r}")
+    scorer = rouge_scorer.RougeScorer(list(score_keys), **scorer_options)
+    per_example = [
+        scorer.score(
+            target=_newline_after_spaced_periods(target),
+            prediction=_newline_after_spaced_periods(prediction),
+        )
+        for target, prediction in zip(targets, predictions)
+    ]
+    if aggregate == "mean":
+        return {
+            key: 100.0 * float(np.mean([scores[key].fmeasure for scores in per_example]))
+            for key in score_keys
+        }
+    aggregator = scoring.BootstrapAggregator()
+    for scores in per_example:
+        aggregator.add_scores(scores)
+    result = aggregator.aggregate()
+    if verbose:
+        for key in score_keys:
+            logger.info(
+                "%s = %.2f, 95%% confidence [%.2f, %.2f]",
+                key,
+                100 * result[key].mid.fmeasure,
+                100 * result[key].low.fmeasure,
+                100 * result[key].high.fmeasure,
             )
-        for key, value in scorer.score(target, prediction).items():
-            totals[key] += value.fmeasure
-    return {key: 100.0 * totals[key] / len(targets) for key in score_keys}
+    return {key: 100.0 * float(result[key].mid.fmeasure) for key in score_keys}
+
+
+def rouge_mean(
+    targets: Sequence[str],
+    predictions: Sequence[str],
+    score_keys: Sequence[str] = ("rouge1", "rouge2", "rougeLsum"),
+    **scorer_options: Any,
+) -> dict[str, float]:
+    """`rouge` with `aggregate="mean"`: the plain mean over examples, the same from run to
+    run (the bootstrap's mid value moves with numpy's random state)."""
+    return rouge(targets, predictions, score_keys, aggregate="mean", **scorer_options)
 
 
 def _percent_equal(targets: Sequence, predictions: Sequence, metric: str) -> float:
@@ -105,13 +150,28 @@ def _percent_equal(targets: Sequence, predictions: Sequence, metric: str) -> flo
 
 
 def accuracy(targets: Sequence[Hashable], predictions: Sequence[Hashable]) -> dict[str, float]:
-    """Percentage of predictions equal to their label (classification tasks)."""
+    """Percentage of predictions equal to their label (classification tasks); T5's
+    `accuracy` (scikit-learn's accuracy_score x100) gives the same number."""
     return {"accuracy": _percent_equal(targets, predictions, "accuracy")}
 
 
 def sequence_accuracy(targets: Sequence[str], predictions: Sequence[str]) -> dict[str, float]:
     """Percentage of generated sequences identical to the target, character for character."""
     return {"sequence_accuracy": _percent_equal(targets, predictions, "sequence_accuracy")}
+
+
+def per_class_f1(
+    targets: Sequence[Hashable], predictions: Sequence[Hashable], labels: Sequence[Hashable]
+) -> list[float]:
+    """F1 of each label as scikit-learn computes it (0 where a label is neither predicted
+    nor expected): the one per-class F1 behind `f1` and T5's scikit-learn scores."""
+    targets, predictions = list(targets), list(predictions)
+    scores = []
+    for label in labels:
+        true_pos = sum(t == label and p == label for t, p in zip(targets, predictions))
+        denominator = sum(p == label for p in predictions) + sum(t == label for t in targets)
+        scores.append(2.0 * true_pos / denominator if denominator else 0.0)
+    return scores
 
 
 def f1(
@@ -131,14 +191,7 @@ def f1(
         classes = sorted(set(targets) | set(predictions), key=repr)
     else:
         raise DataError(f"metric f1: average must be 'macro' or 'binary', got {average!r}")
-    targets, predictions = list(targets), list(predictions)
-    per_class = []
-    for label in classes:
-        true_pos = sum(t == label and p == label for t, p in zip(targets, predictions))
-        predicted = sum(p == label for p in predictions)
-        actual = sum(t == label for t in targets)
-        denominator = predicted + actual
-        per_class.append(2.0 * true_pos / denominator if denominator else 0.0)
+    per_class = per_class_f1(targets, predictions, classes)
     return {"f1": 100.0 * float(np.mean(per_class))}
 
 
@@ -162,12 +215,18 @@ def exact_match(
 
 
 def mean_group_metric(
-    metric_fn: MetricFn, group_key: str = "group", value_key: str = "value"
+    metric_fn: MetricFn,
+    group_key: str = "group",
+    value_key: str = "value",
+    return_subgroup_scores: bool = False,
 ) -> MetricFn:
-    """Turns `metric_fn` into one computed per group and averaged over groups.
+    """Turns `metric_fn` into one computed per group and averaged over groups (T5's and
+    SeqIO's `mean_group_metric`).
 
     Targets and predictions are dicts holding the group id under `group_key` and the value
-    to score under `value_key` (e.g. one group per question in multi-answer tasks).
+    to score under `value_key` (e.g. one group per question in MultiRC). Groups must be
+    whole: a subsample that cuts a group scores it on part of its examples.
+    `return_subgroup_scores` adds each group's own score as `<group>-<metric>`.
     """
 
     def grouped(targets: Sequence[Mapping], predictions: Sequence[Mapping]) -> dict[str, float]:
@@ -177,8 +236,13 @@ def mean_group_metric(
             group_targets, group_predictions = groups[target[group_key]]
             group_targets.append(target[value_key])
             group_predictions.append(prediction[value_key])
-        per_group = [metric_fn(t, p) for t, p in groups.values()]
-        return {name: float(np.mean([m[name] for m in per_group])) for name in per_group[0]}
+        scores: dict[str, list[float]] = defaultdict(list)
+        for group, (group_targets, group_predictions) in groups.items():
+            for name, score in metric_fn(group_targets, group_predictions).items():
+                scores[name].append(score)
+                if return_subgroup_scores:
+                    scores[f"{group}-{name}"].append(score)
+        return {name: float(np.mean(values)) for name, values in scores.items()}
 
     return grouped
 

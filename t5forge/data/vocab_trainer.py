@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import sentencepiece as spm
 
 from t5forge import storage
-from t5forge.data.sources import numbered_lines
+from t5forge.data.sources.text_files import numbered_lines
 from t5forge.data.vocabularies import EOS_ID, PAD_ID, UNK_ID
 from t5forge.errors import ConfigError, DataError
 
@@ -117,7 +117,7 @@ def _json_field(line: str, field: str, path: str, line_number: int) -> str:
 
 def task_texts(task_name: str, field: str = "text", split: str = "train") -> Iterator[str]:
     """Streams the raw `field` of a registered task's source split (before preprocessing)."""
-    from t5forge.data.tasks import get_mixture_or_task
+    from t5forge.data.providers.mixture import get_mixture_or_task
 
     task = get_mixture_or_task(task_name)
     source = getattr(task, "source", None)

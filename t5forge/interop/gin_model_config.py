@@ -2,7 +2,7 @@
 
 `t5forge.load(config=<gin file>)` and conversions read a model config from gin without the
 command line, so T5Config's gin registration lives here, on the library side;
-t5forge.config.gin_registry imports it beside every other name gin files may bind.
+t5forge.gin_config.gin_registry imports it beside every other name gin files may bind.
 """
 
 from __future__ import annotations

@@ -10,13 +10,13 @@ train/eval/infer), task caches (SeqIO's cache_tasks) and checkpoint conversion.
 """
 
 from t5forge.run.cache_tasks import cache_tasks
-from t5forge.run.configs import (
+from t5forge.run.convert import convert
+from t5forge.run.dataset_and_checkpoint_configs import (
     CheckpointConfig,
     DatasetConfig,
     RestoreCheckpointConfig,
     SaveCheckpointConfig,
 )
-from t5forge.run.convert import convert
 from t5forge.run.evaluate import evaluate
 from t5forge.run.hooks import EarlyStopping, Every, Hook, RunContext
 from t5forge.run.infer import infer

@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 
 from t5forge import storage
-from t5forge.data.cache import (
+from t5forge.data.cache.store import (
     completed_splits,
     default_shard_count,
     publish_split,
@@ -75,7 +75,7 @@ def cache_tasks(
             shards = max(min_shards, default_shard_count(task, split))
             jobs.append((task, split, min(shards, max_shards) if max_shards > 0 else shards))
     if runner:
-        from t5forge.data.beam_cache import SplitJob, run_beam_cache
+        from t5forge.data.cache.beam import SplitJob, run_beam_cache
 
         run_beam_cache(
             [SplitJob(*job, seed=seed, char_counts=char_counts) for job in jobs],
@@ -101,7 +101,7 @@ def cache_tasks(
 
 
 def _other_cache_dirs(output_cache_dir: str, extra: Sequence[str]) -> list[str]:
-    from t5forge.data.cache_dirs import get_global_cache_dirs
+    from t5forge.data.cache.search_dirs import get_global_cache_dirs
 
     output = str(output_cache_dir).rstrip("/")
     dirs = [*extra, *get_global_cache_dirs()]
@@ -119,7 +119,7 @@ def _completed_elsewhere(task_name: str, cache_dirs: Sequence[str]) -> dict[str,
 
 def _matching_names(pattern: str) -> list[str]:
     """A registered name itself, else the registered names the regex matches as a whole."""
-    from t5forge.data.tasks import MixtureRegistry, TaskRegistry
+    from t5forge.data.providers.mixture import MixtureRegistry, TaskRegistry
 
     registered = TaskRegistry.names() + MixtureRegistry.names()
     if pattern in registered:
@@ -135,7 +135,7 @@ def _patterns(groups: Sequence[str]) -> list[str]:
 
 
 def _tasks_to_cache(patterns: Sequence[str], excluded: Sequence[str] = ()) -> list:
-    from t5forge.data.tasks import get_mixture_or_task
+    from t5forge.data.providers.mixture import get_mixture_or_task
 
     tasks = {}
     for pattern in _patterns(patterns):

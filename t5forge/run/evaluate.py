@@ -21,8 +21,8 @@ from t5forge import storage
 from t5forge.checkpoints.remote_model_dir import complete_steps
 from t5forge.errors import CheckpointError, ConfigError
 from t5forge.run import output_identity, setup
-from t5forge.run.configs import DatasetConfig, RestoreCheckpointConfig
-from t5forge.run.evaluation import InferenceEvaluation
+from t5forge.run.dataset_and_checkpoint_configs import DatasetConfig, RestoreCheckpointConfig
+from t5forge.run.training_and_inference_eval import InferenceEvaluation
 from t5forge.training.summaries import MetricsWriter
 
 IDENTITY_FILE = ".t5forge-eval.json"
@@ -99,7 +99,7 @@ def evaluate(
 
 
 def _identity(restore_cfg: RestoreCheckpointConfig, dataset_cfg: DatasetConfig, decode) -> dict:
-    from t5forge.data.tasks import get_mixture_or_task
+    from t5forge.data.providers.mixture import get_mixture_or_task
 
     tasks = get_mixture_or_task(dataset_cfg.mixture_or_task_name).tasks
     return {

@@ -23,7 +23,7 @@ from t5forge import storage
 from t5forge.data.feature_converters import converter_for
 from t5forge.errors import ConfigError
 from t5forge.run import output_identity, setup
-from t5forge.run.configs import DatasetConfig, RestoreCheckpointConfig
+from t5forge.run.dataset_and_checkpoint_configs import DatasetConfig, RestoreCheckpointConfig
 from t5forge.run.model_dir_lock import ModelDirLock
 
 MODES = ("predict", "score")
@@ -45,7 +45,7 @@ def _run_task(
     max_decode_length: int,
     checkpoint: str,
 ) -> int:
-    from t5forge.data.pipeline import make_batch_iterator
+    from t5forge.data.batch_iterator import make_batch_iterator
 
     out_file = output / f"{task.name}-{mode}.jsonl"
     progress_file = output / f".{task.name}-{mode}.progress.json"
@@ -176,7 +176,7 @@ def infer(
 
     `model` is a t5forge model, a T5Config or a preset name; `mode` is 'predict' or 'score'.
     """
-    from t5forge.data.tasks import get_mixture_or_task
+    from t5forge.data.providers.mixture import get_mixture_or_task
 
     model = setup.resolve_model(model)
     setup.register_tasks(dataset_cfg)

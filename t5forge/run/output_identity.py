@@ -57,8 +57,8 @@ def _data_files(task, split: str, use_cached: bool) -> list:
         source_files = []
     if source_files and all(storage.path(name).exists() for name in source_files):
         return source_files
-    from t5forge.data.cache import completed_cache_dir, split_files
-    from t5forge.data.cache_dirs import get_global_cache_dirs
+    from t5forge.data.cache.search_dirs import get_global_cache_dirs
+    from t5forge.data.cache.store import completed_cache_dir, split_files
 
     task_dir = completed_cache_dir(task.name, split, get_global_cache_dirs())
     return split_files(task_dir, split) if task_dir is not None else []

@@ -1,7 +1,7 @@
 """Evaluation while training: before the first step, every eval_period steps and at the end.
 
 Each evaluation runs the teacher-forced training eval and the inference eval that are set
-(`t5forge.run.evaluation`), redraws training_curves.png and hands every hook the flat results.
+(`t5forge.run.training_and_inference_eval`), redraws training_curves.png and hands every hook the flat results.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from t5forge.errors import T5ForgeError
-from t5forge.run.evaluation import converter_for, training_eval
 from t5forge.run.hooks import Hook, RunContext
+from t5forge.run.training_and_inference_eval import converter_for, training_eval
 from t5forge.training import summaries
 
 

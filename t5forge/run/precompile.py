@@ -15,7 +15,7 @@ import sys
 
 from t5forge import storage
 from t5forge.run import setup
-from t5forge.run.configs import DatasetConfig
+from t5forge.run.dataset_and_checkpoint_configs import DatasetConfig
 from t5forge.training import optimizers, schedules
 from t5forge.training.partitioning import PjitPartitioner
 from t5forge.training.trainer import Trainer

@@ -18,7 +18,7 @@ from t5forge.errors import CheckpointError, ConfigError
 from t5forge.models.configs import T5Config, get_config
 from t5forge.models.model import BaseModel, build_model
 from t5forge.run import output_identity
-from t5forge.run.configs import DatasetConfig, RestoreCheckpointConfig
+from t5forge.run.dataset_and_checkpoint_configs import DatasetConfig, RestoreCheckpointConfig
 from t5forge.training import optimizers
 
 logger = logging.getLogger("t5forge")
@@ -78,7 +78,7 @@ def model_metadata(model, dataset_cfg, model_dir: Path) -> dict:
     import dataclasses
     import shutil
 
-    from t5forge.data.tasks import get_mixture_or_task
+    from t5forge.data.providers.mixture import get_mixture_or_task
 
     metadata = {
         "model_config": dataclasses.asdict(model.config),
@@ -183,7 +183,7 @@ def make_optimizer(optimizer, learning_rate_fn, param_axes):
 def training_batches(model, cfg: DatasetConfig, random_seed: int, shuffle: bool):
     """This process's share of `cfg`'s batches, repeated forever (train and precompile read
     the same batches)."""
-    from t5forge.data.pipeline import make_batch_iterator
+    from t5forge.data.batch_iterator import make_batch_iterator
 
     return make_batch_iterator(
         cfg.mixture_or_task_name,

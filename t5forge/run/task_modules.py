@@ -60,4 +60,4 @@ def import_task_modules(modules) -> None:
 
 def register_t5_tasks() -> None:
     """T5's tasks and mixtures (`import t5.data.mixtures` in a T5X gin file)."""
-    importlib.import_module("t5forge.tasks.t5_registry.mixtures")
+    importlib.import_module("t5forge.t5.data.mixtures")

@@ -31,13 +31,12 @@ from t5forge.checkpoints.remote_model_dir import RemoteModelDir
 from t5forge.errors import ConfigError, T5ForgeError
 from t5forge.run import setup
 from t5forge.run.checkpointing import Checkpointing
-from t5forge.run.configs import (
+from t5forge.run.dataset_and_checkpoint_configs import (
     CheckpointConfig,
     DatasetConfig,
     RestoreCheckpointConfig,
     SaveCheckpointConfig,
 )
-from t5forge.run.evaluation import InferenceEvaluation
 from t5forge.run.hooks import Hook, RunContext
 from t5forge.run.loop import run_steps
 from t5forge.run.model_dir_lock import ModelDirLock
@@ -47,6 +46,7 @@ from t5forge.run.preemption import Preempted, Preemption, StopSignal
 from t5forge.run.progress import ProgressBar
 from t5forge.run.storage_errors import StorageFailureEcho, storage_errno
 from t5forge.run.train_metrics import TrainMetrics
+from t5forge.run.training_and_inference_eval import InferenceEvaluation
 from t5forge.training import optimizers, schedules, summaries
 from t5forge.training.partitioning import PjitPartitioner
 from t5forge.training.trainer import Trainer

@@ -12,8 +12,9 @@ at a time (README 'Coming from T5X' lists the rest).
 
 from __future__ import annotations
 
-from t5forge.data import evaluation, metrics
-from t5forge.data.evaluation import Evaluator
+from t5forge.data import evaluator as evaluation
+from t5forge.data import metrics
+from t5forge.data.evaluator import Evaluator
 from t5forge.seqio import experimental, loggers, preprocessors, utils, vocabularies
 from t5forge.seqio.dataset_providers import (
     SHUFFLE_BUFFER_SIZE,

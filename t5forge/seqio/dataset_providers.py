@@ -1,6 +1,6 @@
 """SeqIO's tasks, mixtures, registries, features and data sources, in SeqIO's signatures.
 
-Each class is t5forge's (t5forge.data.tasks / sources) with SeqIO's argument names and order;
+Each class is t5forge's (t5forge.data.providers / sources) with SeqIO's argument names and order;
 what SeqIO has and t5forge does not do is one error naming the argument and what to write
 instead. Sources that read TensorFlow formats (TFDS directories, TFRecord files of
 tf.Example) come from t5forge.data's readers, which need no TensorFlow.
@@ -15,18 +15,20 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from t5forge.data import preprocessor_framework as _framework
-from t5forge.data import sources as _sources
-from t5forge.data import tasks as _tasks
-from t5forge.data.shard_info import ShardInfo
-from t5forge.data.shuffle_buffer import SHUFFLE_BUFFER_SIZE
+from t5forge.data.grain_ops.shuffle_buffer import SHUFFLE_BUFFER_SIZE
+from t5forge.data.preprocessors import framework as _framework
+from t5forge.data.providers import mixture as _mixture
+from t5forge.data.providers import task as _task
+from t5forge.data.sources.function import FunctionSource
+from t5forge.data.sources.shard_info import ShardInfo
+from t5forge.data.sources.text_files import TextLineSource
 from t5forge.errors import ConfigError, DataError
 
 # TensorFlow-free readers another module of t5forge.data provides, by SeqIO's name.
 _READERS = {
-    "TfdsDataSource": "t5forge.data.tfds",
-    "TFExampleDataSource": "t5forge.data.tfexample_source",
-    "FileDataSource": "t5forge.data.tfexample_source",
+    "TfdsDataSource": "t5forge.data.sources.tfds",
+    "TFExampleDataSource": "t5forge.data.sources.files",
+    "FileDataSource": "t5forge.data.sources.files",
 }
 
 
@@ -48,7 +50,7 @@ def _numpy_dtype(dtype) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class Feature(_tasks.Feature):
+class Feature(_task.Feature):
     """SeqIO's `Feature(vocabulary, add_eos=True, required=True, dtype=tf.int32, rank=1)`.
 
     Token features are 1-D sequences; rank 0 (a scalar per example) or rank 2 features are
@@ -94,7 +96,7 @@ def _checked_preprocessors(task_name: str, preprocessors) -> list:
     return list(preprocessors or ())
 
 
-class Task(_tasks.Task):
+class Task(_task.Task):
     """SeqIO's `Task(name, source, output_features, preprocessors, postprocess_fn,
     metric_fns, ...)`; `shuffle_buffer_size` shuffles streaming splits as SeqIO does (a
     random-access split is shuffled whole by index), `metric_objs` (clu metrics) are not
@@ -133,7 +135,7 @@ class Task(_tasks.Task):
         return self.postprocess_fn
 
 
-class TaskRegistry(_tasks.TaskRegistry):
+class TaskRegistry(_mixture.TaskRegistry):
     """SeqIO's registry: `TaskRegistry.add(name, source, output_features, preprocessors=...)`;
     tasks land in t5forge's one registry (`t5forge tasks list` shows them)."""
 
@@ -161,7 +163,7 @@ class TaskRegistry(_tasks.TaskRegistry):
         return cls._add(task)
 
     @classmethod
-    def add_provider(cls, name: str, provider) -> _tasks.Task:
+    def add_provider(cls, name: str, provider) -> _task.Task:
         """Registers a Task built elsewhere under `name` (which must be its name)."""
         if provider.name != name:
             raise DataError(f"TaskRegistry.add_provider({name!r}): the task is {provider.name!r}")
@@ -173,7 +175,7 @@ class TaskRegistry(_tasks.TaskRegistry):
         cls._items.clear()
 
 
-class Mixture(_tasks.Mixture):
+class Mixture(_mixture.Mixture):
     """SeqIO's `Mixture(name, tasks, default_rate=None, sample_fn=..., source_info=None)`."""
 
     def __init__(self, name: str, tasks, default_rate=None, sample_fn=None, source_info=None):
@@ -185,7 +187,7 @@ class Mixture(_tasks.Mixture):
         super().__init__(name, tasks, default_rate)
 
 
-class MixtureRegistry(_tasks.MixtureRegistry):
+class MixtureRegistry(_mixture.MixtureRegistry):
     """SeqIO's `MixtureRegistry.add(name, tasks, default_rate=None, mixture_cls=Mixture)`."""
 
     @classmethod
@@ -193,7 +195,7 @@ class MixtureRegistry(_tasks.MixtureRegistry):
         return cls._add(mixture_cls(name, tasks, default_rate, **kwargs))
 
     @classmethod
-    def add_provider(cls, name: str, provider) -> _tasks.Mixture:
+    def add_provider(cls, name: str, provider) -> _mixture.Mixture:
         """Registers a Mixture built elsewhere under `name` (which must be its name)."""
         if provider.name != name:
             raise DataError(
@@ -216,7 +218,7 @@ def mixing_rate_num_examples(
     split: str = "train",
 ) -> float:
     """SeqIO's rate proportional to a task's size (t5forge counts input examples)."""
-    return _tasks.mixing_rate_num_examples(task, maximum, scale, temperature, split)
+    return _mixture.mixing_rate_num_examples(task, maximum, scale, temperature, split)
 
 
 class CacheDatasetPlaceholder(_framework.CacheDatasetPlaceholder):
@@ -227,7 +229,7 @@ class CacheDatasetPlaceholder(_framework.CacheDatasetPlaceholder):
         self.required = required
 
 
-class TextLineDataSource(_sources.TextLineSource):
+class TextLineDataSource(TextLineSource):
     """SeqIO's `TextLineDataSource(split_to_filepattern)`: one example per line, as
     `{'text': line}` (SeqIO yields the bare string)."""
 
@@ -253,7 +255,7 @@ def _call_dataset_fn(dataset_fn: Callable, split: str):
     return dataset_fn(split=split, shuffle_files=False)
 
 
-class FunctionDataSource(_sources.FunctionSource):
+class FunctionDataSource(FunctionSource):
     """SeqIO's `FunctionDataSource(dataset_fn, splits)`: `dataset_fn(split, shuffle_files)`
     returns examples (dicts) as a list or any iterable instead of a tf.data.Dataset."""
 
@@ -271,17 +273,17 @@ class FunctionDataSource(_sources.FunctionSource):
 
 def get_mixture_or_task(task_or_mixture_name):
     """The registered mixture or task of that name (mixtures first, as SeqIO)."""
-    return _tasks.get_mixture_or_task(task_or_mixture_name)
+    return _mixture.get_mixture_or_task(task_or_mixture_name)
 
 
 def maybe_get_mixture_or_task(task_or_mixture):
     """A Task or Mixture as it is, or the registered one of that name."""
-    return _tasks.get_mixture_or_task(task_or_mixture)
+    return _mixture.get_mixture_or_task(task_or_mixture)
 
 
 def get_subtasks(task_or_mixture) -> list:
     """The tasks behind a task ([task]) or a mixture."""
-    return list(_tasks.get_mixture_or_task(task_or_mixture).tasks)
+    return list(_mixture.get_mixture_or_task(task_or_mixture).tasks)
 
 
 def get_dataset(
@@ -305,7 +307,7 @@ def get_dataset(
             f"get_dataset needs a feature converter instance, got {feature_converter!r}; "
             "e.g. seqio.EncDecFeatureConverter(pack=False)"
         )
-    provider = _tasks.get_mixture_or_task(mixture_or_task_name)
+    provider = _mixture.get_mixture_or_task(mixture_or_task_name)
     shard = shard_info or ShardInfo(0, 1)
     ds = provider.get_dataset(
         dataset_split,

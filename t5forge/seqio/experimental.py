@@ -5,9 +5,10 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping
 
-from t5forge.data.preprocessor_framework import CacheDatasetPlaceholder, example_preprocessor
-from t5forge.data.task_with_sentinels import add_task_with_sentinels
-from t5forge.data.tasks import Task, TaskRegistry
+from t5forge.data.preprocessors.framework import CacheDatasetPlaceholder, example_preprocessor
+from t5forge.data.providers.mixture import TaskRegistry
+from t5forge.data.providers.task import Task
+from t5forge.data.providers.with_sentinels import add_task_with_sentinels
 from t5forge.errors import DataError
 
 __all__ = ["add_fully_cached_task", "add_task_with_sentinels", "fully_cached_name"]

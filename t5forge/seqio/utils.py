@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from t5forge.data.cache_dirs import (
+from t5forge.data.cache.search_dirs import (
     add_global_cache_dirs,
     get_global_cache_dirs,
     set_global_cache_dirs,
 )
-from t5forge.data.preprocessor_framework import ExamplePreprocessor, Preprocessor
+from t5forge.data.preprocessors.framework import ExamplePreprocessor, Preprocessor
 from t5forge.errors import ConfigError
 
 __all__ = [
@@ -48,6 +48,6 @@ def _per_example(fn: Callable) -> Preprocessor:
 def set_tfds_data_dir_override(tfds_data_dir: str | None) -> None:
     """Where every TfdsDataSource looks for prepared datasets (T5X's --tfds_data_dir calls
     it; it wins over a task's own tfds_data_dir, as in SeqIO); None undoes it."""
-    from t5forge.data import tfds
+    from t5forge.data.sources import tfds
 
     tfds.set_tfds_data_dir_override(tfds_data_dir)

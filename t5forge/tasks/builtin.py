@@ -16,8 +16,9 @@ from pathlib import Path
 from t5forge import storage
 from t5forge.data import metrics
 from t5forge.data import preprocessors as pp
-from t5forge.data.sources import JsonLinesSource
-from t5forge.data.tasks import Feature, Task, TaskRegistry
+from t5forge.data.providers.mixture import TaskRegistry
+from t5forge.data.providers.task import Feature, Task
+from t5forge.data.sources.text_files import JsonLinesSource
 from t5forge.data.vocabularies import EnvironmentSentencePieceVocabulary
 
 EXTRA_IDS = 100
@@ -83,10 +84,11 @@ def classification_task(name, data_dir, folder, text_key, label_key, prefix, voc
 
 
 def summarization_task(name, data_dir, folder, article_key, summary_key, vocabulary):
-    """'summarize: <article>' -> '<summary>', scored with ROUGE."""
+    """'summarize: <article>' -> '<summary>', scored with ROUGE-1/2/Lsum x100 as T5 computes
+    them, averaged over examples (`rouge_mean`) so one eval gives one number every time."""
     to_text = pp.summarize.bind(article_key=article_key, summary_key=summary_key)
     return _supervised_task(
-        name, jsonl_splits(data_dir, folder), vocabulary, to_text, [metrics.rouge]
+        name, jsonl_splits(data_dir, folder), vocabulary, to_text, [metrics.rouge_mean]
     )
 
 

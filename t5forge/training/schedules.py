@@ -3,7 +3,7 @@
 T5X recipes say `factors = 'constant * rsqrt_decay'`, `base_learning_rate = 1.0`,
 `warmup_steps = 10000`; accepting the same string and knobs means those recipes (and their
 tuned numbers) work unchanged. The command line registers it with gin as
-`utils.create_learning_rate_scheduler`, the name T5X gin files bind (t5forge.config.gin_registry).
+`utils.create_learning_rate_scheduler`, the name T5X gin files bind (t5forge.gin_config.gin_registry).
 """
 
 from __future__ import annotations

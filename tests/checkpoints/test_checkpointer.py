@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from commands import REPO, command_env, python
 
-from t5forge.checkpoints.checkpointer import Checkpointer, check_params_match, restore_params
+from t5forge.checkpoints.checkpointer import Checkpointer
+from t5forge.checkpoints.step_dir import check_params_match, restore_params
 from t5forge.errors import CheckpointError
 from t5forge.training.optimizers import adafactor
 from t5forge.training.train_state import TrainState

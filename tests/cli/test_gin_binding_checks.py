@@ -1,4 +1,4 @@
-"""The checks a run's gin bindings get once parsed (t5forge.config.binding_checks), in process:
+"""The checks a run's gin bindings get once parsed (t5forge.gin_config.binding_checks), in process:
 wrong types and impossible values, malformed literals, unused bindings; and no report at all
 for the configs t5forge ships, each under the command it is meant for."""
 
@@ -9,9 +9,9 @@ import gin
 import pytest
 
 from t5forge.cli import run_flags
-from t5forge.config import binding_types, gin_syntax
 from t5forge.errors import ConfigError
-from t5forge.run.configs import DatasetConfig
+from t5forge.gin_config import binding_types, gin_syntax
+from t5forge.run.dataset_and_checkpoint_configs import DatasetConfig
 
 REPO = Path(__file__).resolve().parents[2]
 # T5X's own files (../shared/t5x_gin), with the built-in task in place of T5's WMT task.

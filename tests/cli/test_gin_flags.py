@@ -3,8 +3,8 @@
 import gin
 import pytest
 
-from t5forge.config.gin_flags import gin_value, parse_gin, split_gin_flags
 from t5forge.errors import ConfigError
+from t5forge.gin_config.gin_flags import gin_value, parse_gin, split_gin_flags
 
 
 @gin.configurable
@@ -81,7 +81,7 @@ def test_unset_macro_names_the_flag_to_pass(tmp_path):
 
 
 def test_include_works_with_a_runs_folder_in_the_working_directory(tmp_path, monkeypatch):
-    import t5forge.config.gin_registry  # noqa: F401  (registers models.Model, which common.gin binds)
+    import t5forge.gin_config.gin_registry  # noqa: F401  (registers models.Model, which common.gin binds)
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs" / "demo").mkdir(parents=True)

@@ -15,9 +15,9 @@ from pathlib import Path
 import gin
 import pytest
 
-from t5forge.config.gin_flags import parse_gin, split_gin_flags
-from t5forge.config.t5x_compat.names import NAMES
 from t5forge.errors import ConfigError
+from t5forge.gin_config.gin_flags import parse_gin, split_gin_flags
+from t5forge.gin_config.t5x_compat.names import NAMES
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED_DATA = Path(os.environ.get("T5FORGE_SHARED_DATA", REPO.parent / "shared" / "data"))

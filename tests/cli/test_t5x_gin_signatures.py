@@ -1,5 +1,5 @@
 """T5X's configurables, whole: every parameter of every T5X name its gin files bind has a rule
-(t5forge.config.t5x_compat.names) saying what t5forge does with it.
+(t5forge.gin_config.t5x_compat.names) saying what t5forge does with it.
 
 The signatures are T5X's at cc342d4 (google-research/t5x: t5x/train.py, eval.py, infer.py,
 utils.py, trainer.py, partitioning.py, models.py, adafactor.py, examples/*/network.py),
@@ -14,7 +14,7 @@ import inspect
 
 import pytest
 
-from t5forge.config.t5x_compat.names import NAMES
+from t5forge.gin_config.t5x_compat.names import NAMES
 
 T5X_SIGNATURES = {
     "__main__.train": (
@@ -114,7 +114,7 @@ def _parameters(entry) -> set[str]:
     own configurable (same_object), that configurable's signature."""
     if not entry.same_object:
         return set(entry.rules)
-    from t5forge.config import gin_internals
+    from t5forge.gin_config import gin_internals
 
     return set(inspect.signature(gin_internals.registered_object(entry.twin)).parameters)
 

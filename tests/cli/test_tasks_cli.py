@@ -3,7 +3,7 @@
 import pytest
 from commands import t5forge_in_process
 
-from t5forge.data.vocabularies import SentencePieceVocabulary
+from t5forge.data import SentencePieceVocabulary
 from t5forge.tasks.builtin import register_builtin_tasks
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from commands import t5forge, t5forge_in_process
 from sentencepiece import SentencePieceProcessor
 
-from t5forge.data.tasks import TaskRegistry
+from t5forge.data import TaskRegistry
 
 
 def test_train_prints_the_summary_and_writes_the_model(shared_data, tmp_path, capsys):
@@ -117,9 +117,7 @@ def test_task_from_a_module_import(tmp_path, monkeypatch, capsys):
     rows = tmp_path / "reviews.jsonl"
     _write_jsonl(rows, "body", [f"review {i}: a fine film with a plot" for i in range(200)])
     (tmp_path / "user_vocab_tasks.py").write_text(
-        "from t5forge.data.sources import JsonLinesSource\n"
-        "from t5forge.data.tasks import Feature, TaskRegistry\n"
-        "from t5forge.data.vocabularies import ByteVocabulary\n"
+        "from t5forge.data import ByteVocabulary, Feature, JsonLinesSource, TaskRegistry\n"
         f"TaskRegistry.add('user_vocab_reviews', JsonLinesSource({{'train': [{str(rows)!r}]}}),\n"
         "                 output_features={'targets': Feature(ByteVocabulary())})\n"
     )

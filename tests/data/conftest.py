@@ -8,7 +8,7 @@ import json
 import pytest
 import sentencepiece
 
-from t5forge.data.vocabularies import SentencePieceVocabulary
+from t5forge.data import SentencePieceVocabulary
 from t5forge.tasks.builtin import classification_task
 
 NUM_DOCUMENTS = 2000

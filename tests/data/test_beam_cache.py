@@ -10,12 +10,11 @@ import numpy as np
 import pytest
 
 from t5forge.cli import cache_tasks
-from t5forge.data import cache_dirs
-from t5forge.data import tasks as task_registry
-from t5forge.data.beam_cache import SplitJob, plan_work_units, run_beam_cache
-from t5forge.data.cache import CachedSource, write_task_cache
+from t5forge.data import Task, TaskRegistry
+from t5forge.data.cache import search_dirs as cache_dirs
+from t5forge.data.cache.beam import SplitJob, plan_work_units, run_beam_cache
+from t5forge.data.cache.store import CachedSource, write_task_cache
 from t5forge.data.preprocessors import CacheDatasetPlaceholder
-from t5forge.data.tasks import Task
 from t5forge.errors import ConfigError, DataError
 from t5forge.tasks.builtin import span_corruption_task
 
@@ -163,10 +162,10 @@ def test_a_split_that_yields_nothing_is_one_line_and_not_completed(sentiment, tm
 
 @pytest.fixture
 def registered(sentiment):
-    task_registry.TaskRegistry.remove(sentiment.name)
-    task_registry.TaskRegistry.add(sentiment)
+    TaskRegistry.remove(sentiment.name)
+    TaskRegistry.add(sentiment)
     yield sentiment
-    task_registry.TaskRegistry.remove(sentiment.name)
+    TaskRegistry.remove(sentiment.name)
 
 
 @pytest.mark.slow

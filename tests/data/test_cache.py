@@ -7,9 +7,9 @@ import pytest
 from commands import t5forge
 
 from t5forge.cli import cache_tasks
-from t5forge.data import cache_dirs
-from t5forge.data import tasks as task_registry
-from t5forge.data.cache import CachedSource, write_task_cache
+from t5forge.data import TaskRegistry
+from t5forge.data.cache import search_dirs as cache_dirs
+from t5forge.data.cache.store import CachedSource, write_task_cache
 from t5forge.errors import DataError
 
 LENGTHS = {"inputs": 256, "targets": 16}
@@ -83,8 +83,8 @@ def test_an_interrupted_cache_is_never_read(sentiment, tmp_path):
 
 
 def test_cli_caches_a_registered_task(sentiment, tmp_path, capsys):
-    task_registry.TaskRegistry.remove(sentiment.name)
-    task_registry.TaskRegistry.add(sentiment)
+    TaskRegistry.remove(sentiment.name)
+    TaskRegistry.add(sentiment)
     try:
         status = cache_tasks.main(
             [
@@ -96,7 +96,7 @@ def test_cli_caches_a_registered_task(sentiment, tmp_path, capsys):
             ]
         )
     finally:
-        task_registry.TaskRegistry.remove(sentiment.name)
+        TaskRegistry.remove(sentiment.name)
     assert status == 0
     assert "cached cache_sentiment:validation" in capsys.readouterr().out
     assert len(CachedSource(sentiment.name, "validation", tmp_path)) == 1000
@@ -115,8 +115,8 @@ def test_module_entry_point_reports_unknown_tasks_in_one_line(tmp_path):
 
 
 def test_cli_skips_complete_splits_and_overwrite_rebuilds_them(sentiment, tmp_path, capsys):
-    task_registry.TaskRegistry.remove(sentiment.name)
-    task_registry.TaskRegistry.add(sentiment)
+    TaskRegistry.remove(sentiment.name)
+    TaskRegistry.add(sentiment)
     arguments = [
         "--tasks=cache_sent[a-z]+",  # a regex over the registered names
         f"--output_cache_dir={tmp_path}",
@@ -129,7 +129,7 @@ def test_cli_skips_complete_splits_and_overwrite_rebuilds_them(sentiment, tmp_pa
             assert cache_tasks.main(arguments + extra) == 0
             runs.append(capsys.readouterr().out)
     finally:
-        task_registry.TaskRegistry.remove(sentiment.name)
+        TaskRegistry.remove(sentiment.name)
     assert runs[0].startswith("cached cache_sentiment:validation")
     assert (
         runs[1] == "skipped cache_sentiment:validation: already cached (--overwrite rebuilds it)\n"

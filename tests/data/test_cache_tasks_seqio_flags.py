@@ -11,11 +11,10 @@ import numpy as np
 import pytest
 
 from t5forge.cli import cache_tasks
-from t5forge.data import cache_dirs
-from t5forge.data import tasks as task_registry
-from t5forge.data.cache import CachedSource
+from t5forge.data import Task, TaskRegistry
+from t5forge.data.cache import search_dirs as cache_dirs
+from t5forge.data.cache.store import CachedSource
 from t5forge.data.preprocessors import CacheDatasetPlaceholder
-from t5forge.data.tasks import Task
 from t5forge.errors import ConfigError
 
 LENGTHS = {"inputs": 256, "targets": 16}
@@ -32,11 +31,11 @@ def two_tasks(make_sentiment_task, spm_vocabulary):
     steps = [*a.cached_preprocessors, tag_with_a_draw, CacheDatasetPlaceholder()]
     b = Task("seqflags_b", a.source, steps + list(a.uncached_preprocessors), a.output_features)
     for task in (a, b):
-        task_registry.TaskRegistry.remove(task.name)
-        task_registry.TaskRegistry.add(task)
+        TaskRegistry.remove(task.name)
+        TaskRegistry.add(task)
     yield a, b
     for task in (a, b):
-        task_registry.TaskRegistry.remove(task.name)
+        TaskRegistry.remove(task.name)
 
 
 def cache(tmp_dir, *flags):

@@ -6,14 +6,19 @@ import json
 import numpy as np
 import pytest
 
-from t5forge.data import cache_dirs, metrics
+from t5forge.data import (
+    ByteVocabulary,
+    EncDecFeatureConverter,
+    Evaluator,
+    Feature,
+    FunctionSource,
+    Mixture,
+    Task,
+    metrics,
+)
 from t5forge.data import preprocessors as pp
-from t5forge.data.cache import write_task_cache
-from t5forge.data.evaluation import Evaluator
-from t5forge.data.feature_converters import EncDecFeatureConverter
-from t5forge.data.sources import FunctionSource
-from t5forge.data.tasks import Feature, Mixture, Task
-from t5forge.data.vocabularies import ByteVocabulary
+from t5forge.data.cache import search_dirs as cache_dirs
+from t5forge.data.cache.store import write_task_cache
 from t5forge.errors import ConfigError
 from t5forge.tasks.builtin import translation_task
 

@@ -6,11 +6,7 @@ import grain
 import numpy as np
 import pytest
 
-from t5forge.data.feature_converters import (
-    DecoderFeatureConverter,
-    EncDecFeatureConverter,
-    PrefixLMFeatureConverter,
-)
+from t5forge.data import DecoderFeatureConverter, EncDecFeatureConverter, PrefixLMFeatureConverter
 from t5forge.errors import ConfigError, DataError
 
 

@@ -5,9 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from t5forge.data.feature_converters import EncDecFeatureConverter
-from t5forge.data.pipeline import make_batch_iterator
-from t5forge.data.tasks import Mixture
+from t5forge.data import EncDecFeatureConverter, Mixture, make_batch_iterator
 from t5forge.errors import ConfigError
 from t5forge.tasks.builtin import translation_task
 

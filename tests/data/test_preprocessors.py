@@ -6,11 +6,9 @@ import grain
 import numpy as np
 import pytest
 
+from t5forge.data import ByteVocabulary, Feature, FunctionSource, SentencePieceVocabulary, Task
 from t5forge.data import preprocessors as pp
-from t5forge.data.regroup import RegroupIterDataset
-from t5forge.data.sources import FunctionSource
-from t5forge.data.tasks import Feature, Task
-from t5forge.data.vocabularies import ByteVocabulary, SentencePieceVocabulary
+from t5forge.data.grain_ops.regroup import RegroupIterDataset
 from t5forge.errors import DataError
 
 

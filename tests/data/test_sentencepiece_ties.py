@@ -1,9 +1,9 @@
 """The tie pass touches unigram models only: BPE merges pieces in a fixed order and has no
 equal-scoring segmentations to break, so its encodings stay sentencepiece's."""
 
+from t5forge.data import SentencePieceVocabulary
 from t5forge.data.sentencepiece_ties import T5TieOrder
 from t5forge.data.vocab_trainer import file_texts, train_vocabulary
-from t5forge.data.vocabularies import SentencePieceVocabulary
 
 RUNS = ["slowwwwwwwwly", "----------", "0000000", "00:00:00:00:00", "hmmmmmm...."]
 

@@ -6,15 +6,15 @@ import pickle
 
 import pytest
 
-from t5forge.data.sources import (
+from t5forge.data import (
     DataSource,
     FunctionSource,
     HuggingFaceSource,
     JsonLinesSource,
     TextLineSource,
     TsvSource,
-    is_random_access,
 )
+from t5forge.data.sources import is_random_access
 from t5forge.errors import DataError
 
 

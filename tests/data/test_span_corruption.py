@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 from denoising_checks import assert_resumes_exactly, restored_tokens
 
+from t5forge.data import Feature, FunctionSource, Task
 from t5forge.data import preprocessors as pp
-from t5forge.data.sources import FunctionSource
-from t5forge.data.tasks import Feature, Task
 
 EXTRA_IDS = 100
 

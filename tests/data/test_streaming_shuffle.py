@@ -6,13 +6,16 @@ import json
 import numpy as np
 import pytest
 
-from t5forge.data import tfexample_features as tf
-from t5forge.data.feature_converters import EncDecFeatureConverter
-from t5forge.data.pipeline import make_batch_iterator
-from t5forge.data.tasks import Feature, Task
-from t5forge.data.tfds.source import TfdsDataSource
-from t5forge.data.tfexample_source import TFExampleDataSource
-from t5forge.data.vocabularies import ByteVocabulary
+from t5forge.data import (
+    ByteVocabulary,
+    EncDecFeatureConverter,
+    Feature,
+    Task,
+    TfdsDataSource,
+    TFExampleDataSource,
+    make_batch_iterator,
+)
+from t5forge.data.tf_formats import feature_specs as tf
 from t5forge.errors import DataError
 from tests.data.tf_reference import FIXTURES
 

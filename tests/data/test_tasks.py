@@ -8,20 +8,21 @@ import numpy as np
 import pytest
 
 import t5forge.tasks  # noqa: F401  (registers the built-in tasks)
-from t5forge.data import cache_dirs
-from t5forge.data import preprocessors as pp
-from t5forge.data import tasks as tasks_lib
-from t5forge.data.sources import FunctionSource, JsonLinesSource
-from t5forge.data.tasks import (
+from t5forge.data import (
     Feature,
+    FunctionSource,
+    JsonLinesSource,
     Mixture,
     MixtureRegistry,
+    SentencePieceVocabulary,
     Task,
     TaskRegistry,
     get_mixture_or_task,
     mixing_rate_num_examples,
 )
-from t5forge.data.vocabularies import SentencePieceVocabulary
+from t5forge.data import preprocessors as pp
+from t5forge.data.cache import search_dirs as cache_dirs
+from t5forge.data.providers import task as tasks_lib
 from t5forge.errors import DataError
 
 BUILTIN = [
@@ -264,7 +265,7 @@ def test_without_a_data_dir_only_the_bundled_slice_is_read(monkeypatch, test_spm
 
 
 def test_cache_round_trip(sentiment, tmp_path):
-    from t5forge.data.cache import write_task_cache
+    from t5forge.data.cache.store import write_task_cache
 
     write_task_cache(sentiment, "validation", tmp_path, progress=False)
     cache_dirs.set_global_cache_dirs([str(tmp_path)])

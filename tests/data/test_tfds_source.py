@@ -7,12 +7,10 @@ import shutil
 
 import pytest
 
-from t5forge.data import preprocessors
-from t5forge.data.shard_info import ShardInfo
-from t5forge.data.tasks import Feature, Task
-from t5forge.data.tfds import TfdsDataSource, set_tfds_data_dir_override
-from t5forge.data.tfds.reading import RandomAccessSplit, StreamingSplit
-from t5forge.data.vocabularies import ByteVocabulary
+from t5forge.data import ByteVocabulary, Feature, Task, preprocessors
+from t5forge.data.sources.shard_info import ShardInfo
+from t5forge.data.sources.tfds import TfdsDataSource, set_tfds_data_dir_override
+from t5forge.data.sources.tfds.reading import RandomAccessSplit, StreamingSplit
 from t5forge.errors import DataError
 from tests.data.tf_reference import FIXTURES, FORMATS, assert_all_same, load_reference, untag
 

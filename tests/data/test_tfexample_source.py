@@ -7,12 +7,16 @@ import json
 import numpy as np
 import pytest
 
-from t5forge.data import tfexample_features as tf
-from t5forge.data.shard_info import ShardInfo
-from t5forge.data.tasks import Feature, get_mixture_or_task
-from t5forge.data.tfexample_source import FileDataSource, TFExampleDataSource
-from t5forge.data.tfexample_task import create_task_from_tfexample_file
-from t5forge.data.vocabularies import ByteVocabulary
+from t5forge.data import (
+    ByteVocabulary,
+    Feature,
+    FileDataSource,
+    TFExampleDataSource,
+    get_mixture_or_task,
+)
+from t5forge.data.providers.tfexample_file_task import create_task_from_tfexample_file
+from t5forge.data.sources.shard_info import ShardInfo
+from t5forge.data.tf_formats import feature_specs as tf
 from t5forge.errors import DataError
 from tests.data.tf_reference import FIXTURES, assert_all_same, load_reference, untag
 

@@ -7,9 +7,9 @@ import struct
 import numpy as np
 import pytest
 
-from t5forge.data.tf_example import parse_example
-from t5forge.data.tfrecord import masked_crc32c, read_records
-from t5forge.data.tfrecord_dataset import tfrecord_dataset
+from t5forge.data.tf_formats.example import parse_example
+from t5forge.data.tf_formats.record_dataset import tfrecord_dataset
+from t5forge.data.tf_formats.records import masked_crc32c, read_records
 from t5forge.errors import DataError
 from tests.data.tf_reference import FIXTURES
 

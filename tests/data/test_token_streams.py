@@ -3,9 +3,8 @@
 import numpy as np
 import pytest
 
+from t5forge.data import Feature, FunctionSource, Task
 from t5forge.data import preprocessors as pp
-from t5forge.data.sources import FunctionSource
-from t5forge.data.tasks import Feature, Task
 from t5forge.errors import DataError
 
 

@@ -7,10 +7,13 @@ import json
 import pytest
 import sentencepiece
 
-from t5forge.data import vocab_trainer
-from t5forge.data.sources import JsonLinesSource
-from t5forge.data.tasks import Feature, TaskRegistry
-from t5forge.data.vocabularies import SentencePieceVocabulary
+from t5forge.data import (
+    Feature,
+    JsonLinesSource,
+    SentencePieceVocabulary,
+    TaskRegistry,
+    vocab_trainer,
+)
 from t5forge.errors import ConfigError, DataError
 
 

@@ -4,11 +4,7 @@ import pickle
 
 import pytest
 
-from t5forge.data.vocabularies import (
-    ByteVocabulary,
-    EnvironmentSentencePieceVocabulary,
-    SentencePieceVocabulary,
-)
+from t5forge.data import ByteVocabulary, EnvironmentSentencePieceVocabulary, SentencePieceVocabulary
 from t5forge.errors import DataError
 
 

@@ -83,9 +83,10 @@ def largest_file(directory: Path) -> Path:
 TSV_TASK_MODULE = """
 import os
 from t5forge.data import metrics, preprocessors as pp
-from t5forge.data.sources import TsvSource
-from t5forge.data.tasks import Feature, Task, TaskRegistry
-from t5forge.data.vocabularies import EnvironmentSentencePieceVocabulary
+from t5forge.data import TsvSource
+from t5forge.data import Feature, Task
+from t5forge.data import TaskRegistry
+from t5forge.data import EnvironmentSentencePieceVocabulary
 
 vocabulary = EnvironmentSentencePieceVocabulary(extra_ids=100)
 folder = os.path.dirname(__file__)

@@ -19,11 +19,13 @@ from .test_output_identity import DIE_AFTER_FIRST_CHUNK
 
 USER_TASKS = """
 import functools, os
-from t5forge.data import metrics, preprocessors as pp, tfexample_features as tf
-from t5forge.data.tasks import Feature, Task, TaskRegistry
-from t5forge.data.tfds import TfdsDataSource
-from t5forge.data.tfexample_source import TFExampleDataSource
-from t5forge.data.vocabularies import EnvironmentSentencePieceVocabulary
+from t5forge.data import metrics, preprocessors as pp
+from t5forge.data.tf_formats import feature_specs as tf
+from t5forge.data import Feature, Task
+from t5forge.data import TaskRegistry
+from t5forge.data.sources.tfds import TfdsDataSource
+from t5forge.data import TFExampleDataSource
+from t5forge.data import EnvironmentSentencePieceVocabulary
 
 features = {
     "inputs": Feature(EnvironmentSentencePieceVocabulary(extra_ids=100)),

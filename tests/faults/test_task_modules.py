@@ -16,8 +16,7 @@ import pytest
 from commands import t5forge_in_process
 
 from faults.conftest import checkpoint_steps, error_line, in_process, one_error
-from t5forge.data.evaluation import Evaluator
-from t5forge.data.tasks import TaskRegistry
+from t5forge.data import Evaluator, TaskRegistry
 from t5forge.errors import DataError
 from t5forge.run.task_modules import import_task_modules
 

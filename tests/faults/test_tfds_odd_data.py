@@ -20,12 +20,16 @@ from array_record.python.array_record_module import ArrayRecordReader, ArrayReco
 from commands import t5forge_in_process
 
 from t5forge.compat import stand_in_modules
-from t5forge.data import preprocessors
-from t5forge.data.tasks import Feature, Task, TaskRegistry
-from t5forge.data.tfds import TfdsDataSource, set_tfds_data_dir_override
-from t5forge.data.tfexample_source import TFExampleDataSource
-from t5forge.data.tfrecord import read_records
-from t5forge.data.vocabularies import ByteVocabulary
+from t5forge.data import (
+    ByteVocabulary,
+    Feature,
+    Task,
+    TaskRegistry,
+    TFExampleDataSource,
+    preprocessors,
+)
+from t5forge.data.sources.tfds import TfdsDataSource, set_tfds_data_dir_override
+from t5forge.data.tf_formats.records import read_records
 from t5forge.errors import DataError
 from tests.data.tf_reference import FIXTURES, tfrecord_frames
 
@@ -215,7 +219,7 @@ def _compressed_reviews(tmp_path, compression: str) -> str:
 
 
 def _reviews_source(pattern: str, **kwargs) -> TFExampleDataSource:
-    from t5forge.data import tfexample_features as tf
+    from t5forge.data.tf_formats import feature_specs as tf
 
     description = {"inputs": tf.FixedLenFeature([], tf.string)}
     return TFExampleDataSource({"train": pattern}, feature_description=description, **kwargs)

@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import t5forge  # noqa: E402
-from t5forge.data.vocabularies import SentencePieceVocabulary  # noqa: E402
+from t5forge.data import SentencePieceVocabulary  # noqa: E402
 from t5forge.errors import ConfigError  # noqa: E402
 from t5forge.interop import hf_t5gemma  # noqa: E402
 from t5forge.interop import huggingface as hf  # noqa: E402

@@ -125,7 +125,7 @@ def test_python_fine_tune_evaluate_and_infer_from_a_checkpoint(first_run, tmp_pa
         output_dir=scores,
         mode="score",
     )
-    from t5forge.data.tasks import get_mixture_or_task
+    from t5forge.data import get_mixture_or_task
 
     assert written == {TASK: get_mixture_or_task(TASK).num_input_examples("validation")}
     first = json.loads((scores / f"{TASK}-score.jsonl").read_text().splitlines()[0])

@@ -22,7 +22,7 @@ def write_user_dir(destination: Path, vocabulary: Path) -> Path:
 
 def load_user_tasks(destination: Path, vocabulary: Path) -> str:
     """Imports the copy's tasks.py as t5forge's commands do; the task's name."""
-    from t5forge.data.tasks import TaskRegistry
+    from t5forge.data import TaskRegistry
     from t5forge.run.task_modules import import_task_modules
 
     write_user_dir(destination, vocabulary)

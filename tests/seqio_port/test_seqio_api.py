@@ -10,7 +10,7 @@ from t5x_user_dir_setup import load_user_tasks
 
 from t5forge import seqio
 from t5forge.compat import STAND_INS, stand_in_modules
-from t5forge.data.tasks import get_mixture_or_task
+from t5forge.data import get_mixture_or_task
 from t5forge.errors import ConfigError, DataError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "tfds_fixtures"

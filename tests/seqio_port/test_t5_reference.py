@@ -17,13 +17,12 @@ import pytest
 from t5x_user_dir_setup import load_user_tasks
 
 from t5forge.compat import stand_in_modules
-from t5forge.data.preprocessor_framework import PipelineContext
-from t5forge.data.sources import FunctionSource
-from t5forge.data.task_with_sentinels import add_task_with_sentinels
-from t5forge.data.tasks import Feature, Task, TaskRegistry
-from t5forge.data.tfds import TfdsDataSource
+from t5forge.data import Feature, FunctionSource, Task, TaskRegistry
+from t5forge.data.preprocessors.framework import PipelineContext
+from t5forge.data.providers.with_sentinels import add_task_with_sentinels
+from t5forge.data.sources.tfds import TfdsDataSource
 from t5forge.seqio import SentencePieceVocabulary
-from t5forge.tasks.t5_registry import tfds_configs
+from t5forge.t5.data import tfds_configs
 
 HERE = Path(__file__).resolve().parent
 REFERENCE = json.loads((HERE / "reference" / "t5_reference.json").read_text())

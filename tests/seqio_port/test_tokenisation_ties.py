@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from t5forge.data.vocabularies import SentencePieceVocabulary
+from t5forge.data import SentencePieceVocabulary
 
 REFERENCE_DIR = Path(__file__).resolve().parent / "reference"
 REFERENCE = json.loads(

@@ -15,9 +15,8 @@ import pytest
 from commands import command_env, t5forge
 
 from t5forge import storage
-from t5forge.data.sources import JsonLinesSource
+from t5forge.data import JsonLinesSource, SentencePieceVocabulary
 from t5forge.data.vocab_trainer import file_texts, train_vocabulary
-from t5forge.data.vocabularies import SentencePieceVocabulary
 from t5forge.errors import DataError, StorageError
 
 REPO = Path(__file__).resolve().parents[2]

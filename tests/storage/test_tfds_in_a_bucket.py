@@ -4,7 +4,7 @@
 import pytest
 
 from t5forge import storage
-from t5forge.data.tfds import TfdsDataSource
+from t5forge.data.sources.tfds import TfdsDataSource
 from tests.data.tf_reference import FIXTURES, FORMATS
 
 
@@ -30,9 +30,7 @@ def test_the_data_fingerprint_of_a_bucket_copy_is_the_local_ones(
 ):
     """Names without folders, sizes and CRCs, read from the store (whole, and with the
     whole-file limit lowered so the shards are known by their ends, read by seeking)."""
-    from t5forge.data import preprocessors
-    from t5forge.data.tasks import Feature, Task
-    from t5forge.data.vocabularies import ByteVocabulary
+    from t5forge.data import ByteVocabulary, Feature, Task, preprocessors
     from t5forge.run import output_identity
 
     monkeypatch.setattr(output_identity, "_WHOLE_FILE_LIMIT", whole_file_limit)

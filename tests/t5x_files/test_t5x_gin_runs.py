@@ -23,7 +23,7 @@ import json
 import pytest
 from t5x_gin_commands import T5X_GIN, TFEXAMPLE_DIR, argv
 
-from t5forge.data.vocabularies import SentencePieceVocabulary
+from t5forge.data import SentencePieceVocabulary
 
 pytestmark = [
     pytest.mark.slow,

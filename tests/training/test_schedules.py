@@ -65,7 +65,7 @@ def test_unknown_factor_suggests_the_close_name():
 
 
 def test_t5x_gin_binding_names_work():
-    from t5forge.config import gin_registry  # the gin names the commands bind
+    from t5forge.gin_config import gin_registry  # the gin names the commands bind
 
     with gin.unlock_config():
         gin.parse_config(

@@ -1,5 +1,0 @@
-"""Prepared TensorFlow Datasets directories, read without TensorFlow (see source.py)."""
-
-from t5forge.data.tfds.source import TfdsDataSource, set_tfds_data_dir_override
-
-__all__ = ["TfdsDataSource", "set_tfds_data_dir_override"]

@@ -1,0 +1,710 @@
+"""Every T5X gin name t5forge understands, and what happens to each of its parameters.
+
+One entry per name T5X's gin files import and bind (`from t5x import utils` ...
+`utils.SaveCheckpointConfig.period = 1000`). An entry either forwards to t5forge's configurable
+of the same job (its `twin`: bindings move there after parsing, so a command-line override such as
+`--gin.utils.DatasetConfig.batch_size=8`, which names the twin, wins; calling the T5X name
+calls the twin), or has Python of its own
+(`build`, with T5X's signature). The rules (t5forge.gin_config.t5x_compat.rules) say, per parameter,
+whether t5forge honours it, moves it, or reports it; README 'Coming from T5X' lists the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+
+from t5forge.data.providers.tfexample_file_task import create_task_from_tfexample_file
+from t5forge.gin_config.t5x_compat import objects
+from t5forge.gin_config.t5x_compat.rules import (
+    Rule,
+    equivalent,
+    honoured,
+    keep,
+    move,
+    reference,
+    resolve_macros,
+)
+
+# Names with a twin that T5X's files also bind in files without imports.
+BOUND_WITHOUT_IMPORT = ("T5Config",)
+
+# Reasons, said once each.
+FLOAT32 = "t5forge keeps parameters in float32 and computes in T5Config.dtype"
+TF_ONLY = "it is a TensorFlow/T5X code path t5forge does not have"
+ONE_JOB = "t5forge runs inference as one job over the whole split"
+GREEDY = (
+    "t5forge's inference evaluation decodes greedily; beam search is available from "
+    "the Python API (model.generate(..., method='beam'))"
+)
+EVAL_LAYOUT = (
+    "t5forge's eval and infer run data-parallel on the local devices; "
+    "num_partitions applies to train"
+)
+PARTITIONER = "use partitioning.PjitPartitioner.num_partitions (or mesh_shape=(data, model))"
+
+
+@dataclasses.dataclass(frozen=True)
+class T5XName:
+    """One T5X gin name: `module` is T5X's import path ('t5x.utils', '__main__', 'seqio')."""
+
+    module: str
+    name: str
+    rules: Mapping[str, Rule] = dataclasses.field(default_factory=dict)
+    twin: str | None = None
+    build: Callable | None = None
+    returns_twin: bool = False
+    same_object: bool = False
+    # t5forge's own configurable spelled like this T5X name, which a flag written the T5X
+    # way (`--gin.models.EncoderDecoderModel.z_loss=0`) binds: its bindings join this name's.
+    shadowed_by: str | None = None
+
+    @property
+    def t5x_path(self) -> str:
+        return f"{self.module}.{self.name}"
+
+    @property
+    def gin_selector(self) -> str:
+        """The complete gin selector. A name with a twin gets a `t5x_` prefix, so that the
+        partial selectors t5forge's files and flags write (`train.eval_period`,
+        `DatasetConfig.batch_size`) keep naming the twin alone; except the names T5X's size
+        files bind without importing them (`network.T5Config:` after an include), which gin
+        can only find under their own name."""
+        from t5forge.gin_config import gin_internals
+
+        if self.same_object:
+            return gin_internals.complete_selector(self.twin)
+        if self.twin and self.name not in BOUND_WITHOUT_IMPORT:
+            return f"{self.module}.t5x_{self.name}"
+        return self.t5x_path
+
+
+def _several_paths(value) -> bool:
+    return isinstance(value, list | tuple) and len(value) > 1
+
+
+def _one_path(value):
+    if isinstance(value, list | tuple):
+        return value[0] if value else None
+    return value
+
+
+def _multi_partition(value) -> bool:
+    """Whether any partitioner of the config asks for model parallelism."""
+    from t5forge.gin_config import gin_internals
+
+    return any(
+        selector.endswith("PjitPartitioner")
+        and resolve_macros(params.get("num_partitions", 1)) not in (1, None)
+        for (_, selector), params in gin_internals.all_bindings().items()
+    )
+
+
+_DATASET = {
+    **{
+        p: move()
+        for p in (
+            "mixture_or_task_name",
+            "task_feature_lengths",
+            "split",
+            "batch_size",
+            "shuffle",
+            "seed",
+            "use_cached",
+            "pack",
+        )
+    },
+    "module": move(),  # imported with t5forge's seqio and t5 standing in (t5forge.compat)
+    "use_custom_packing_ops": honoured(False, warn="t5forge packs with its own packer"),
+    "use_memory_cache": equivalent(),
+    "trim_output_features": honoured(True, refuse="t5forge always trims to the feature lengths"),
+    "runtime_preprocessors": honoured(
+        None, refuse="add the preprocessors to the task's preprocessors instead"
+    ),
+    "num_prefetch_threads": equivalent(),  # t5forge's loader reads ahead on its own
+    "num_workers": equivalent(),
+}
+
+_SAVE = {
+    "period": move(),
+    "keep": move(),
+    "dtype": honoured("float32", refuse=FLOAT32),
+    "save_dataset": equivalent(),
+    "keep_dataset_checkpoints": honoured(
+        None, warn="t5forge keeps the data position in every checkpoint it keeps"
+    ),
+    "checkpoint_steps": honoured(None, refuse="t5forge saves every `period` steps"),
+    "state_transformation_fns": honoured((), refuse=TF_ONLY),
+    "checkpointer_cls": Rule(
+        refuse=True,
+        accepts=lambda v: False,
+        reason=(
+            "custom checkpointers are not supported; for the best checkpoint by a metric use "
+            "utils.SaveCheckpointConfig.metric_name_to_monitor"
+        ),
+    ),
+    "checkpoint_manager_cls": Rule(refuse=True, accepts=lambda v: False, reason=TF_ONLY),
+    "use_gda": equivalent(),
+}
+
+_RESTORE = {
+    "path": move(
+        convert=_one_path,
+        unless=_several_paths,
+        refuse=("several paths: evaluate a model dir with mode='all' instead"),
+    ),
+    "mode": move(),
+    "assignment_map": move(),
+    "fallback_to_scratch": move(),
+    "dtype": honoured("float32", warn=FLOAT32),
+    "restore_dataset": honoured(
+        False,
+        warn="a run resumes its own data position from "
+        "MODEL_DIR; the data position of another run is not restored",
+    ),
+    "strict": honoured(True, warn="t5forge always checks every parameter's name and shape"),
+    "checkpointer_cls": Rule(refuse=True, accepts=lambda v: False, reason=TF_ONLY),
+    "checkpoint_manager_cls": Rule(refuse=True, accepts=lambda v: False, reason=TF_ONLY),
+    "state_transformation_fns": honoured((), refuse=TF_ONLY),
+    "use_gda": equivalent(),
+}
+
+
+def _submesh_size(submesh) -> int | None:
+    """Devices in T5X's model-parallel submesh (x, y, z, core): the model axis' size."""
+    return math.prod(submesh) if submesh else None
+
+
+def _partitions(num_partitions):
+    """T5X's PjitPartitioner takes its mesh from model_parallel_submesh when one is set, and
+    from num_partitions otherwise; t5forge's model axis gets that many devices."""
+    from t5forge.gin_config import gin_internals
+
+    for (_, selector), params in gin_internals.all_bindings().items():
+        if selector.endswith("PjitPartitioner") and "model_parallel_submesh" in params:
+            size = _submesh_size(resolve_macros(params["model_parallel_submesh"]))
+            if size:
+                return size
+    return num_partitions
+
+
+_PARTITIONER_COMMON = {
+    "params_on_devices": honoured(True, warn="parameters always live on the devices"),
+    "backend": honoured(None, warn="t5forge uses JAX's default backend"),
+}
+
+_SCRIPT_COMMON = {
+    "model": move(),
+    "restore_checkpoint_cfg": move(),
+    "output_dir": move(),
+    "partitioner": Rule(accepts=lambda v: not _multi_partition(v), reason=EVAL_LAYOUT),
+    "train_state_initializer_cls": Rule(refuse=True, accepts=lambda v: False, reason=TF_ONLY),
+    "fallback_init_rng": honoured(None, warn="the checkpoint must hold every parameter"),
+    "use_orbax": equivalent(),
+}
+
+_EVALUATOR = reference("seqio.Evaluator", refuse="only seqio.Evaluator is supported")
+
+NAMES: tuple[T5XName, ...] = (
+    # ---- the three scripts (`import __main__ as train_script`)
+    T5XName(
+        "__main__",
+        "train",
+        twin="train",
+        rules={
+            **{
+                p: move()
+                for p in (
+                    "model",
+                    "model_dir",
+                    "train_dataset_cfg",
+                    "total_steps",
+                    "train_eval_dataset_cfg",
+                    "infer_eval_dataset_cfg",
+                    "checkpoint_cfg",
+                    "partitioner",
+                    "eval_steps",
+                    "eval_period",
+                    "stats_period",
+                    "run_eval_before_training",
+                    "relative_steps",
+                )
+            },
+            "random_seed": move(
+                unless=lambda v: v is None,
+                warn=(
+                    "T5X draws a new seed per run; t5forge uses train.random_seed's default (0) so "
+                    "that a resumed run repeats exactly"
+                ),
+            ),
+            "use_hardware_rng": honoured(
+                False, warn="t5forge always uses JAX's default (deterministic) random numbers"
+            ),
+            "trainer_cls": reference(
+                "t5x.trainer.Trainer",
+                refuse="only trainer.Trainer is "
+                "supported; t5forge takes custom trainers from Python",
+            ),
+            "summarize_config_fn": equivalent(),
+            "inference_evaluator_cls": _EVALUATOR,
+            "get_dataset_fn": Rule(refuse=True, accepts=lambda v: False, reason=TF_ONLY),
+            "train_eval_get_dataset_fn": Rule(refuse=True, accepts=lambda v: False, reason=TF_ONLY),
+            "train_state_initializer_cls": _SCRIPT_COMMON["train_state_initializer_cls"],
+            "concurrent_metrics": equivalent(),
+            "actions": move(
+                "train.hooks",
+                convert=objects.actions_to_hooks,
+                unless=lambda v: not objects.only_train_eval_actions(v),
+                refuse="t5forge runs actions after training evaluation only "
+                "({'TRAIN_EVAL': [...]})",
+            ),
+            "use_gda": equivalent(),
+            "use_jax_array": equivalent(),
+            "use_orbax": equivalent(),
+            "verify_matching_vocabs_fn": equivalent(),
+            "gc_period": honoured(0, warn="Python's garbage collector runs as usual"),
+        },
+    ),
+    T5XName(
+        "__main__",
+        "evaluate",
+        twin="evaluate",
+        rules={
+            **_SCRIPT_COMMON,
+            "dataset_cfg": move(),
+            "inference_evaluator_cls": _EVALUATOR,
+            "summarize_config_fn": equivalent(),
+            "training_evaluator_cls": honoured(
+                None,
+                refuse="t5forge's eval computes the inference metrics; teacher-forced "
+                "metrics come from train's train_eval_dataset_cfg",
+            ),
+            "train_eval_get_dataset_fn": Rule(refuse=True, accepts=lambda v: False, reason=TF_ONLY),
+        },
+    ),
+    T5XName(
+        "__main__",
+        "precompile",
+        twin="precompile",
+        rules={
+            **{p: move() for p in ("model", "model_dir", "train_dataset_cfg", "partitioner")},
+            "random_seed": move(),
+            "get_dataset_fn": Rule(refuse=True, accepts=lambda v: False, reason=TF_ONLY),
+        },
+    ),
+    T5XName(
+        "__main__",
+        "create_task_from_tfexample_file",
+        build=create_task_from_tfexample_file,
+        rules={
+            p: keep()
+            for p in ("paths", "file_type", "inputs_key", "targets_key", "features", "task_id")
+        },
+    ),
+    T5XName(
+        "__main__",
+        "infer",
+        twin="infer",
+        rules={
+            **_SCRIPT_COMMON,
+            "dataset_cfg": move(),
+            "mode": move(),
+            "checkpoint_period": move(),
+            "shard_id": honoured(0, refuse=ONE_JOB),
+            "num_shards": honoured(1, refuse=ONE_JOB),
+            "merge_chunked_results": honoured(True, refuse=ONE_JOB),
+            "write_fn": Rule(refuse=True, accepts=lambda v: False, reason=TF_ONLY),
+            "json_encoder_cls": Rule(refuse=True, accepts=lambda v: False, reason=TF_ONLY),
+            "output_vocab_feature_name": honoured(
+                "targets", refuse="predictions are decoded with the 'targets' vocabulary"
+            ),
+            "checkpoint_ds_iter": equivalent(),  # the rows written are the progress marker
+            "merge_fn": Rule(refuse=True, accepts=lambda v: False, reason=ONE_JOB),
+            "summarize_config_fn": equivalent(),
+            "verify_matching_vocabs_fn": equivalent(),
+            "file_extension": honoured("jsonl", refuse="t5forge writes JSON lines (.jsonl)"),
+            "keep_aux_as_numpy": honoured(False, warn="auxiliary values are written as JSON"),
+        },
+    ),
+    # ---- t5x.utils
+    # T5X's files without imports (contrib/gpu's pretrain_pile.gin) bind these under the
+    # spelling that is t5forge's: those bindings are T5X's.
+    *(
+        T5XName("t5x.utils", name, twin=f"utils.{name}", rules=rules, shadowed_by=f"utils.{name}")
+        for name, rules in (
+            ("DatasetConfig", _DATASET),
+            ("SaveCheckpointConfig", _SAVE),
+            ("RestoreCheckpointConfig", _RESTORE),
+        )
+    ),
+    T5XName("t5x.utils", "CheckpointConfig", twin="utils.CheckpointConfig", same_object=True),
+    T5XName(
+        "t5x.utils",
+        "create_learning_rate_scheduler",
+        twin="utils.create_learning_rate_scheduler",
+        same_object=True,
+    ),
+    # ---- t5x.partitioning
+    T5XName(
+        "t5x.partitioning",
+        "PjitPartitioner",
+        twin="partitioning.PjitPartitioner",
+        rules={
+            "num_partitions": move(convert=_partitions),
+            "model_parallel_submesh": move(
+                ".num_partitions", convert=lambda v: _submesh_size(v) or 1
+            ),
+            "logical_axis_rules": move(),
+            **_PARTITIONER_COMMON,
+            "ici_mesh_shape": honoured(None, refuse=PARTITIONER),
+            "dcn_mesh_shape": honoured(None, refuse=PARTITIONER),
+        },
+    ),
+    T5XName(
+        "t5x.partitioning",
+        "ModelBasedPjitPartitioner",
+        build=objects.model_based_pjit_partitioner,
+        rules={
+            "num_partitions": keep(),
+            "logical_axis_rules": keep(),
+            "model_parallel_submesh": honoured(None, (), refuse=PARTITIONER),
+            **_PARTITIONER_COMMON,
+        },
+    ),
+    T5XName(
+        "t5x.partitioning",
+        "standard_logical_axis_rules",
+        build=objects.standard_logical_axis_rules,
+        rules={
+            "activation_partitioning_dims": honoured(1, refuse=PARTITIONER),
+            "parameter_partitioning_dims": honoured(1, refuse=PARTITIONER),
+            "additional_rules": keep(),
+        },
+    ),
+    # ---- t5x.trainer
+    T5XName(
+        "t5x.trainer",
+        "Trainer",
+        build=objects.configured_elsewhere(
+            "trainer.Trainer", "train.trainer_cls = @trainer.Trainer"
+        ),
+        rules={
+            "num_microbatches": move(  # T5X: None and 0 both mean one batch, unsplit
+                "train.num_microbatches", convert=lambda v: v or 1
+            ),
+            "learning_rate_fn": move("train.learning_rate_fn"),
+            "weight_metrics_computer": honoured(None, warn="weight-norm summaries are not written"),
+        },
+    ),
+    T5XName(
+        "t5x.trainer",
+        "WeightMetricsComputer",
+        build=objects.configured_elsewhere(
+            "trainer.WeightMetricsComputer", "trainer.Trainer.weight_metrics_computer"
+        ),
+    ),
+    T5XName(
+        "t5x.trainer",
+        "TerminateOnNanAction",
+        build=objects.TerminateOnNanAction,
+        rules={"task": keep(), "metric": keep()},
+    ),
+    # ---- t5x.models
+    T5XName(
+        "t5x.models",
+        "EncoderDecoderModel",
+        twin="models.Model",
+        shadowed_by="models.EncoderDecoderModel",
+        rules={
+            "module": move("models.Model.config"),
+            **{
+                p: move(f"models.Model.{p}")
+                for p in ("z_loss", "label_smoothing", "loss_normalizing_factor")
+            },
+            "optimizer_def": move("train.optimizer"),
+            # Read back by models.get_input_vocabulary (infer_from_tfexample_file.gin).
+            "input_vocabulary": move("t5x.models.get_input_vocabulary.vocabulary"),
+            "output_vocabulary": move("t5x.models.get_output_vocabulary.vocabulary"),
+            "feature_converter_cls": honoured(
+                None,
+                refuse="t5forge picks the feature converter "
+                "from the architecture; pre-packed features are not "
+                "supported",
+            ),
+            "decode_fn": Rule(accepts=lambda v: False, reason=GREEDY),
+            "default_decoder_params": honoured(None, warn=GREEDY),
+        },
+    ),
+    T5XName(
+        "t5x.models",
+        "DecoderOnlyModel",
+        twin="models.Model",
+        shadowed_by="models.DecoderOnlyModel",
+        rules={
+            "module": move("models.Model.config"),
+            **{
+                p: move(f"models.Model.{p}")
+                for p in ("z_loss", "label_smoothing", "loss_normalizing_factor")
+            },
+            "optimizer_def": move("train.optimizer"),
+            "vocabulary": equivalent(),
+            "decode_fn": Rule(accepts=lambda v: False, reason=GREEDY),
+            "inputs_bidirectional_attention": honoured(
+                True,
+                refuse="t5forge's decoder-only model trains on inputs as a prefix LM, attending "
+                "to the whole inputs (T5X's inputs_bidirectional_attention = True)",
+            ),
+            "feature_converter_cls": honoured(
+                None, refuse="t5forge picks the feature converter from the architecture"
+            ),
+        },
+    ),
+    *(
+        T5XName(
+            "t5x.models",
+            f"{model}.predict_batch_with_aux",
+            build=objects.configured_elsewhere(
+                f"models.{model}.predict_batch_with_aux", "its num_decodes"
+            ),
+            rules={
+                "num_decodes": honoured(1, warn=GREEDY),
+                "return_all_decodes": honoured(False, warn=GREEDY),
+                "decoder_params": honoured(None, warn=GREEDY),
+                "prompt_with_targets": honoured(False, refuse=GREEDY),
+            },
+        )
+        for model in ("EncoderDecoderModel", "DecoderOnlyModel")
+    ),
+    *(
+        T5XName(
+            "t5x.models",
+            f"get_{side}_vocabulary",
+            build=objects.model_vocabulary(side),
+            # t5forge's model holds no vocabulary: the one MODEL's file binds moves here.
+            rules={"model": equivalent(), "vocabulary": keep()},
+        )
+        for side in ("input", "output")
+    ),
+    # ---- t5x.adafactor
+    T5XName(
+        "t5x.adafactor",
+        "Adafactor",
+        twin="adafactor.Adafactor",
+        returns_twin=True,
+        rules={
+            **{
+                p: move()
+                for p in (
+                    "factored",
+                    "multiply_by_parameter_scale",
+                    "beta1",
+                    "decay_rate",
+                    "clipping_threshold",
+                    "min_dim_size_to_factor",
+                    "epsilon1",
+                    "epsilon2",
+                    "global_norm_clip_threshold",
+                )
+            },
+            "learning_rate": honoured(
+                None, warn="the rate comes from trainer.Trainer.learning_rate_fn"
+            ),
+            "step_offset": honoured(
+                0, refuse="use utils.create_learning_rate_scheduler.step_offset"
+            ),
+            "logical_factor_rules": reference(
+                "t5x.adafactor.standard_logical_factor_rules",
+                refuse="t5forge factors by its standard rules",
+            ),
+            "weight_decay_rate": honoured(None, refuse="use optimizers.adamw for weight decay"),
+            "weight_decay_rate_lr_exponent": honoured(None, refuse="use optimizers.adamw"),
+            "dtype_momentum": honoured("float32", warn=FLOAT32),
+            "factor_map": honoured(None, refuse="t5forge factors by logical axes"),
+            "max_parameter_scale": honoured(None, refuse=TF_ONLY),
+            "skip_nan_updates": honoured(False, warn="use trainer.TerminateOnNanAction"),
+        },
+    ),
+    T5XName(
+        "t5x.adafactor",
+        "standard_logical_factor_rules",
+        build=objects.standard_logical_factor_rules,
+    ),
+    # ---- t5x.examples.decoder_only.network
+    T5XName(
+        "t5x.examples.decoder_only.network",
+        "TransformerConfig",
+        build=objects.decoder_only_config,
+        rules={
+            p: keep()
+            for p in (
+                "vocab_size",
+                "dtype",
+                "emb_dim",
+                "num_heads",
+                "num_layers",
+                "head_dim",
+                "mlp_dim",
+                "mlp_activations",
+                "dropout_rate",
+                "logits_via_embedding",
+            )
+        },
+    ),
+    T5XName(
+        "t5x.examples.decoder_only.network",
+        "DecoderWrapper",
+        build=objects.decoder_wrapper,
+        rules={"config": keep()},
+    ),
+    # ---- t5x.decoding: named by decode_fn; their settings are the decoding t5forge skips
+    *(
+        T5XName(
+            "t5x.decoding",
+            name,
+            build=objects.decoding_function(name),
+            rules={p: honoured(default, warn=GREEDY) for p, default in defaults.items()},
+        )
+        for name, defaults in (
+            ("temperature_sample", {"num_decodes": 1, "temperature": 1.0, "topk": 1, "topp": 0.0}),
+            ("beam_search", {"num_decodes": 4, "alpha": 0.6}),
+        )
+    ),
+    # ---- t5x.optimizers (optax's transformations are gin's own `import optax`)
+    T5XName(
+        "t5x.optimizers",
+        "chain",
+        build=objects.optax_chain,
+        rules={"transformations": keep()},
+    ),
+    # ---- t5x.gin_utils
+    T5XName(
+        "t5x.gin_utils",
+        "summarize_gin_config",
+        build=objects.configured_elsewhere(
+            "gin_utils.summarize_gin_config", "train.summarize_config_fn; t5forge writes config.gin"
+        ),
+    ),
+    # ---- t5x.examples.t5.network
+    T5XName(
+        "t5x.examples.t5.network",
+        "T5Config",
+        twin="T5Config",
+        rules={
+            **{
+                p: move()
+                for p in (
+                    "vocab_size",
+                    "emb_dim",
+                    "num_heads",
+                    "num_encoder_layers",
+                    "num_decoder_layers",
+                    "head_dim",
+                    "mlp_dim",
+                    "mlp_activations",
+                    "dropout_rate",
+                    "logits_via_embedding",
+                    "dtype",
+                    "remat_policy",
+                    "scan_layers",
+                )
+            },
+            "param_scan_axis": honoured(
+                1,
+                warn="t5forge stacks scanned layers on axis 0 of each parameter; "
+                "the axis only changes how a checkpoint lays them out",
+            ),
+            "float32_attention_logits": honoured(
+                False, warn="attention logits are computed in T5Config.dtype"
+            ),
+            "scale_attn_logits": move(),
+        },
+    ),
+    T5XName(
+        "t5x.examples.t5.network",
+        "Transformer",
+        build=objects.transformer,
+        rules={"config": keep()},
+    ),
+    # ---- seqio
+    T5XName(
+        "seqio",
+        "SentencePieceVocabulary",
+        build=objects.sentencepiece_vocabulary,
+        rules={
+            "sentencepiece_model_file": keep(),
+            "extra_ids": keep(),
+            "normalizer_spec_overrides": honoured(None, refuse=TF_ONLY),
+            "reverse_extra_ids": honoured(
+                True, refuse="sentinels are always numbered from the end"
+            ),
+            "use_fast_tokenizer": equivalent(),
+        },
+    ),
+    T5XName("seqio", "ByteVocabulary", build=objects.byte_vocabulary, rules={"extra_ids": keep()}),
+    T5XName(
+        "seqio",
+        "Evaluator",
+        build=objects.configured_elsewhere(
+            "seqio.Evaluator", "train/evaluate inference_evaluator_cls"
+        ),
+        rules={
+            "logger_cls": equivalent(),
+            "num_examples": honoured(None, warn="every example of the split is evaluated"),
+            "use_memory_cache": equivalent(),
+        },
+    ),
+    *(
+        T5XName(
+            "seqio",
+            logger,
+            build=objects.configured_elsewhere(
+                f"seqio.{logger}",
+                "seqio.Evaluator.logger_cls; t5forge logs, writes TensorBoard events and JSONL",
+            ),
+        )
+        for logger in ("PyLoggingLogger", "TensorBoardLogger")
+    ),
+    T5XName(
+        "seqio",
+        "JSONLogger",
+        build=objects.configured_elsewhere("seqio.JSONLogger", "seqio.Evaluator.logger_cls"),
+        rules={
+            "write_n_results": honoured(None, warn="every prediction is written"),
+        },
+    ),
+)
+
+# T5X modules whose import registers TensorFlow tasks: importable, empty, and reported.
+TASK_MODULES = ("t5.data.mixtures", "t5.data.tasks", "t5x.contrib.gpu.scripts_gpu.seqio_tasks")
+
+# Modules of T5X (and beside it) that t5forge has no stand-in for: why, and what to do.
+EXPORT = (
+    "T5X's export writes a TensorFlow SavedModel, which t5forge does not write; serve the "
+    "checkpoint with `t5forge serve`, or write a Hugging Face model with "
+    "`t5forge convert --from t5forge --to hf`"
+)
+UNAVAILABLE_MODULES = {
+    "t5x.export_lib": EXPORT,
+    "t5x.checkpoints": "its checkpoint classes serve T5X's export and checkpointer. " + EXPORT,
+    "t5x.contrib.moe": (
+        "mixture-of-experts models (T5X's contrib/moe) are not built in t5forge; train a dense "
+        "T5 (t5x/examples/t5/...)"
+    ),
+    "mesh_tensorflow": (
+        "this is a Mesh TensorFlow operative config, not a T5X gin file; convert Mesh TF "
+        "checkpoints with `t5forge convert --from mesh_tf` and configure a T5X model file"
+    ),
+}
+
+# T5X's other T5 networks, whose T5Config and Transformer are the same model with more
+# fields (all in network.T5Config's rules): the GPU copy and the scanned-layers one.
+MODULE_ALIASES = {
+    "t5x.contrib.gpu.t5.network": "t5x.examples.t5.network",
+    "t5x.examples.scalable_t5.network": "t5x.examples.t5.network",
+}
+
+
+def shadowed_parameters() -> dict[str, set[str]]:
+    """t5forge's configurable -> the T5X parameters it accepts while T5X files parse."""
+    return {entry.shadowed_by: set(entry.rules) for entry in NAMES if entry.shadowed_by}

@@ -1,0 +1,134 @@
+"""After gin parsed T5X files: their bindings onto t5forge's configurables, the rest reported.
+
+Every binding of a T5X name goes through its parameter's rule (names.py): moved to t5forge's
+configurable unless the command line already bound that one (so `--gin.` overrides win),
+kept, dropped silently when t5forge behaves that way anyway, dropped with a one-line warning,
+or refused. Paths on object storage (`gs://...`) pass as they are: t5forge reads and writes
+them through t5forge.storage. Every line names
+the file and line (or flag) of the binding. Then gin forgets the T5X imports, so config.gin
+is written with t5forge's names.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import gin
+
+from t5forge.errors import ConfigError
+from t5forge.gin_config import gin_internals
+from t5forge.gin_config.t5x_compat.locations import Locator, Written
+from t5forge.gin_config.t5x_compat.modules import is_t5x_module
+from t5forge.gin_config.t5x_compat.names import NAMES, T5XName
+from t5forge.gin_config.t5x_compat.rules import Rule, macro_name, resolve_macros
+
+
+class _Report:
+    def __init__(self, locator: Locator):
+        self.locator = locator
+        self.warnings: list[str] = []
+        self.errors: list[str] = []
+
+    def line(
+        self, written: Written | None, fallback: str, message: str, value=None, raw=None
+    ) -> str:
+        """'file:line: binding as written (= value it reached): message'."""
+        if written is None:
+            return f"{fallback}: {message}"
+        reached = f" (= {value!r})" if macro_name(raw) else ""
+        return f"{written.where}: {written.text()}{reached}: {message}"
+
+
+def _key(scope: str, selector: str, param: str) -> str:
+    return f"{scope}/{selector}.{param}" if scope else f"{selector}.{param}"
+
+
+def _move(entry: T5XName, rule: Rule, scope: str, param: str, raw, value, locator) -> None:
+    target, _, target_param = rule.move_to.rpartition(".")
+    target = gin_internals.complete_selector(target or entry.twin)
+    target_param = target_param or param
+    if target_param in gin_internals.bindings_of(target).get(scope, {}) and not (
+        locator.flag_given_later(
+            scope, (entry.t5x_path, entry.gin_selector), param, target, target_param
+        )
+    ):
+        return  # bound on t5forge's name (the command line): that binding wins
+    converted = rule.convert(value) if rule.converts else value
+    moved = raw if converted is value else converted  # keeps %MACRO for config.gin
+    gin.bind_parameter(_key(scope, target, target_param), moved)
+
+
+def _take_over_shadowing_bindings(entry: T5XName) -> None:
+    """Bindings made under T5X's spelling to t5forge's namesake (command line, files without
+    imports) belong to the T5X name when T5X files use it; later ones win, as in gin."""
+    if not entry.shadowed_by or not gin_internals.bindings_of(entry.gin_selector):
+        return
+    shadow = gin_internals.complete_selector(entry.shadowed_by)
+    for scope, params in gin_internals.bindings_of(shadow).items():
+        for param, value in list(params.items()):
+            if param not in entry.rules:
+                continue  # t5forge's own parameter (DatasetConfig's ...): stays t5forge's
+            gin.bind_parameter(_key(scope, entry.gin_selector, param), value)
+            gin_internals.unbind(scope, shadow, param)
+
+
+def _apply(entry: T5XName, report: _Report) -> None:
+    names = (entry.t5x_path, entry.gin_selector)
+    _take_over_shadowing_bindings(entry)
+    for scope, params in gin_internals.bindings_of(entry.gin_selector).items():
+        for param, raw in params.items():
+            rule = entry.rules[param]
+            if rule.keep:
+                continue
+            value = resolve_macros(raw)
+            gin_internals.unbind(scope, entry.gin_selector, param)
+            if rule.accepts(value):
+                if rule.move_to:
+                    _move(entry, rule, scope, param, raw, value, report.locator)
+                continue
+            written = report.locator.binding(scope, names, param)
+            fallback = _key(scope, entry.gin_selector, param) + f" = {value!r}"
+            if rule.refuse:
+                report.errors.append(
+                    report.line(written, fallback, f"not supported: {rule.reason}", value, raw)
+                )
+            else:
+                report.warnings.append(
+                    report.line(
+                        written, fallback, f"accepted and ignored: {rule.reason}", value, raw
+                    )
+                )
+
+
+def _precompile_compiles_with_the_models_optimizer() -> None:
+    """T5X's precompile compiles the step of the model's optimizer_def, which moved to
+    train.optimizer: precompile takes it from there (unless bound itself)."""
+    precompile = gin_internals.complete_selector("precompile")
+    bound = gin_internals.bindings_of(precompile)
+    if not bound:
+        return
+    train = gin_internals.complete_selector("train")
+    for scope, params in gin_internals.bindings_of(train).items():
+        if "optimizer" in params and "optimizer" not in bound.get(scope, {}):
+            gin.bind_parameter(_key(scope, precompile, "optimizer"), params["optimizer"])
+
+
+def translate(files_read: list[str], flags: list[str]) -> None:
+    """Rewrites the parsed T5X bindings (see module doc); raises ConfigError on a refusal."""
+    if not any(gin_internals.bindings_of(entry.gin_selector) for entry in NAMES) and not any(
+        is_t5x_module(s.module) for s in gin_internals.imports()
+    ):
+        return
+    report = _Report(Locator(files_read, flags))
+    for entry in NAMES:
+        if not entry.same_object:
+            _apply(entry, report)
+    _precompile_compiles_with_the_models_optimizer()
+    gin_internals.spell_out_references()
+    gin_internals.forget_imports(is_t5x_module)
+    for line in dict.fromkeys(report.warnings):
+        print(f"warning: {line}", file=sys.stderr)
+    if report.errors:
+        for line in report.errors[1:]:
+            print(f"error: {line}", file=sys.stderr)
+        raise ConfigError(report.errors[0])
