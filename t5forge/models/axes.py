@@ -18,5 +18,3 @@ EXPERT = "expert"  # the leading axis of a sparse layer's per-expert weights
 EXPERT_MLP = "expert_mlp"  # an expert's hidden width (Flaxformer's intermediate_axis_name)
 EXPERT_REPLICAS = "expert_replicas"  # copies of the experts along the pure data axis
 UNMODELED = "unmodeled"  # never sharded (a router's tiny per-expert dims)
-EXPERT = "expert"  # the experts of a sparse MLP layer (models/moe.py)
-UNMODELED = "unmodeled"  # an axis never sharded (the router's expert logits, as T5X)
