@@ -19,6 +19,7 @@ import t5forge  # noqa: E402
 from t5forge.errors import ConfigError  # noqa: E402
 from t5forge.interop import hf_switch  # noqa: E402
 from t5forge.interop import huggingface as hf  # noqa: E402
+from t5forge.interop.t5x import infer_config, load_t5x_checkpoint  # noqa: E402
 from t5forge.models.configs import get_config  # noqa: E402
 from t5forge.models.model import build_model  # noqa: E402
 from t5forge.models.moe import router_losses  # noqa: E402
@@ -188,6 +189,23 @@ def test_state_dict_round_trips_through_stacked_experts(converted):
     }
     for name, value in again.items():
         np.testing.assert_array_equal(state_dict[name], value)
+
+
+def test_converts_to_flaxformer_names_and_back(converted, tmp_path):
+    """`convert --to t5x` writes Flaxformer's expert and router names; read back with the
+    routing config (a T5X checkpoint records none), it computes transformers' logits."""
+    model, forge = converted
+    model.save_pretrained(tmp_path / "hf")
+    t5forge.convert(tmp_path / "hf", tmp_path / "t5x", from_="hf", to="t5x")
+    written = {path.name for path in (tmp_path / "t5x").rglob("target.*")}
+    assert "target.decoder.layers_1.mlp.router.router_weights.w.kernel" in written
+    assert "target.encoder.layers_3.mlp.expert.wo.kernel" in written
+    params, _, _ = load_t5x_checkpoint(next((tmp_path / "t5x").glob("checkpoint_*")))
+    implied = infer_config(params)
+    for stack in ("encoder", "decoder"):
+        assert implied.sparse_layers(stack) == forge.config.sparse_layers(stack)
+    again = t5forge.load(next((tmp_path / "t5x").glob("checkpoint_*")), config=forge.config)
+    _assert_logits_match(again, model)
 
 
 def test_t5x_routing_does_not_export():
