@@ -16,13 +16,14 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
+from t5forge.checkpoints import formats, remote_model_dir
 from t5forge.checkpoints.checkpointer import (
     AssignmentMap,
     RestoreReport,
     restore_params,
     source_name,
 )
-from t5forge.errors import ConfigError
+from t5forge.errors import CheckpointError, ConfigError
 from t5forge.models import param_names
 
 # t5forge's names for T5X's sparse_upcycle.gin map ('target(.*)mlp\/expert(.*)' ->
@@ -57,7 +58,8 @@ def _broadcast(dense: jax.Array, target) -> jax.Array:
 
 
 class UpcycleCheckpointer:
-    """Restores a sparse model's parameters from a dense t5forge checkpoint.
+    """Restores a sparse model's parameters from a dense t5forge checkpoint (or model dir; a
+    bucket's through its local mirror). Other formats are converted to t5forge's first.
 
     `num_experts` is the sparse model's number of experts (T5X's
     `checkpoints.UpcycleCheckpointer.num_experts = %NUM_EXPERTS`); a run names this class as
@@ -78,6 +80,14 @@ class UpcycleCheckpointer:
         """(params shaped like `target_params`, report); `assignment_map` defaults to
         `UPCYCLE_ASSIGNMENT_MAP`. Expert parameters the map restores must have `num_experts`
         rows and the dense shape after them; those it keeps fresh stay as given."""
+        path = remote_model_dir.local_copy(path)
+        fmt = formats.detect_format(path)
+        if fmt in formats.FOREIGN:
+            raise CheckpointError(
+                f"sparse upcycling reads t5forge checkpoints and {path} is a {fmt} one; convert "
+                f"it first (t5forge convert --from {fmt} --to t5forge --input {path} --output "
+                "DIR, with the dense model's --gin_file) and upcycle DIR"
+            )
         assignment_map = assignment_map or UPCYCLE_ASSIGNMENT_MAP
         targets = param_names.named_leaves(target_params)
         experts = [

@@ -10,6 +10,7 @@ import pytest
 from t5forge.checkpoints.checkpointer import Checkpointer
 from t5forge.checkpoints.upcycle import UpcycleCheckpointer
 from t5forge.errors import CheckpointError, ConfigError
+from t5forge.interop.huggingface import save_hf_dir
 from t5forge.models.configs import get_config
 from t5forge.models.model import build_model
 from t5forge.training.optimizers import adafactor
@@ -122,3 +123,12 @@ def test_experts_the_map_keeps_fresh_are_left_as_given(dense, upcycled):
     )
     assert not report.restored
     jax.tree.map(np.testing.assert_array_equal, params, fresh)
+
+
+def test_a_hugging_face_dense_checkpoint_is_sent_to_convert_first(dense, tmp_path):
+    _, dense_params, _ = dense
+    save_hf_dir(dense_params, DENSE, tmp_path / "hf")
+    with pytest.raises(CheckpointError, match="convert it first .t5forge convert --from hf"):
+        UpcycleCheckpointer(NUM_EXPERTS).restore_params(
+            tmp_path / "hf", build_model(SPARSE).abstract_params()
+        )
