@@ -18,6 +18,7 @@ import jax
 
 from t5forge.errors import ConfigError
 from t5forge.models import param_names
+from t5forge.training.partitioning import EXPERT_AXIS
 from t5forge.training.trainer import Trainer
 
 # T5X's default `sharded_match_fn`: parameters under an `expert` module (not the router).
@@ -45,6 +46,7 @@ class MoeTrainer(Trainer):
                 "bind it to NUM_EXPERT_PARTITIONS as the partitioner's"
             )
         super().__init__(model, optimizer, partitioner, learning_rate_fn, num_microbatches, seed)
+        _check_experts_fit(model.config.num_experts, num_expert_partitions, self.mesh)
         self.num_expert_partitions = num_expert_partitions
         self.expert_params = re.compile(expert_params) if expert_params else None
 
@@ -63,3 +65,22 @@ class MoeTrainer(Trainer):
             return grad
 
         return jax.tree_util.tree_map_with_path(scale, grads)
+
+
+def _check_experts_fit(num_experts: int, num_expert_partitions: int, mesh) -> None:
+    """A sparse model's experts must split evenly over the expert axis (else they would be
+    silently replicated), and T5X asks for no more expert partitions than experts."""
+    if not num_experts:
+        return
+    if num_expert_partitions > num_experts:
+        raise ConfigError(
+            f"NUM_EXPERT_PARTITIONS={num_expert_partitions} exceeds the model's {num_experts} "
+            f"experts; use at most {num_experts}"
+        )
+    axis = int(mesh.shape.get(EXPERT_AXIS, 1))
+    if num_experts % axis:
+        raise ConfigError(
+            f"the model's {num_experts} experts do not split over the expert axis of {axis} "
+            f"devices; choose NUM_EXPERT_PARTITIONS so that the expert axis divides "
+            f"{num_experts}"
+        )

@@ -4,14 +4,18 @@ expert parallelism: five MoeTrainer steps on 1 device and on 8 with an expert ax
 carves for other NUM_EXPERT_PARTITIONS. Run with 8 virtual CPU devices, as
 test_expert_parallel_multidevice.py does."""
 
+import dataclasses
 import functools
 import json
 
 import jax
 from multidevice_trainer_check import VOCAB, make_batches, run
 
+from t5forge.errors import ConfigError
 from t5forge.models.configs import get_config
+from t5forge.models.model import build_model
 from t5forge.training.moe_trainer import MoeTrainer
+from t5forge.training.optimizers import adafactor
 from t5forge.training.partitioning import MoePjitPartitioner
 
 NUM_EXPERTS = 4
@@ -52,7 +56,18 @@ def main():
         )
         for asked, model in [(4, 1), (8, 1), (3, 1), (16, 2)]
     }
+    report["six_experts_on_four"] = uneven_experts_refusal()
     print(json.dumps(report))
+
+
+def uneven_experts_refusal() -> str:
+    """The error for 6 experts with NUM_EXPERT_PARTITIONS=6 on 8 devices (expert axis 4)."""
+    model = build_model(dataclasses.replace(sparse_config(), num_experts=6))
+    try:
+        MoeTrainer(model, adafactor(0.1), MoePjitPartitioner(6), num_expert_partitions=6)
+    except ConfigError as error:
+        return str(error)
+    return "accepted"
 
 
 if __name__ == "__main__":

@@ -106,3 +106,10 @@ def test_moe_trainer_scales_expert_gradients_by_the_expert_partitions():
     assert unscaled.scale_expert_grads(grads) is grads
     with pytest.raises(ConfigError, match="num_expert_partitions must be >= 1"):
         MoeTrainer(model, adafactor(0.1), partitioner, num_expert_partitions=0)
+
+
+def test_moe_trainer_refuses_more_expert_partitions_than_experts():
+    model = build_model(get_config("t5_1_1/tiny", dtype="float32", num_experts=2))
+    partitioner = partitioning.MoePjitPartitioner(4, devices=jax.devices()[:1])
+    with pytest.raises(ConfigError, match="NUM_EXPERT_PARTITIONS=4 exceeds the model's 2"):
+        MoeTrainer(model, adafactor(0.1), partitioner, num_expert_partitions=4)

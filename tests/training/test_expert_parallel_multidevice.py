@@ -53,3 +53,10 @@ def test_the_expert_axis_is_carved_out_of_the_data_axis(report):
         "3x1": [4, 2, 1],
         "16x2": [1, 4, 2],
     }
+
+
+def test_experts_that_do_not_split_over_the_expert_axis_are_refused(report):
+    assert report["six_experts_on_four"] == (
+        "the model's 6 experts do not split over the expert axis of 4 devices; choose "
+        "NUM_EXPERT_PARTITIONS so that the expert axis divides 6"
+    )
