@@ -186,11 +186,27 @@ def test_scanned_sparse_stacks_compute_what_unrolled_ones_do():
 
 
 @pytest.mark.slow
-def test_decoding_runs_on_a_sparse_model():
-    model = build_model(_sparse())
+def test_cached_decoding_routes_as_the_teacher_forced_pass():
+    """With one group per sequence and room for every token, a decoding step routes its token
+    as the whole-sequence pass does: greedy tokens are the teacher-forced argmaxes."""
+    model = build_model(_sparse(routing_groups="sequence", expert_capacity=8))
     params = model.init_params(jax.random.PRNGKey(0))
-    tokens = model.predict_batch(params, BATCH, method="beam", num_decodes=2, max_decode_length=5)
-    assert tokens.shape == (2, 5)
+    encoder = BATCH["encoder_input_tokens"]
+    tokens = np.asarray(
+        model.predict_batch(params, {"encoder_input_tokens": encoder}, max_decode_length=5)
+    )
+    prefix = np.zeros((2, 5), np.int32)
+    for step in range(5):
+        features = {
+            "encoder_input_tokens": encoder,
+            "decoder_input_tokens": prefix,
+            "decoder_target_tokens": np.ones_like(prefix),
+        }
+        best = np.argmax(np.asarray(model.logits(params, features))[:, step], axis=-1)
+        if step + 1 < 5:
+            prefix[:, step + 1] = best
+        after_eos = (tokens[:, :step] == 1).any(axis=1)
+        np.testing.assert_array_equal(tokens[~after_eos, step], best[~after_eos])
 
 
 def test_refusals_name_the_field():
