@@ -53,9 +53,12 @@ class ExpertDense(nn.Module):
             jnp.float32,
         )
         dtype = jnp.dtype(self.dtype)
+        # As layers.weight_matmul: a kernel stored narrower (weights_dtype) multiplies in its
+        # own dtype, the result in `dtype`.
+        compute = kernel.dtype if jnp.finfo(kernel.dtype).bits < jnp.finfo(dtype).bits else dtype
         return jax.lax.dot_general(
-            x.astype(dtype),
-            kernel.astype(dtype),
+            x.astype(compute),
+            kernel.astype(compute),
             (((2,), (1,)), ((0,), (0,))),
             preferred_element_type=dtype,
         )

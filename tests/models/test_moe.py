@@ -19,6 +19,7 @@ from t5forge.models.model import build_model
 from t5forge.models.param_layout import stack_layers
 from t5forge.models.param_names import named_leaves
 from t5forge.models.sparse_layout import sparse_layer_flags
+from t5forge.models.weights_dtype import with_weights_dtype
 
 BATCH = {
     "encoder_input_tokens": np.array([[3, 4, 5, 6, 1, 0], [7, 8, 1, 0, 0, 0]], np.int32),
@@ -218,3 +219,14 @@ def test_refusals_name_the_field():
         get_config("t5_1_1/tiny", num_experts=2, num_sparse_encoder_layers=1, scan_layers=True)
     with pytest.raises(ConfigError, match="num_selected_experts \\(3\\) cannot exceed"):
         _sparse(num_experts=2, num_selected_experts=3)
+
+
+def test_bfloat16_weights_keep_the_router_in_float32():
+    abstract = build_model(_sparse()).abstract_params()
+    params = jax.tree.map(lambda leaf: np.zeros(leaf.shape, leaf.dtype), abstract)
+    dtypes = {
+        name: str(leaf.dtype)
+        for name, leaf in named_leaves(with_weights_dtype(params, "bfloat16")).items()
+    }
+    assert dtypes["encoder/layers_1/mlp/router/router_weights/w/kernel"] == "float32"
+    assert dtypes["encoder/layers_1/mlp/expert/wo/kernel"] == "bfloat16"
