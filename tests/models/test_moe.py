@@ -16,6 +16,7 @@ from t5forge.errors import ConfigError
 from t5forge.models import routing
 from t5forge.models.configs import PRESETS, get_config
 from t5forge.models.model import build_model
+from t5forge.models.moe import SparseMlp
 from t5forge.models.param_layout import stack_layers
 from t5forge.models.param_names import named_leaves
 from t5forge.models.sparse_layout import sparse_layer_flags
@@ -230,3 +231,22 @@ def test_bfloat16_weights_keep_the_router_in_float32():
     }
     assert dtypes["encoder/layers_1/mlp/router/router_weights/w/kernel"] == "float32"
     assert dtypes["encoder/layers_1/mlp/expert/wo/kernel"] == "bfloat16"
+
+
+def test_jitter_noise_moves_only_training_routing():
+    layer = SparseMlp(_sparse(router_jitter_noise=0.5, dropout_rate=0.0), name="mlp")
+    x = jax.random.normal(jax.random.PRNGKey(0), (2, 6, 8))
+    params = layer.init(jax.random.PRNGKey(1), x)
+
+    def z_loss(deterministic, seed):
+        _, state = layer.apply(
+            params,
+            x,
+            deterministic,
+            rngs={"dropout": jax.random.PRNGKey(seed)},
+            mutable=["intermediates"],
+        )
+        return float(state["intermediates"]["router_z_loss"][0])
+
+    assert z_loss(True, 2) == z_loss(True, 3)
+    assert z_loss(False, 2) != z_loss(False, 3)
