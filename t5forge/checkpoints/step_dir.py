@@ -111,7 +111,7 @@ def read_metadata(step_dir: str | Path) -> dict:
         ) from None
 
 
-def _source_name(target: str, assignment_map: AssignmentMap) -> str | None:
+def source_name(target: str, assignment_map: AssignmentMap) -> str | None:
     """The checkpoint name for a model parameter: first fully matching rule wins, None = fresh."""
     for pattern, replacement in assignment_map:
         match = re.fullmatch(pattern, target)
@@ -138,7 +138,7 @@ def restore_params(
     report = RestoreReport()
     wanted: dict[str, Any] = {}
     for name, leaf in targets.items():
-        source = _source_name(name, assignment_map)
+        source = source_name(name, assignment_map)
         if source is None:
             if not isinstance(leaf, jax.Array):
                 raise CheckpointError(

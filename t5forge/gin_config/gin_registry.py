@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gin
 
+from t5forge.checkpoints import upcycle
 from t5forge.interop.gin_model_config import config_from_gin
 from t5forge.models.configs import T5Config
 from t5forge.models.model import DecoderOnlyModel, EncoderDecoderModel, build_model
@@ -22,7 +23,7 @@ from t5forge.run.evaluate import evaluate as run_evaluate
 from t5forge.run.infer import infer as run_infer
 from t5forge.run.precompile import precompile as run_precompile
 from t5forge.run.train import train as run_train
-from t5forge.training import optimizers, partitioning, schedules
+from t5forge.training import moe_trainer, optimizers, partitioning, schedules
 
 
 def _model(
@@ -49,6 +50,14 @@ SaveCheckpointConfig = gin.external_configurable(configs.SaveCheckpointConfig, m
 RestoreCheckpointConfig = gin.external_configurable(configs.RestoreCheckpointConfig, module="utils")
 CheckpointConfig = gin.external_configurable(configs.CheckpointConfig, module="utils")
 PjitPartitioner = gin.external_configurable(partitioning.PjitPartitioner, module="partitioning")
+
+# Mixture of experts, as T5X's contrib/moe run files bind them (docs/expert-parallelism.md):
+# `train.partitioner = @partitioning.MoePjitPartitioner()`, `train.trainer_cls =
+# @trainer.MoeTrainer` and, for sparse upcycling, `utils.RestoreCheckpointConfig.checkpointer_cls
+# = @checkpoints.UpcycleCheckpointer`.
+gin.external_configurable(partitioning.MoePjitPartitioner, module="partitioning")
+gin.external_configurable(moe_trainer.MoeTrainer, module="trainer")
+gin.external_configurable(upcycle.UpcycleCheckpointer, module="checkpoints")
 
 # Models: `MODEL = @models.Model()` picks the architecture from the bound T5Config.
 Model = gin.external_configurable(_model, name="Model", module="models")

@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
 from t5forge import storage
 from t5forge.errors import CheckpointError, ConfigError
+from t5forge.interop.hf_t5_map import tensor_map
 from t5forge.interop.hf_tensor_map import params_from_entries, state_dict_from_entries
 from t5forge.models.configs import T5Config
 
@@ -125,6 +125,11 @@ def _refuse_scaled_attention(config: T5Config) -> None:
 
 def config_to_hf(config: T5Config) -> dict:
     """The transformers `config.json` dict of a T5ForConditionalGeneration equal to `config`."""
+    if config.num_experts:
+        raise ConfigError(
+            "Hugging Face T5 has no mixture of experts; a sparse config exports as "
+            "model_type 'switch_transformers' (hf_switch.config_to_hf)"
+        )
     switches = config.family_switches()
     if switches:
         raise ConfigError(
@@ -174,118 +179,6 @@ def config_to_hf(config: T5Config) -> dict:
     }
 
 
-def _mlp_entries(hf_prefix: str, t5x_prefix: tuple, config: T5Config) -> Iterator[tuple]:
-    gated = len(config.mlp_activations) > 1
-    names = [f"wi_{i}" for i in range(len(config.mlp_activations))] if gated else ["wi"]
-    for name in names:
-        yield (
-            f"{hf_prefix}.{name}.weight",
-            t5x_prefix + (name, "kernel"),
-            (config.emb_dim, config.mlp_dim),
-            True,
-        )
-    yield (
-        f"{hf_prefix}.wo.weight",
-        t5x_prefix + ("wo", "kernel"),
-        (config.mlp_dim, config.emb_dim),
-        True,
-    )
-
-
-def _attention_entries(hf_prefix: str, t5x_prefix: tuple, config: T5Config) -> Iterator[tuple]:
-    inner = config.num_heads * config.head_dim
-    for hf_name, t5x_name in (("q", "query"), ("k", "key"), ("v", "value")):
-        yield (
-            f"{hf_prefix}.{hf_name}.weight",
-            t5x_prefix + (t5x_name, "kernel"),
-            (config.emb_dim, inner),
-            True,
-        )
-    yield (f"{hf_prefix}.o.weight", t5x_prefix + ("out", "kernel"), (inner, config.emb_dim), True)
-
-
-def _norm_entry(hf_name: str, t5x_prefix: tuple, config: T5Config) -> tuple:
-    return (hf_name, t5x_prefix + ("scale",), (config.emb_dim,), False)
-
-
-def _tensor_map(config: T5Config) -> list[tuple[str, tuple, tuple, bool]]:
-    """(HF name, T5X path, T5X shape, whether HF holds it transposed) for each tensor of `config`.
-
-    HF linear weights are [out, in] where T5X kernels are [in, out]; HF's relative bias is an
-    embedding [buckets, heads] where T5X's is [heads, buckets]; the token embedding agrees.
-    """
-    if config.is_decoder_only:
-        raise ConfigError(
-            "Hugging Face T5 has no decoder-only model; only encoder_decoder "
-            "configs convert to or from transformers"
-        )
-    relpos_shape = (config.num_heads, config.relative_attention_num_buckets)
-    entries = [
-        (
-            "shared.weight",
-            ("token_embedder", "embedding"),
-            (config.vocab_size, config.emb_dim),
-            False,
-        )
-    ]
-    stacks = (("encoder", config.num_encoder_layers), ("decoder", config.num_decoder_layers))
-    for stack, num_layers in stacks:
-        entries.append(
-            (
-                f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
-                (stack, "relpos_bias", "rel_embedding"),
-                relpos_shape,
-                True,
-            )
-        )
-        for i in range(num_layers):
-            block, layer = f"{stack}.block.{i}.layer", (stack, f"layers_{i}")
-            if stack == "encoder":
-                sublayers = (("pre_attention_layer_norm", "attention", "SelfAttention"),)
-            else:
-                sublayers = (
-                    ("pre_self_attention_layer_norm", "self_attention", "SelfAttention"),
-                    (
-                        "pre_cross_attention_layer_norm",
-                        "encoder_decoder_attention",
-                        "EncDecAttention",
-                    ),
-                )
-            for index, (norm, attention, hf_attention) in enumerate(sublayers):
-                entries.append(
-                    _norm_entry(f"{block}.{index}.layer_norm.weight", layer + (norm,), config)
-                )
-                entries.extend(
-                    _attention_entries(
-                        f"{block}.{index}.{hf_attention}", layer + (attention,), config
-                    )
-                )
-            mlp_index = len(sublayers)
-            entries.append(
-                _norm_entry(
-                    f"{block}.{mlp_index}.layer_norm.weight",
-                    layer + ("pre_mlp_layer_norm",),
-                    config,
-                )
-            )
-            entries.extend(
-                _mlp_entries(f"{block}.{mlp_index}.DenseReluDense", layer + ("mlp",), config)
-            )
-        entries.append(
-            _norm_entry(f"{stack}.final_layer_norm.weight", (stack, f"{stack}_norm"), config)
-        )
-    if not config.logits_via_embedding:
-        entries.append(
-            (
-                "lm_head.weight",
-                ("decoder", "logits_dense", "kernel"),
-                (config.emb_dim, config.vocab_size),
-                True,
-            )
-        )
-    return entries
-
-
 def _ignorable_hf_names(config: T5Config) -> set[str]:
     ignorable = set(_EMBEDDING_ALIASES) | set(_UNUSED_HF_TENSORS)
     if config.logits_via_embedding:
@@ -310,7 +203,7 @@ def params_from_hf_state_dict(state_dict: dict, config: T5Config) -> dict:
             "shared.weight but the config ties them; pass a config with "
             "logits_via_embedding=False"
         )
-    return params_from_entries(state_dict, config, _tensor_map(config), _ignorable_hf_names(config))
+    return params_from_entries(state_dict, config, tensor_map(config), _ignorable_hf_names(config))
 
 
 def params_to_hf_state_dict(params: dict, config: T5Config) -> dict[str, np.ndarray]:
@@ -318,7 +211,7 @@ def params_to_hf_state_dict(params: dict, config: T5Config) -> dict[str, np.ndar
 
     Scanned params (a `layers` subtree per stack) are split into their layers first.
     """
-    return state_dict_from_entries(params, config, _tensor_map(config))
+    return state_dict_from_entries(params, config, tensor_map(config))
 
 
 def _read_safetensors(path: Path) -> dict[str, np.ndarray]:
@@ -409,6 +302,11 @@ def load_hf_dir(path, config: T5Config | None = None) -> tuple[T5Config, dict]:
     except json.JSONDecodeError as error:
         raise CheckpointError(f"{config_file} is not valid JSON: {error}") from error
     state_dict = _read_state_dict(path)
+    if hf_config.get("model_type") == "switch_transformers":
+        from t5forge.interop import hf_switch
+
+        config = config or hf_switch.config_from_hf(hf_config)
+        return config, hf_switch.params_from_hf_state_dict(state_dict, config)
     if hf_config.get("model_type") in ("t5gemma", "t5gemma2"):
         from t5forge.interop import hf_t5gemma, hf_t5gemma2
 
@@ -425,15 +323,18 @@ def save_hf_dir(params: dict, config: T5Config, path, vocab_path=None, extra_ids
     With `vocab_path` the SentencePiece model is copied as spiece.model and
     tokenizer_config.json records its `extra_ids` (transformers would otherwise assume 100).
     A T5Gemma (2) config (hf_t5gemma.describes, hf_t5gemma2.describes) is written as model_type
-    't5gemma' ('t5gemma2'), its vocabulary as Gemma's tokenizer.model.
+    't5gemma' ('t5gemma2'), its vocabulary as Gemma's tokenizer.model; a mixture of experts
+    (hf_switch.describes) as 'switch_transformers'.
     """
     from safetensors.numpy import save_file
 
-    from t5forge.interop import hf_t5gemma, hf_t5gemma2
+    from t5forge.interop import hf_switch, hf_t5gemma, hf_t5gemma2
 
     path = Path(path)
     family = sys.modules[__name__]
-    if hf_t5gemma2.describes(config):
+    if hf_switch.describes(config):
+        family = hf_switch
+    elif hf_t5gemma2.describes(config):
         family = hf_t5gemma2
     elif hf_t5gemma.describes(config):
         family = hf_t5gemma

@@ -426,7 +426,10 @@ def infer_config(params: dict, **overrides):
 
     Per-layer or scanned trees both work. Not inferable and left at T5Config's defaults:
     `dtype`, `dropout_rate`, `relative_attention_max_distance`, and the exact activation of a
-    gated MLP (assumed T5 1.1's gated GELU); pass `overrides` to change any field.
+    gated MLP (assumed T5 1.1's gated GELU); pass `overrides` to change any field. A mixture
+    of experts (Flaxformer's `mlp/expert/...` in some layers) gets its expert count, widths and
+    sparse layers; its routing (T5X's groups, capacity factors, router kind) stays at the
+    defaults, which a gin file or `overrides` changes.
     """
     from t5forge.models.configs import T5Config
 
@@ -440,7 +443,7 @@ def infer_config(params: dict, **overrides):
         if relpos is None:  # scalable_t5 keeps one table per layer: [heads, (layers,) buckets]
             relpos = first["relative_posemb"]["rel_embedding"]
         num_heads, num_buckets = relpos.shape[0], relpos.shape[-1]
-        mlp = first["mlp"]
+        mlp, experts = _mlp_and_experts(decoder, encoder)
         values = dict(
             vocab_size=int(vocab_size),
             emb_dim=int(emb_dim),
@@ -448,7 +451,8 @@ def infer_config(params: dict, **overrides):
             num_encoder_layers=_num_layers(encoder) if encoder else 0,
             num_decoder_layers=_num_layers(decoder),
             head_dim=int(attention["query"]["kernel"].shape[-1]) // int(num_heads),
-            mlp_dim=int(mlp["wo"]["kernel"].shape[0]),
+            # [mlp, (layers,) emb]; an expert's [experts, (layers,) mlp, emb]
+            mlp_dim=int(mlp["wo"]["kernel"].shape[-2 if mlp is experts else 0]),
             mlp_activations=("gelu", "linear") if "wi_0" in mlp else ("relu",),
             logits_via_embedding="logits_dense" not in decoder,
             relative_attention_num_buckets=int(num_buckets),
@@ -460,8 +464,68 @@ def infer_config(params: dict, **overrides):
             f"cannot infer a T5 config from these params (missing or odd {e}); "
             "pass the model config explicitly"
         ) from e
+    if experts:
+        values.update(_expert_fields(experts, encoder, decoder))
     values.update(overrides)
     return T5Config(**values)
+
+
+def _layers(stack: dict) -> list[dict]:
+    if "layers" in stack:
+        return [stack["layers"]]
+    return [stack[f"layers_{i}"] for i in range(_num_layers(stack))]
+
+
+def _is_sparse(layer: dict) -> bool:
+    return "expert" in layer["mlp"]
+
+
+def _mlp_and_experts(*stacks) -> tuple[dict, dict | None]:
+    """(a dense layer's `mlp`, or the experts' when every layer is sparse; a sparse layer's
+    `mlp/expert`, or None for a dense model)."""
+    layers = [layer for stack in stacks if stack for layer in _layers(stack)]
+    experts = next((layer["mlp"]["expert"] for layer in layers if _is_sparse(layer)), None)
+    dense = next((layer["mlp"] for layer in layers if not _is_sparse(layer)), None)
+    return (experts if dense is None else dense), experts
+
+
+def _expert_fields(experts: dict, encoder: dict | None, decoder: dict) -> dict:
+    """The T5Config MoE fields a Flaxformer sparse params tree implies: experts, their width,
+    ST-MoE's extra MLP, and each stack's sparse layers as a count and the first of Flaxformer's
+    layouts (then Hugging Face's) that places them so."""
+    from t5forge.models.configs import SPARSE_LAYOUTS
+    from t5forge.models.sparse_layout import sparse_layer_flags
+
+    fields = {
+        "num_experts": int(experts["wo"]["kernel"].shape[0]),
+        "expert_mlp_dim": int(experts["wo"]["kernel"].shape[-2]),
+    }
+    for name, stack in (("encoder", encoder), ("decoder", decoder)):
+        if not stack:
+            continue
+        layers = _layers(stack)
+        num_layers = _num_layers(stack)
+        flags = tuple(_is_sparse(layer) for layer in layers) * (num_layers // len(layers))
+        fields["sparse_extra_mlp"] = fields.get("sparse_extra_mlp") or any(
+            "extra_mlp" in layer for layer in layers
+        )
+        count = sum(flags)
+        for layout in SPARSE_LAYOUTS:
+            try:
+                placed = sparse_layer_flags(num_layers, count, layout)
+            except ValueError:
+                continue
+            if placed == flags:
+                fields[f"num_sparse_{name}_layers"] = count
+                fields[f"{name}_sparse_layout"] = layout
+                break
+        else:
+            where = [i for i, sparse in enumerate(flags) if sparse]
+            raise CheckpointError(
+                f"the {name}'s sparse layers {where} follow none of the layouts "
+                f"{SPARSE_LAYOUTS}; pass the model config explicitly"
+            )
+    return fields
 
 
 def _first_layer(stack: dict) -> dict:

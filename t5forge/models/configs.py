@@ -12,6 +12,7 @@ import dataclasses
 import difflib
 
 from t5forge.errors import ConfigError
+from t5forge.models.sparse_layout import sparse_layer_flags
 
 ARCHITECTURES = ("encoder_decoder", "decoder_only")
 DTYPES = ("bfloat16", "float32")
@@ -51,6 +52,17 @@ GEMMA_SWITCHES = (
 ENCODER_WINDOWS = ("symmetric", "split")
 # The widths an encoder may hold apart from the decoder (T5Gemma 9b-2b: a 9b encoder, 2b decoder).
 ENCODER_OVERRIDABLE = ("emb_dim", "num_heads", "num_kv_heads", "head_dim", "mlp_dim")
+# Mixture of experts (docs/moe.md). Where a stack's sparse layers lie: Flaxformer's layouts
+# (moe_enums.LayerLayout, lower case) and Hugging Face's SwitchTransformers rule ('huggingface').
+SPARSE_LAYOUTS = ("mixed", "top", "bottom", "middle", "huggingface")
+# How a sparse layer's router assigns: tokens choose their top-k experts, or experts choose
+# their top-capacity tokens (Flaxformer's TokensChoose/ExpertsChooseMaskedRouter).
+TOKENS_CHOOSE, EXPERTS_CHOOSE = "tokens_choose", "experts_choose"
+ROUTERS = (TOKENS_CHOOSE, EXPERTS_CHOOSE)
+# What a routing group is: one sequence with a fixed expert_capacity (Hugging Face), or the
+# tokens of the whole batch regrouped with a capacity from the capacity factor (T5X).
+SEQUENCE_GROUPS, BATCH_GROUPS = "sequence", "batch"
+ROUTING_GROUPS = (SEQUENCE_GROUPS, BATCH_GROUPS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,6 +136,41 @@ class T5Config:
     encoder_window: str = "symmetric"
     merged_attention: bool = False
     eoi_token_id: int | None = None
+    # Mixture of experts (docs/moe.md); num_experts = 0 is a dense model and leaves every other
+    # MoE field unread. Sparse layers replace the MLP by `num_experts` experts of width
+    # expert_mlp_dim (None: mlp_dim) behind a router; which layers, per stack: the count and
+    # the layout (SPARSE_LAYOUTS).
+    num_experts: int = 0
+    expert_mlp_dim: int | None = None
+    num_sparse_encoder_layers: int = 0
+    num_sparse_decoder_layers: int = 0
+    encoder_sparse_layout: str = "mixed"
+    decoder_sparse_layout: str = "mixed"
+    # Routing (ROUTERS) per stack; tokens choose `num_selected_experts` each (1: Switch);
+    # batch-prioritised routing fills the experts by router confidence, not token order.
+    encoder_router: str = TOKENS_CHOOSE
+    decoder_router: str = TOKENS_CHOOSE
+    num_selected_experts: int = 1
+    encoder_batch_prioritized_routing: bool = False
+    decoder_batch_prioritized_routing: bool = False
+    # ROUTING_GROUPS: 'sequence' (HF: each sequence a group, capacity expert_capacity, router
+    # losses pooled per stack and summed) or 'batch' (T5X: groups of at most expert_group_size
+    # tokens of the batch, capacity max(round(factor * group / experts), min_expert_capacity),
+    # router losses averaged over the sparse layers).
+    routing_groups: str = BATCH_GROUPS
+    expert_capacity: int | None = None
+    expert_group_size: int = 4096
+    train_capacity_factor: float = 1.0
+    eval_capacity_factor: float = 1.0
+    min_expert_capacity: int = 4
+    # Router inputs times uniform(1 - j, 1 + j) while training; the router losses' weights in
+    # the training loss (T5X's router_z_loss_factor and aux_loss_factor, HF's *_coef).
+    router_jitter_noise: float = 0.0
+    router_z_loss_factor: float = 0.0
+    aux_loss_factor: float = 0.0
+    # Dropout inside the experts (None: dropout_rate); ST-MoE's dense MLP after each sparse one.
+    expert_dropout_rate: float | None = None
+    sparse_extra_mlp: bool = False
 
     def __post_init__(self):
         # gin and JSON hand us lists; the config must stay hashable (it is a static jit argument).
@@ -291,6 +338,101 @@ class T5Config:
             raise ConfigError("T5Config.rope_local_theta needs rope_theta (the full layers' base)")
         if self.encoder_overrides:
             self.encoder_config()  # validates the encoder's widths
+        if self.num_experts:
+            self._validate_experts()
+
+    def _validate_experts(self):
+        """The MoE fields of a sparse config (num_experts > 0); a dense one never reads them."""
+        counts = (
+            "num_experts",
+            "num_selected_experts",
+            "expert_group_size",
+            "min_expert_capacity",
+        )
+        for name in counts:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"T5Config.{name} must be a positive integer, got {value!r}")
+        if self.num_selected_experts > self.num_experts:
+            raise ConfigError(
+                f"T5Config.num_selected_experts ({self.num_selected_experts}) cannot exceed "
+                f"num_experts ({self.num_experts})"
+            )
+        if self.expert_mlp_dim is not None and (
+            not isinstance(self.expert_mlp_dim, int) or self.expert_mlp_dim <= 0
+        ):
+            raise ConfigError(
+                f"T5Config.expert_mlp_dim must be a positive integer or None, "
+                f"got {self.expert_mlp_dim!r}"
+            )
+        if self.routing_groups not in ROUTING_GROUPS:
+            raise ConfigError(
+                f"T5Config.routing_groups must be one of {ROUTING_GROUPS}, "
+                f"got {self.routing_groups!r}"
+            )
+        capacity = self.expert_capacity
+        if self.routing_groups == SEQUENCE_GROUPS and (
+            not isinstance(capacity, int) or isinstance(capacity, bool) or capacity <= 0
+        ):
+            raise ConfigError(
+                "T5Config.routing_groups='sequence' routes with a fixed expert_capacity; "
+                f"set it to a positive integer (got {capacity!r})"
+            )
+        if self.routing_groups == BATCH_GROUPS and capacity is not None:
+            raise ConfigError(
+                "T5Config.expert_capacity is the fixed capacity of routing_groups='sequence'; "
+                "with 'batch' groups the capacity comes from the capacity factors: unset it"
+            )
+        for name in ("train_capacity_factor", "eval_capacity_factor"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"T5Config.{name} must be positive, got {getattr(self, name)!r}")
+        for name in ("router_jitter_noise", "router_z_loss_factor", "aux_loss_factor"):
+            if not getattr(self, name) >= 0:
+                raise ConfigError(f"T5Config.{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.expert_dropout_rate is not None and not 0.0 <= self.expert_dropout_rate < 1.0:
+            raise ConfigError(
+                f"T5Config.expert_dropout_rate must be in [0, 1) or None, "
+                f"got {self.expert_dropout_rate!r}"
+            )
+        for stack in ("encoder", "decoder"):
+            router = getattr(self, f"{stack}_router")
+            if router not in ROUTERS:
+                raise ConfigError(
+                    f"T5Config.{stack}_router must be one of {ROUTERS}, got {router!r}"
+                )
+            layout = getattr(self, f"{stack}_sparse_layout")
+            if layout not in SPARSE_LAYOUTS:
+                raise ConfigError(
+                    f"T5Config.{stack}_sparse_layout must be one of {SPARSE_LAYOUTS}, "
+                    f"got {layout!r}"
+                )
+            self.sparse_layers(stack)  # validates the count against the stack
+        if self.decoder_router == EXPERTS_CHOOSE:
+            raise ConfigError(
+                "T5Config.decoder_router='experts_choose' lets a token's routing see later "
+                "tokens, which breaks a causal decoder (T5X uses it in the encoder only); "
+                "use 'tokens_choose' in the decoder"
+            )
+        if self.scan_layers and any(
+            0 < sum(self.sparse_layers(stack)) < len(self.sparse_layers(stack))
+            for stack in ("encoder", "decoder")
+        ):
+            raise ConfigError(
+                "T5Config.scan_layers scans one layer for the whole stack, but this stack "
+                "mixes sparse and dense MLPs; set scan_layers=False"
+            )
+
+    def sparse_layers(self, stack: str) -> tuple[bool, ...]:
+        """For each layer of 'encoder' or 'decoder', whether its MLP is a mixture of experts."""
+        num_layers = self.num_encoder_layers if stack == "encoder" else self.num_decoder_layers
+        if not self.num_experts:
+            return (False,) * num_layers
+        return sparse_layer_flags(
+            num_layers,
+            getattr(self, f"num_sparse_{stack}_layers"),
+            getattr(self, f"{stack}_sparse_layout"),
+            f"T5Config.num_sparse_{stack}_layers",
+        )
 
     def family_switches(self) -> list[str]:
         """The Gemma switches this config sets away from T5's behaviour (GEMMA_SWITCHES)."""
@@ -302,6 +444,11 @@ class T5Config:
         if not self.encoder_overrides:
             return self
         return dataclasses.replace(self, encoder_overrides=(), **dict(self.encoder_overrides))
+
+    @property
+    def is_sparse(self) -> bool:
+        """True when some layer's MLP is a mixture of experts."""
+        return any(self.sparse_layers("encoder") + self.sparse_layers("decoder"))
 
     @property
     def kv_heads(self) -> int:

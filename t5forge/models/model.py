@@ -24,6 +24,7 @@ from t5forge.errors import CheckpointError, ConfigError, DataError
 from t5forge.models import decoding, param_names
 from t5forge.models.configs import T5Config
 from t5forge.models.losses import loss_and_metrics, token_cross_entropy
+from t5forge.models.moe import expert_metrics
 from t5forge.models.network import (
     CROSS_ATTENTION,
     DECODE_STEP,
@@ -156,11 +157,24 @@ class BaseModel(abc.ABC):
     # ------------------------------------------------------------------ forward
 
     def _logits(self, params, batch, dropout_rng=None):
-        if dropout_rng is None:
-            return self.network.apply({"params": params}, **self._network_kwargs(batch))
-        return self._training_network.apply(
-            {"params": params}, **self._network_kwargs(batch), rngs={"dropout": dropout_rng}
+        return self._forward(params, batch, dropout_rng)[0]
+
+    def _forward(self, params, batch, dropout_rng=None):
+        """(logits, the network's sown 'intermediates': a sparse model's router statistics,
+        models/moe.py; empty for a dense one)."""
+        network, rngs = self.network, {}
+        if dropout_rng is not None:
+            network, rngs = self._training_network, {"dropout": dropout_rng}
+        if not self.config.is_sparse:
+            logits = network.apply({"params": params}, **self._network_kwargs(batch), rngs=rngs)
+            return logits, {}
+        logits, state = network.apply(
+            {"params": params},
+            **self._network_kwargs(batch),
+            rngs=rngs,
+            mutable=["intermediates"],
         )
+        return logits, state["intermediates"]
 
     def logits(self, params, batch):
         """Teacher-forced logits [B, T, vocab] float32 (dropout off)."""
@@ -168,11 +182,15 @@ class BaseModel(abc.ABC):
         return self._jit_logits(params, self._array_features(batch))
 
     def loss_fn(self, params, batch, dropout_rng=None):
-        """(loss, metrics); dropout is on iff dropout_rng is given. Traceable (jit/grad it)."""
+        """(loss, metrics); dropout is on iff dropout_rng is given. Traceable (jit/grad it).
+
+        A sparse model's loss adds its weighted router losses (T5X's MoE models), reported
+        as the 'experts/...' metrics; 'loss' is the total, 'cross_ent_loss' the tokens' part.
+        """
         self.check_token_ids(batch)
-        logits = self._logits(params, batch, dropout_rng)
+        logits, intermediates = self._forward(params, batch, dropout_rng)
         segment_ids = batch.get("decoder_segment_ids")
-        return loss_and_metrics(
+        loss, metrics = loss_and_metrics(
             logits,
             jnp.asarray(batch["decoder_target_tokens"]),
             self._weights(batch),
@@ -181,6 +199,11 @@ class BaseModel(abc.ABC):
             loss_normalizing_factor=self.loss_normalizing_factor,
             segment_ids=None if segment_ids is None else jnp.asarray(segment_ids),
         )
+        if self.config.is_sparse:
+            router_loss, router_metrics = expert_metrics(intermediates, self.config)
+            loss = loss + router_loss
+            metrics = {**metrics, **router_metrics, "loss": loss}
+        return loss, metrics
 
     def _score(self, params, batch):
         logits = self._logits(params, batch)

@@ -33,6 +33,7 @@ from t5forge.models.layers import (
     pairwise_mask,
 )
 from t5forge.models.masks import sliding_window_mask
+from t5forge.models.moe import SparseMlp
 from t5forge.models.rope import segment_positions
 
 # decode_mode values: how a call uses the key/value cache (see the module docstring).
@@ -108,15 +109,37 @@ def _with_window(config: T5Config, kind: str, bias, query_positions, key_positio
     return bias + mask_to_bias(window)
 
 
-def _mlp(config: T5Config) -> MlpBlock:
+def _mlp(config: T5Config, name: str = "mlp") -> MlpBlock:
     return MlpBlock(
         config.emb_dim,
         config.mlp_dim,
         config.mlp_activations,
         config.dropout_rate,
         _dtype(config),
-        name="mlp",
+        name=name,
     )
+
+
+def _mlp_blocks(config: T5Config, stack: str, sparse: bool, x, deterministic: bool):
+    """The layer's MLP part after its attention: pre-norm MLP (a mixture of experts in a sparse
+    layer, models/moe.py) and residual, then in a sparse layer with sparse_extra_mlp ST-MoE's
+    dense MLP (Flaxformer's `extra_mlp`) with its own norm and residual."""
+    if sparse:
+        mlp = SparseMlp(
+            config,
+            getattr(config, f"{stack}_router"),
+            getattr(config, f"{stack}_batch_prioritized_routing"),
+            name="mlp",
+        )
+    else:
+        mlp = _mlp(config)
+    h = _norm(config, "pre_mlp_layer_norm")(x)
+    h = _post_norm(config, "post_mlp_layer_norm", mlp(h, deterministic))
+    x = x + _dropout(config, h, deterministic)
+    if sparse and config.sparse_extra_mlp:
+        h = _mlp(config, "extra_mlp")(_norm(config, "pre_extra_mlp_layer_norm")(x), deterministic)
+        x = x + _dropout(config, h, deterministic)
+    return constrain(x, axes.BATCH, axes.LENGTH, axes.EMBED)
 
 
 def _relative_bias(config: T5Config, bidirectional: bool, name: str | None = None):
@@ -155,6 +178,7 @@ class EncoderLayer(nn.Module):
     config: T5Config
     deterministic: bool = True
     attention_kind: str = FULL_ATTENTION
+    sparse: bool = False  # a mixture-of-experts MLP (T5Config.sparse_layers)
 
     @nn.compact
     def __call__(self, x, bias, rope_positions):
@@ -167,9 +191,7 @@ class EncoderLayer(nn.Module):
         h = _attention(cfg, "attention", kind=self.attention_kind)(h, h, bias, det, rope_positions)
         h = _post_norm(cfg, "post_attention_layer_norm", h)
         x = x + _dropout(cfg, h, det)
-        h = _norm(cfg, "pre_mlp_layer_norm")(x)
-        h = _post_norm(cfg, "post_mlp_layer_norm", _mlp(cfg)(h, det))
-        x = constrain(x + _dropout(cfg, h, det), axes.BATCH, axes.LENGTH, axes.EMBED)
+        x = _mlp_blocks(cfg, "encoder", self.sparse, x, det)
         return _layer_output(cfg, x)
 
 
@@ -181,6 +203,7 @@ class DecoderLayer(nn.Module):
     decode_mode: str = TEACHER_FORCED
     cache_length: int = 0
     attention_kind: str = FULL_ATTENTION
+    sparse: bool = False  # a mixture-of-experts MLP (T5Config.sparse_layers)
 
     @nn.compact
     def __call__(self, x, encoded, self_bias, cross_bias, index, write, rope_positions):
@@ -228,17 +251,22 @@ class DecoderLayer(nn.Module):
                 h = cross_attention(h, encoded, cross_bias, det)
             h = _post_norm(cfg, "post_cross_attention_layer_norm", h)
             x = x + _dropout(cfg, h, det)
-        h = _norm(cfg, "pre_mlp_layer_norm")(x)
-        h = _post_norm(cfg, "post_mlp_layer_norm", _mlp(cfg)(h, det))
-        x = constrain(x + _dropout(cfg, h, det), axes.BATCH, axes.LENGTH, axes.EMBED)
+        x = _mlp_blocks(cfg, "decoder", self.sparse, x, det)
         return _layer_output(cfg, x)
 
 
 def _layer_stack(
-    config: T5Config, layer_cls, kinds: tuple, num_args: int, checkpointed: bool, **layer_kwargs
+    config: T5Config,
+    layer_cls,
+    stack: str,
+    num_args: int,
+    checkpointed: bool,
+    **layer_kwargs,
 ):
-    """The layers of one stack, one per attention kind in `kinds`: `layers_0..N-1`, or one
-    scanned `layers` module (whose layers share one kind: T5Config refuses a mix).
+    """The layers of `stack` ('encoder' or 'decoder'), each with its attention kind and dense or
+    sparse MLP: `layers_0..N-1`, or one scanned `layers` module (whose layers share one kind
+    and one MLP form: T5Config refuses a mix). A scanned stack's sown router statistics gain
+    a leading layer axis.
 
     Rematerialization wraps the layer when training with a remat policy; under scan the params
     (and decoding caches) are stacked along axis 1, the 'layers' logical axis.
@@ -249,20 +277,23 @@ def _layer_stack(
             policy=_REMAT_SAVE_POLICIES[config.remat_policy],
             prevent_cse=not config.scan_layers,
         )
+    kinds, sparse = config.layer_types(stack), config.sparse_layers(stack)
     if not config.scan_layers:
         return [
-            layer_cls(config, name=f"layers_{i}", attention_kind=kind, **layer_kwargs)
-            for i, kind in enumerate(kinds)
+            layer_cls(
+                config, name=f"layers_{i}", attention_kind=kind, sparse=is_sparse, **layer_kwargs
+            )
+            for i, (kind, is_sparse) in enumerate(zip(kinds, sparse, strict=True))
         ]
     scanned = nn.scan(
         layer_cls,
-        variable_axes={"params": 1, "cache": 1},
+        variable_axes={"params": 1, "cache": 1, "intermediates": 0},
         split_rngs={"params": True, "dropout": True},
         in_axes=(nn.broadcast,) * num_args,
         length=len(kinds),
         metadata_params={nn.PARTITION_NAME: axes.LAYERS},
     )
-    return scanned(config, name="layers", attention_kind=kinds[0], **layer_kwargs)
+    return scanned(config, name="layers", attention_kind=kinds[0], sparse=sparse[0], **layer_kwargs)
 
 
 def _run_stack(config: T5Config, layers, x, *args):
@@ -312,7 +343,7 @@ class Encoder(nn.Module):
         self.layers = _layer_stack(
             cfg,
             EncoderLayer,
-            cfg.layer_types("encoder"),
+            "encoder",
             2,
             checkpointed=True,
             deterministic=self.deterministic,
@@ -356,7 +387,7 @@ class Decoder(nn.Module):
         self.layers = _layer_stack(
             cfg,
             DecoderLayer,
-            cfg.layer_types("decoder"),
+            "decoder",
             6,
             checkpointed=self.decode_mode == TEACHER_FORCED,
             deterministic=self.deterministic,

@@ -2,7 +2,9 @@
 
 Only the Dense kernels change: layers.weight_matmul multiplies a kernel stored narrower than
 the compute dtype in its own dtype, so bfloat16 kernels read half the bytes per decoding step,
-while embeddings, norms and relative-position tables keep float32.
+while embeddings, norms and relative-position tables keep float32. A mixture of experts'
+router keeps float32 too: Switch routes in float32 on purpose ("selective precision"), and a
+narrower router could send tokens to other experts.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ def with_weights_dtype(params: dict, weights_dtype) -> dict:
         )
 
     def cast(path, leaf):
-        is_kernel = getattr(path[-1], "key", None) == "kernel"
-        return leaf.astype(name) if is_kernel else leaf
+        keys = [getattr(key, "key", None) for key in path]
+        narrowed = keys[-1] == "kernel" and "router" not in keys
+        return leaf.astype(name) if narrowed else leaf
 
     return jax.tree_util.tree_map_with_path(cast, params)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from t5forge.errors import ConfigError
 
@@ -66,13 +67,17 @@ class RestoreCheckpointConfig:
     `path` may be a t5forge checkpoint (or model dir), a T5X checkpoint or a Hugging Face
     directory. `mode='all'` (evaluation only) takes every checkpoint_<step> of a model dir.
     `assignment_map` is a list of (regex, replacement or None): None keeps the fresh
-    initialisation for matching parameters.
+    initialisation for matching parameters. `checkpointer_cls` (a class, called with no
+    arguments, or an instance) restores the parameters in place of the format readers:
+    `t5forge.checkpoints.upcycle.UpcycleCheckpointer` starts a sparse model from a dense
+    t5forge checkpoint, as T5X's sparse_upcycle.gin does.
     """
 
     path: str | None = None
     mode: str = "specific"
     assignment_map: Sequence[tuple[str, str | None]] = ()
     fallback_to_scratch: bool = False
+    checkpointer_cls: Any = None
 
     def __post_init__(self):
         if self.mode not in ("specific", "all", "latest"):

@@ -59,10 +59,18 @@ def load_params(path: str, model, target_params=None, assignment_map=()):
 
 
 def restore_config_params(cfg: RestoreCheckpointConfig | None, model, fresh_params=None):
-    """(params, message) from a RestoreCheckpointConfig, or (None, None) if it names no path."""
+    """(params, message) from a RestoreCheckpointConfig, or (None, None) if it names no path.
+
+    A config's `checkpointer_cls` (sparse upcycling) restores into `fresh_params` itself.
+    """
     if cfg is None or not cfg.path:
         return None, None
     try:
+        if cfg.checkpointer_cls is not None:
+            restorer = cfg.checkpointer_cls
+            restorer = restorer() if isinstance(restorer, type) else restorer
+            params, report = restorer.restore_params(cfg.path, fresh_params, cfg.assignment_map)
+            return params, f"{report.summary()} of {cfg.path}"
         return load_params(cfg.path, model, fresh_params, cfg.assignment_map)
     except CheckpointError:
         if cfg.fallback_to_scratch:

@@ -23,7 +23,8 @@ from t5forge.models import param_names
 
 ROW, COLUMN, BATCH, NONE = "row", "column", "batch", "none"
 
-# How each logical axis takes part in factoring the second moment (T5X's standard rules).
+# How each logical axis takes part in factoring the second moment (T5X's standard rules, and
+# contrib/moe's adafactor_utils.logical_factor_rules for sparse layers).
 LOGICAL_FACTOR_RULES: dict[str, str] = {
     "vocab": COLUMN,
     "mlp": COLUMN,
@@ -34,6 +35,10 @@ LOGICAL_FACTOR_RULES: dict[str, str] = {
     "layers": BATCH,
     "stack": BATCH,
     "relpos_buckets": NONE,
+    # T5X contrib/moe's additions: each expert keeps its own factored moments and scale.
+    "expert": BATCH,
+    "expert_mlp": COLUMN,
+    "unmodeled": NONE,
 }
 
 LearningRate = float | Callable[[jax.Array], jax.Array]

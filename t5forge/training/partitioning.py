@@ -1,8 +1,9 @@
 """Meshes, logical-axis rules and shardings: how one program runs on 1 or 1000 devices.
 
 Models name their dimensions logically ('embed', 'mlp', 'heads', 'batch'...); a short list of
-rules maps those names onto a ('data', 'model') device mesh, as in T5X. Changing the layout
-(pure data parallel, model parallel, FSDP) is then a change of rules, never of model code.
+rules maps those names onto a ('data', 'model') device mesh, as in T5X, or onto T5X's
+('data', 'expert', 'model') mesh for mixture-of-experts models. Changing the layout (pure data
+parallel, model parallel, FSDP, expert parallel) is then a change of rules, never of model code.
 State is created already sharded, so no device ever holds a whole copy of a large model.
 """
 
@@ -22,6 +23,7 @@ from t5forge.errors import ConfigError
 from t5forge.models import axes
 
 DATA_AXIS = "data"
+EXPERT_AXIS = "expert"
 MODEL_AXIS = "model"
 
 LogicalAxisRules = Sequence[tuple[str, str | tuple[str, ...] | None]]
@@ -35,26 +37,33 @@ _REPLICATED_NAMES = (
     "stack",
     "mlp_activations",
     axes.KV,
+    axes.UNMODELED,
 )
 
 
 def standard_logical_axis_rules(
-    fsdp: bool = False, overrides: LogicalAxisRules = ()
+    fsdp: bool = False, overrides: LogicalAxisRules = (), expert_parallel: bool = False
 ) -> tuple[tuple[str, str | tuple[str, ...] | None], ...]:
-    """T5X's 1-D parameter/activation rules, plus FSDP and user overrides.
+    """T5X's 1-D parameter/activation rules, plus FSDP, expert parallelism and user overrides.
 
     With `fsdp=True`, 'embed' maps to 'data', so parameters (and their optimizer moments) are
     also split across the data-parallel devices; activations keep 'batch' on 'data' because a
-    mesh axis is used once per array and 'batch' comes first. `overrides` come first, so they
-    win over the standard rules.
+    mesh axis is used once per array and 'batch' comes first. With `expert_parallel=True`
+    (T5X's contrib/moe rules, for the mesh `create_expert_mesh` builds) experts are split over
+    'expert' and the batch over ('expert', 'data'), so the expert devices also share the data;
+    without it a sparse layer's experts are replicated. `overrides` come first, so they win
+    over the standard rules.
     """
     rules = [
-        (axes.BATCH, DATA_AXIS),
+        (axes.BATCH, (EXPERT_AXIS, DATA_AXIS) if expert_parallel else DATA_AXIS),
         (axes.VOCAB, MODEL_AXIS),
         (axes.MLP, MODEL_AXIS),
         (axes.HEADS, MODEL_AXIS),
         (axes.JOINED_KV, MODEL_AXIS),
         (axes.EMBED, DATA_AXIS if fsdp else None),
+        (axes.EXPERT, EXPERT_AXIS if expert_parallel else None),
+        (axes.EXPERT_MLP, MODEL_AXIS),
+        (axes.EXPERT_REPLICAS, DATA_AXIS if expert_parallel else None),
     ]
     rules += [(name, None) for name in _REPLICATED_NAMES]
     return tuple(overrides) + tuple(rules)
@@ -88,6 +97,39 @@ def create_mesh(
     except (ValueError, NotImplementedError, AssertionError):
         grid = np.asarray(devices, dtype=object).reshape(mesh_shape)
     return Mesh(grid, (DATA_AXIS, MODEL_AXIS))
+
+
+def expert_axis_size(data_size: int, num_expert_partitions: int) -> int:
+    """The largest divisor of the data axis that is at most `num_expert_partitions` (T5X's)."""
+    if num_expert_partitions < 1:
+        raise ConfigError(
+            f"num_expert_partitions={num_expert_partitions} must be >= 1; use at most the number "
+            "of experts (T5X's NUM_EXPERT_PARTITIONS defaults to NUM_EXPERTS)"
+        )
+    size = min(num_expert_partitions, data_size)
+    while data_size % size:
+        size -= 1
+    return size
+
+
+def create_expert_mesh(
+    num_expert_partitions: int,
+    num_partitions: int = 1,
+    mesh_shape: tuple[int, int] | None = None,
+    devices: Sequence[jax.Device] | None = None,
+) -> Mesh:
+    """T5X's ('data', 'expert', 'model') mesh: the 'expert' axis is carved out of 'data'.
+
+    The (data, model) mesh `create_mesh` builds is cut so that its data axis becomes
+    data/expert x expert, expert being the largest divisor of the data size up to
+    `num_expert_partitions` (fewer devices than partitions asked for get a smaller expert axis,
+    as in T5X, rather than an error). Model parallelism is unchanged.
+    """
+    base = create_mesh(num_partitions, mesh_shape, devices)
+    data_size, model_size = base.devices.shape
+    experts = expert_axis_size(data_size, num_expert_partitions)
+    grid = base.devices.reshape(data_size // experts, experts, model_size)
+    return Mesh(grid, (DATA_AXIS, EXPERT_AXIS, MODEL_AXIS))
 
 
 def _mesh_axis_size(mesh: Mesh, axis: str | tuple[str, ...] | None) -> int:
@@ -171,8 +213,14 @@ def create_sharded(
     return jax.jit(init_fn, out_shardings=shardings)(*init_args), shardings
 
 
+def batch_mesh_axes(mesh: Mesh) -> str | tuple[str, str]:
+    """The mesh axes a batch is split over: 'data', or ('expert', 'data') on an expert mesh."""
+    return (EXPERT_AXIS, DATA_AXIS) if EXPERT_AXIS in mesh.shape else DATA_AXIS
+
+
 def data_parallel_size(mesh: Mesh) -> int:
-    return int(mesh.shape[DATA_AXIS])
+    """How many ways a batch is split (the expert devices count: they share the data)."""
+    return _mesh_axis_size(mesh, batch_mesh_axes(mesh))
 
 
 def check_batch_divisible(global_batch_size: int, mesh: Mesh) -> None:
@@ -186,15 +234,16 @@ def check_batch_divisible(global_batch_size: int, mesh: Mesh) -> None:
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:
-    """Sharding of a batch array: leading (example) dim split over 'data', the rest whole."""
-    return NamedSharding(mesh, PartitionSpec(DATA_AXIS))
+    """Sharding of a batch array: leading (example) dim split over the data axes, the rest
+    whole."""
+    return NamedSharding(mesh, PartitionSpec(batch_mesh_axes(mesh)))
 
 
 def shard_batch(host_batch: dict, mesh: Mesh) -> dict:
     """Builds global arrays from this process's slice of the batch (works on 1 or N hosts).
 
     Each process passes the examples it loaded (global batch / process count of them); JAX
-    stitches them into one array split over the 'data' axis without moving data between hosts.
+    stitches them into one array split over the data axes without moving data between hosts.
     """
     sharding = batch_sharding(mesh)
     for name, array in host_batch.items():
@@ -277,6 +326,47 @@ class PjitPartitioner:
             lambda s: batch if s == axes.BATCH else s,
             shardings,
             is_leaf=lambda s: s is None or isinstance(s, str),
+        )
+
+
+class MoePjitPartitioner(PjitPartitioner):
+    """T5X's contrib/moe `MoePjitPartitioner`: a ('data', 'expert', 'model') mesh.
+
+    `num_expert_partitions` (T5X's NUM_EXPERT_PARTITIONS, at most the number of experts) is the
+    upper bound of the expert axis, which `create_expert_mesh` carves out of the data axis.
+    Experts' weights, and with them their optimizer state (Adafactor's factored rows and
+    columns keep the 'expert' dim), are split over 'expert'; batches over ('expert', 'data').
+    """
+
+    def __init__(
+        self,
+        num_expert_partitions: int,
+        num_partitions: int = 1,
+        mesh_shape: Sequence[int] | None = None,
+        fsdp: bool = False,
+        logical_axis_rules: LogicalAxisRules = (),
+        devices: Sequence[jax.Device] | None = None,
+    ):
+        super().__init__(num_partitions, mesh_shape, fsdp, logical_axis_rules, devices)
+        expert_axis_size(1, num_expert_partitions)  # refuses a size below 1 now, not at first use
+        self.num_expert_partitions = num_expert_partitions
+        self.logical_axis_rules = standard_logical_axis_rules(
+            fsdp=fsdp,
+            overrides=tuple(tuple(rule) for rule in logical_axis_rules),
+            expert_parallel=True,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"MoePjitPartitioner(num_expert_partitions={self.num_expert_partitions}, "
+            f"num_partitions={self.num_partitions}, mesh_shape={self.mesh_shape}, "
+            f"fsdp={self.fsdp})"
+        )
+
+    @functools.cached_property
+    def mesh(self) -> Mesh:
+        return create_expert_mesh(
+            self.num_expert_partitions, self.num_partitions, self.mesh_shape, self._devices
         )
 
 

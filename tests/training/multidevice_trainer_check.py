@@ -45,11 +45,12 @@ def make_batches() -> list[dict[str, np.ndarray]]:
     return batches
 
 
-def run(partitioner, batches, config=None) -> dict:
-    """The report of one layout; `config` replaces t5_1_1/tiny (multidevice_gemma_check.py)."""
+def run(partitioner, batches, config=None, trainer_cls=Trainer) -> dict:
+    """The report of one layout; `config` replaces t5_1_1/tiny (multidevice_gemma_check.py),
+    `trainer_cls` the Trainer (multidevice_expert_check.py's MoeTrainer)."""
     model = build_model(config or get_config("t5_1_1/tiny", dtype="float32", vocab_size=VOCAB))
     tx = adafactor(0.1, param_logical_axes=model.param_logical_axes())
-    trainer = Trainer(model, tx, partitioner, seed=0)
+    trainer = trainer_cls(model, tx, partitioner, seed=0)
     state = trainer.init_state()
     losses = []
     for batch in batches:

@@ -1,0 +1,74 @@
+"""multidevice_trainer_check.py's report for a tokens-choose top-2 sparse T5 under T5X's
+expert parallelism: five MoeTrainer steps on 1 device and on 8 with an expert axis of 4
+(2 data x 4 expert, and 1 data x 4 expert x 2 model), plus the meshes MoePjitPartitioner
+carves for other NUM_EXPERT_PARTITIONS. Run with 8 virtual CPU devices, as
+test_expert_parallel_multidevice.py does."""
+
+import dataclasses
+import functools
+import json
+
+import jax
+from multidevice_trainer_check import VOCAB, make_batches, run
+
+from t5forge.errors import ConfigError
+from t5forge.models.configs import get_config
+from t5forge.models.model import build_model
+from t5forge.training.moe_trainer import MoeTrainer
+from t5forge.training.optimizers import adafactor
+from t5forge.training.partitioning import MoePjitPartitioner
+
+NUM_EXPERTS = 4
+
+
+def sparse_config():
+    """t5_1_1/tiny with every layer's MLP sparse: 4 experts, tokens choose 2 (T5X's groups;
+    a capacity factor of 1 drops tokens), both router losses in the loss."""
+    return get_config(
+        "t5_1_1/tiny",
+        dtype="float32",
+        vocab_size=VOCAB,
+        num_experts=NUM_EXPERTS,
+        num_selected_experts=2,
+        num_sparse_encoder_layers=2,
+        num_sparse_decoder_layers=2,
+        router_z_loss_factor=1e-3,
+        aux_loss_factor=1e-2,
+    )
+
+
+def main():
+    assert jax.device_count() == 8, "set XLA_FLAGS=--xla_force_host_platform_device_count=8"
+    layouts = {
+        "single": MoePjitPartitioner(NUM_EXPERTS, devices=jax.devices()[:1]),
+        "data2_expert4": MoePjitPartitioner(NUM_EXPERTS),
+        "expert4_model2": MoePjitPartitioner(NUM_EXPERTS, num_partitions=2),
+    }
+    trainer_cls = functools.partial(MoeTrainer, num_expert_partitions=NUM_EXPERTS)
+    batches = make_batches()
+    report = {
+        name: {**run(partitioner, batches, sparse_config(), trainer_cls)}
+        for name, partitioner in layouts.items()
+    }
+    report["meshes"] = {
+        f"{asked}x{model}": list(
+            MoePjitPartitioner(asked, num_partitions=model).mesh.shape.values()
+        )
+        for asked, model in [(4, 1), (8, 1), (3, 1), (16, 2)]
+    }
+    report["six_experts_on_four"] = uneven_experts_refusal()
+    print(json.dumps(report))
+
+
+def uneven_experts_refusal() -> str:
+    """The error for 6 experts with NUM_EXPERT_PARTITIONS=6 on 8 devices (expert axis 4)."""
+    model = build_model(dataclasses.replace(sparse_config(), num_experts=6))
+    try:
+        MoeTrainer(model, adafactor(0.1), MoePjitPartitioner(6), num_expert_partitions=6)
+    except ConfigError as error:
+        return str(error)
+    return "accepted"
+
+
+if __name__ == "__main__":
+    main()
