@@ -426,7 +426,10 @@ def infer_config(params: dict, **overrides):
 
     Per-layer or scanned trees both work. Not inferable and left at T5Config's defaults:
     `dtype`, `dropout_rate`, `relative_attention_max_distance`, and the exact activation of a
-    gated MLP (assumed T5 1.1's gated GELU); pass `overrides` to change any field.
+    gated MLP (assumed T5 1.1's gated GELU); pass `overrides` to change any field. A LongT5
+    transient-global encoder shows by its `side_relpos_bias` and gets LongT5's published
+    local_radius and global_block_size (127, 16); a local one holds T5's tensors exactly, so it
+    reads as T5 unless `overrides` say encoder_attention='local'.
     """
     from t5forge.models.configs import T5Config
 
@@ -455,6 +458,8 @@ def infer_config(params: dict, **overrides):
             scan_layers="layers" in decoder,
             architecture="encoder_decoder" if encoder else "decoder_only",
         )
+        if encoder and "side_relpos_bias" in encoder:
+            values["encoder_attention"] = "transient_global"
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise CheckpointError(
             f"cannot infer a T5 config from these params (missing or odd {e}); "
