@@ -7,14 +7,15 @@ the queries of a block attend to the keys of that block and of the blocks either
 the query's segment count. The relative position bias is the stack's one table, read at the
 window's fixed offsets. Work and memory grow with length x 3 blocks instead of length^2.
 
-Transient-global adds `length // global_block_size` global tokens per sequence, built afresh
-in every layer: global token g is the sum of the layer's (normed) inputs at positions
-[g * size, (g + 1) * size), passed through a norm of the layer's own (Flaxformer's unnamed
-`T5LayerNorm_0`). Inputs past the last full block (the orphans) join the last full block;
-padding joins none. Every valid position attends to its window and to every global token of
-its sequence in one softmax, the global keys biased by a second table (`side_relpos_bias`)
-read at the distance between the global token and the position's own block. Packed inputs
-are refused: their global blocks would have to restart at every segment.
+Transient-global adds up to `length // global_block_size` global tokens per row, built afresh
+in every layer: each whole block of `global_block_size` positions of a sequence (counted from
+the sequence's start, so packed segments each have their own) makes one global token, the sum
+of the layer's (normed) inputs there passed through a norm of the layer's own (Flaxformer's
+unnamed `T5LayerNorm_0`). A sequence's positions past its last whole block (the orphans) join
+that block; padding, and a sequence shorter than one block, join none. Every valid position
+attends to its window and to every global token of its own sequence in one softmax, the
+global keys biased by a second table (`side_relpos_bias`) read at the distance between the
+global token and the position's own block.
 
 Layouts: queries and keys are heads-major [batch, heads, blocks, block_len, head_dim]; the
 biases are computed once per stack (`long_attention_bias`) and shared by its layers.
@@ -27,10 +28,10 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from t5forge.errors import ConfigError
 from t5forge.models.attention import soft_cap
 from t5forge.models.configs import TRANSIENT_GLOBAL_ATTENTION
 from t5forge.models.layers import MultiHeadAttention, RMSNorm, mask_to_bias
+from t5forge.models.rope import segment_positions
 
 # Flaxformer's name for the norm of the global tokens (an unnamed T5LayerNorm in the attention).
 GLOBAL_NORM_NAME = "T5LayerNorm_0"
@@ -41,7 +42,7 @@ class LongBias(NamedTuple):
 
     local [batch, heads, blocks, block_len, 3 * block_len]: relative positions and the window
     mask; side [batch, heads, blocks, block_len, globals] and block_ids [batch, length] (each
-    position's global token, -1 for padding): transient-global only, else None.
+    position's global token, -1 for none): transient-global only, else None.
     """
 
     local: jax.Array
@@ -89,15 +90,32 @@ def local_mask(valid, segment_ids, block_len: int):
     return mask[:, None]
 
 
-def global_block_ids(valid, block_size: int):
-    """int32 [batch, length]: each valid position's global token, position // block_size, the
-    orphans past the last full block in that block; -1 for padding (and for every position of
-    a sequence shorter than one block, which has no global token)."""
-    positions = jnp.arange(valid.shape[1])
-    ids = jnp.where(valid, positions // block_size, -1)
-    block_ends = jnp.logical_and(valid, positions % block_size == block_size - 1)
-    last_full_block = jnp.sum(block_ends, axis=1, keepdims=True) - 1
-    return jnp.minimum(ids, last_full_block).astype(jnp.int32)
+def global_blocks(valid, block_size: int, segment_ids=None):
+    """(block_ids int32 [batch, length], global_segments int32 [batch, globals]): each valid
+    position's global token (numbered along the row; the orphans past a sequence's last whole
+    block in that block; -1 for padding and for sequences shorter than one block), and the
+    sequence (segment id; 1 unpacked) each global token belongs to, 0 for none."""
+    batch, length = valid.shape
+    num_globals = length // block_size
+    if segment_ids is None:
+        segments = valid.astype(jnp.int32)
+        positions = jnp.broadcast_to(jnp.arange(length), valid.shape)
+    else:
+        segments = jnp.where(valid, segment_ids, 0).astype(jnp.int32)
+        positions = segment_positions(segment_ids)
+    lengths = jax.vmap(lambda v, s: jax.ops.segment_sum(v, s, num_segments=length + 1))(
+        valid.astype(jnp.int32), segments
+    )
+    whole_blocks = jnp.take_along_axis(lengths, segments, axis=1) // block_size
+    starts = valid & (positions % block_size == 0) & (positions // block_size < whole_blocks)
+    block_ids = jnp.cumsum(starts, axis=1, dtype=jnp.int32) - 1
+    block_ids = jnp.where(valid & (whole_blocks > 0), block_ids, -1)
+    owners = jnp.where(starts, block_ids, num_globals)  # out of range: dropped
+    global_segments = jnp.zeros((batch, num_globals), jnp.int32)
+    global_segments = global_segments.at[jnp.arange(batch)[:, None], owners].set(
+        segments, mode="drop"
+    )
+    return block_ids, global_segments
 
 
 def long_attention_bias(config, relpos_bias, side_relpos_bias, valid, segment_ids=None):
@@ -109,19 +127,15 @@ def long_attention_bias(config, relpos_bias, side_relpos_bias, valid, segment_id
     local = mask_to_bias(local_mask(valid, segment_ids, block_len)) + relpos
     if config.encoder_attention != TRANSIENT_GLOBAL_ATTENTION:
         return LongBias(local)
-    if segment_ids is not None:
-        raise ConfigError(
-            "encoder_attention='transient_global' cannot run on packed inputs (its global "
-            "blocks would restart at every segment); set pack=False for this model"
-        )
     batch, length = valid.shape
-    num_globals = length // config.global_block_size
-    block_ids = global_block_ids(valid, config.global_block_size)
+    block_ids, global_segments = global_blocks(valid, config.global_block_size, segment_ids)
+    num_globals = global_segments.shape[1]
     # [1, H, batch * length, globals] -> [batch, H, length, globals]
     side = side_relpos_bias(block_ids.reshape(-1), jnp.arange(num_globals)).astype(jnp.float32)
     side = side[0].reshape(side.shape[1], batch, length, num_globals).transpose(1, 0, 2, 3)
-    has_global = jnp.arange(num_globals)[None, :] <= jnp.max(block_ids, axis=1, keepdims=True)
-    side = side + mask_to_bias(valid[:, None, :, None] & has_global[:, None, None, :])
+    segments = valid.astype(jnp.int32) if segment_ids is None else jnp.where(valid, segment_ids, 0)
+    same_sequence = (segments[:, :, None] == global_segments[:, None, :]) & valid[:, :, None]
+    side = side + mask_to_bias(same_sequence[:, None])
     return LongBias(local, split_blocks(side, block_len, 2), block_ids)
 
 

@@ -4,7 +4,8 @@ Parity of the numbers with transformers is tests/interop/test_hf_longt5.py; here
 agrees with itself where it computes one thing two ways: the blocked local attention and a
 full attention masked to the same window (T5Gemma's symmetric sliding window), packed and
 separate sequences, scanned and per-layer stacks, remat and not. Blocks of 3 (local_radius=2)
-and global blocks of 2 over 9-token inputs make every edge run; the refusals are one line each.
+and global blocks of 2 over odd, padded inputs make every edge run; the refusals are one line
+each.
 """
 
 import dataclasses
@@ -15,7 +16,7 @@ import pytest
 
 from t5forge.errors import ConfigError
 from t5forge.models.configs import SLIDING_ATTENTION, get_config
-from t5forge.models.long_attention import global_block_ids
+from t5forge.models.long_attention import global_blocks
 from t5forge.models.model import build_model
 from t5forge.models.param_layout import stack_layers
 
@@ -44,13 +45,24 @@ def _init(config, seed: int = 0):
 
 def test_global_blocks_adopt_orphans_and_skip_padding():
     valid = np.arange(11)[None, :] < np.array([[6], [3], [11], [1]])
+    block_ids, segments = global_blocks(valid, 2)
     expected = [
         [0, 0, 1, 1, 2, 2, -1, -1, -1, -1, -1],
         [0, 0, 0, -1, -1, -1, -1, -1, -1, -1, -1],  # position 2 is an orphan of block 0
         [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 4],
         [-1] * 11,  # shorter than one block: no global token at all
     ]
-    np.testing.assert_array_equal(global_block_ids(valid, 2), expected)
+    np.testing.assert_array_equal(block_ids, expected)
+    np.testing.assert_array_equal(
+        segments, [[1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 1], [0, 0, 0, 0, 0]]
+    )
+
+
+def test_packed_sequences_count_global_blocks_from_their_own_start():
+    segment_ids = np.array([[1, 1, 1, 2, 2, 2, 2, 2, 3, 4, 4, 0]])
+    block_ids, segments = global_blocks(segment_ids > 0, 2, segment_ids)
+    np.testing.assert_array_equal(block_ids, [[0, 0, 0, 1, 1, 2, 2, 2, -1, 3, 3, -1]])
+    np.testing.assert_array_equal(segments, [[1, 2, 2, 4, 0, 0]])
 
 
 def test_local_attention_is_full_attention_inside_the_radius():
@@ -73,29 +85,21 @@ def test_transient_global_params_have_flaxformer_names():
     assert jax.tree.structure(local) == jax.tree.structure(full)  # T5's tensors exactly
 
 
-def test_local_attention_packs_segments_apart():
-    model, params = _init(_long("local"))
+@pytest.mark.parametrize("kind", ["local", "transient_global"])
+def test_packed_batch_matches_segments_run_separately(kind):
+    """Windows and global tokens stay inside each packed sequence."""
+    model, params = _init(_long(kind))
     rng = np.random.RandomState(3)
-    singles = [_batch(rng, n, m) for n, m in ((4, 3), (5, 6))]
+    singles = [_batch(rng, n, m) for n, m in ((5, 3), (7, 6))]
     packed = {
         key: np.concatenate([s[key] for s in singles] + [np.zeros((1, 1), np.int32)], axis=1)
         for key in singles[0]
     }
-    packed["encoder_segment_ids"] = np.array([[1] * 4 + [2] * 5 + [0]], np.int32)
+    packed["encoder_segment_ids"] = np.array([[1] * 5 + [2] * 7 + [0]], np.int32)
     packed["decoder_segment_ids"] = np.array([[1] * 3 + [2] * 6 + [0]], np.int32)
     logits = np.asarray(model.logits(params, packed))
     np.testing.assert_allclose(logits[0, :3], model.logits(params, singles[0])[0], atol=1e-5)
     np.testing.assert_allclose(logits[0, 3:9], model.logits(params, singles[1])[0], atol=1e-5)
-
-
-def test_transient_global_refuses_packed_inputs_in_one_line():
-    model, params = _init(_long("transient_global"))
-    batch = _batch(np.random.RandomState(4), 6, 4)
-    batch["encoder_segment_ids"] = np.array([[1, 1, 1, 2, 2, 2]], np.int32)
-    batch["decoder_segment_ids"] = np.array([[1, 1, 2, 2]], np.int32)
-    with pytest.raises(ConfigError, match="cannot run on packed inputs.*set pack=False") as error:
-        model.logits(params, batch)
-    assert "\n" not in str(error.value)
 
 
 @pytest.mark.parametrize("kind", ["local", "transient_global"])
