@@ -11,6 +11,14 @@ from collections.abc import Iterator
 
 from t5forge.errors import ConfigError
 from t5forge.models.configs import T5Config
+from t5forge.models.long_attention import GLOBAL_NORM_NAME
+
+# T5Config.encoder_attention <-> (LongT5's encoder_attention_type, HF's attention module name).
+ENCODER_ATTENTIONS = {
+    "full": (None, "SelfAttention"),
+    "local": ("local", "LocalSelfAttention"),
+    "transient_global": ("transient-global", "TransientGlobalSelfAttention"),
+}
 
 
 def mlp_entries(hf_prefix: str, t5x_prefix: tuple, config: T5Config) -> Iterator[tuple]:
@@ -64,6 +72,8 @@ def tensor_map(config: T5Config, mlp=None) -> list[tuple[str, tuple, tuple, bool
             "configs convert to or from transformers"
         )
     relpos_shape = (config.num_heads, config.relative_attention_num_buckets)
+    encoder_attention = ENCODER_ATTENTIONS[config.encoder_attention][1]
+    self_attentions = {"encoder": encoder_attention, "decoder": "SelfAttention"}
     entries = [
         (
             "shared.weight",
@@ -76,7 +86,7 @@ def tensor_map(config: T5Config, mlp=None) -> list[tuple[str, tuple, tuple, bool
     for stack, num_layers in stacks:
         entries.append(
             (
-                f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+                f"{stack}.block.0.layer.0.{self_attentions[stack]}.relative_attention_bias.weight",
                 (stack, "relpos_bias", "rel_embedding"),
                 relpos_shape,
                 True,
@@ -85,7 +95,7 @@ def tensor_map(config: T5Config, mlp=None) -> list[tuple[str, tuple, tuple, bool
         for i in range(num_layers):
             block, layer = f"{stack}.block.{i}.layer", (stack, f"layers_{i}")
             if stack == "encoder":
-                sublayers = (("pre_attention_layer_norm", "attention", "SelfAttention"),)
+                sublayers = (("pre_attention_layer_norm", "attention", encoder_attention),)
             else:
                 sublayers = (
                     ("pre_self_attention_layer_norm", "self_attention", "SelfAttention"),
@@ -116,6 +126,8 @@ def tensor_map(config: T5Config, mlp=None) -> list[tuple[str, tuple, tuple, bool
         entries.append(
             norm_entry(f"{stack}.final_layer_norm.weight", (stack, f"{stack}_norm"), config)
         )
+    if config.encoder_attention == "transient_global":
+        entries.extend(_transient_global_entries(config, relpos_shape))
     if not config.logits_via_embedding:
         entries.append(
             (
@@ -130,3 +142,18 @@ def tensor_map(config: T5Config, mlp=None) -> list[tuple[str, tuple, tuple, bool
 
 def _t5_mlp(hf_sublayer: str, layer: tuple, stack: str, index: int, config: T5Config):
     return mlp_entries(f"{hf_sublayer}.DenseReluDense", layer + ("mlp",), config)
+
+
+def _transient_global_entries(config: T5Config, relpos_shape: tuple) -> Iterator[tuple]:
+    """LongT5's transient-global tensors: the side relative bias (block 0, shared by the
+    stack) and each layer's norm of the global tokens."""
+    prefix = "encoder.block.{}.layer.0.TransientGlobalSelfAttention"
+    yield (
+        f"{prefix.format(0)}.global_relative_attention_bias.weight",
+        ("encoder", "side_relpos_bias", "rel_embedding"),
+        relpos_shape,
+        True,
+    )
+    for i in range(config.num_encoder_layers):
+        path = ("encoder", f"layers_{i}", "attention", GLOBAL_NORM_NAME)
+        yield norm_entry(f"{prefix.format(i)}.global_input_layer_norm.weight", path, config)

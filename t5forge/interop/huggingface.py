@@ -1,4 +1,5 @@
-"""Hugging Face `transformers` T5 checkpoints <-> t5forge parameters, both ways, exactly.
+"""Hugging Face `transformers` T5 (and mT5, LongT5) checkpoints <-> t5forge parameters, both
+ways, exactly.
 
 HF T5 and T5X hold the same tensors under other names: HF linear weights are [out, in] where
 T5X kernels are [in, out], the relative position bias sits in block 0 of each stack, and the
@@ -6,7 +7,10 @@ language-model head is either tied to the token embedding (T5 1.0) or a separate
 (T5 1.1, mT5, ByT5); the logits are scaled by 1/sqrt(d_model) as `scale_decoder_outputs` says
 (transformers 5 sets it apart from the tie). Everything here is numpy on flat
 state dicts and nested param dicts, so a conversion needs neither torch nor a model build; torch
-is imported only to read legacy `pytorch_model.bin` files.
+is imported only to read legacy `pytorch_model.bin` files. LongT5 (model_type 'longt5') is T5 with
+another encoder self-attention module (`LocalSelfAttention` or `TransientGlobalSelfAttention`,
+T5Config.encoder_attention); transient-global's side relative bias sits in block 0 like the
+other, its global-token norm in every block (T5X: `attention/T5LayerNorm_0`).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import numpy as np
 
 from t5forge import storage
 from t5forge.errors import CheckpointError, ConfigError
-from t5forge.interop.hf_t5_map import tensor_map
+from t5forge.interop.hf_t5_map import ENCODER_ATTENTIONS, tensor_map
 from t5forge.interop.hf_tensor_map import params_from_entries, state_dict_from_entries
 from t5forge.models.configs import T5Config
 
@@ -45,7 +49,8 @@ _ACTIVATIONS_TO_HF = {
     ("silu", "linear"): "gated-silu",
     ("swish", "linear"): "gated-silu",
 }
-_SUPPORTED_MODEL_TYPES = ("t5", "mt5")
+_SUPPORTED_MODEL_TYPES = ("t5", "mt5", "longt5")
+_LONGT5_DEFAULTS = {"encoder_attention_type": "local", "local_radius": 127, "global_block_size": 16}
 # Aliases HF checkpoints may carry beside `shared.weight`; they hold no information of their own.
 _EMBEDDING_ALIASES = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
 # Old HF checkpoints carry a cross-attention bias HF itself never uses.
@@ -70,7 +75,8 @@ def config_from_hf(hf_config: dict, state_dict: dict | None = None) -> T5Config:
             "the Hugging Face config is not an encoder-decoder T5 "
             "(is_encoder_decoder=false); only T5ForConditionalGeneration converts"
         )
-    projection = hf_config.get("feed_forward_proj", "relu" if model_type == "t5" else "gated-gelu")
+    t5_like = model_type != "mt5"  # LongT5's defaults are T5's
+    projection = hf_config.get("feed_forward_proj", "relu" if t5_like else "gated-gelu")
     if projection not in _ACTIVATIONS_FROM_HF:
         raise ConfigError(
             f"Hugging Face feed_forward_proj {projection!r} has no t5forge "
@@ -86,12 +92,12 @@ def config_from_hf(hf_config: dict, state_dict: dict | None = None) -> T5Config:
     # holds an lm_head.weight of its own; without the tensors, the field is read as
     # transformers < 5 did (mT5's default: a separate head).
     if state_dict is None:
-        tied = hf_config.get("tie_word_embeddings", model_type == "t5") is not False
+        tied = hf_config.get("tie_word_embeddings", t5_like) is not False
     else:
         tied = not _has_separate_head(state_dict)
     # T5 divides the decoder output by sqrt(d_model) when `scale_decoder_outputs` (transformers
     # 5), which a config without it takes from tie_word_embeddings (as < 5 did); mT5 never does.
-    scaled = model_type == "t5" and bool(
+    scaled = t5_like and bool(
         hf_config.get("scale_decoder_outputs", hf_config.get("tie_word_embeddings") is not False)
     )
     num_layers = hf_config.get("num_layers", 6)
@@ -111,6 +117,24 @@ def config_from_hf(hf_config: dict, state_dict: dict | None = None) -> T5Config:
         dtype="float32",
         relative_attention_num_buckets=hf_config.get("relative_attention_num_buckets", 32),
         relative_attention_max_distance=hf_config.get("relative_attention_max_distance", 128),
+        **(_long_encoder_fields(hf_config) if model_type == "longt5" else {}),
+    )
+
+
+def _long_encoder_fields(hf_config: dict) -> dict:
+    """The T5Config fields of a LongT5 config.json's encoder attention."""
+    hf_config = {**_LONGT5_DEFAULTS, **hf_config}
+    kinds = {hf_name: kind for kind, (hf_name, _) in ENCODER_ATTENTIONS.items() if hf_name}
+    kind = hf_config["encoder_attention_type"]
+    if kind not in kinds:
+        raise ConfigError(
+            f"Hugging Face LongT5 encoder_attention_type {kind!r} is not supported; "
+            f"choose from {sorted(kinds)}"
+        )
+    return dict(
+        encoder_attention=kinds[kind],
+        local_radius=hf_config["local_radius"],
+        global_block_size=hf_config["global_block_size"],
     )
 
 
@@ -176,6 +200,20 @@ def config_to_hf(config: T5Config) -> dict:
         "decoder_start_token_id": 0,
         "use_cache": True,
         "dtype": "float32",
+        **_long_encoder_hf_fields(config),
+    }
+
+
+def _long_encoder_hf_fields(config: T5Config) -> dict:
+    """What makes a T5 config.json a LongT5 one (nothing for T5's full attention)."""
+    if not config.is_long_encoder:
+        return {}
+    return {
+        "architectures": ["LongT5ForConditionalGeneration"],
+        "model_type": "longt5",
+        "encoder_attention_type": ENCODER_ATTENTIONS[config.encoder_attention][0],
+        "local_radius": config.local_radius,
+        "global_block_size": config.global_block_size,
     }
 
 

@@ -429,7 +429,10 @@ def infer_config(params: dict, **overrides):
     gated MLP (assumed T5 1.1's gated GELU); pass `overrides` to change any field. A mixture
     of experts (Flaxformer's `mlp/expert/...` in some layers) gets its expert count, widths and
     sparse layers; its routing (T5X's groups, capacity factors, router kind) stays at the
-    defaults, which a gin file or `overrides` changes.
+    defaults, which a gin file or `overrides` changes. A LongT5 transient-global encoder shows
+    by its `side_relpos_bias` and gets LongT5's published local_radius and global_block_size
+    (127, 16); a local one holds T5's tensors exactly, so it reads as T5 unless `overrides` say
+    encoder_attention='local'.
     """
     from t5forge.models.configs import T5Config
 
@@ -459,6 +462,8 @@ def infer_config(params: dict, **overrides):
             scan_layers="layers" in decoder,
             architecture="encoder_decoder" if encoder else "decoder_only",
         )
+        if encoder and "side_relpos_bias" in encoder:
+            values["encoder_attention"] = "transient_global"
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise CheckpointError(
             f"cannot infer a T5 config from these params (missing or odd {e}); "

@@ -63,6 +63,14 @@ ROUTERS = (TOKENS_CHOOSE, EXPERTS_CHOOSE)
 # tokens of the whole batch regrouped with a capacity from the capacity factor (T5X).
 SEQUENCE_GROUPS, BATCH_GROUPS = "sequence", "batch"
 ROUTING_GROUPS = (SEQUENCE_GROUPS, BATCH_GROUPS)
+# The encoder's self-attention (LongT5's switch, models/long_attention.py): every position (T5),
+# LongT5's local window, or the window plus transient global tokens.
+FULL_ENCODER_ATTENTION, LOCAL_ATTENTION, TRANSIENT_GLOBAL_ATTENTION = (
+    "full",
+    "local",
+    "transient_global",
+)
+ENCODER_ATTENTIONS = (FULL_ENCODER_ATTENTION, LOCAL_ATTENTION, TRANSIENT_GLOBAL_ATTENTION)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +179,13 @@ class T5Config:
     # Dropout inside the experts (None: dropout_rate); ST-MoE's dense MLP after each sparse one.
     expert_dropout_rate: float | None = None
     sparse_extra_mlp: bool = False
+    # LongT5 (ENCODER_ATTENTIONS; the decoder is T5's either way): 'local' lets each input
+    # position see local_radius positions either side, computed in blocks of local_radius + 1
+    # over a 3-block window; 'transient_global' adds one global token per global_block_size
+    # inputs (their sum, normed), seen by every position.
+    encoder_attention: str = FULL_ENCODER_ATTENTION
+    local_radius: int = 127
+    global_block_size: int = 16
 
     def __post_init__(self):
         # gin and JSON hand us lists; the config must stay hashable (it is a static jit argument).
@@ -239,6 +254,7 @@ class T5Config:
             )
 
         self._validate_gemma_switches()
+        self._validate_long_attention()
 
     def _validate_gemma_switches(self):
         kv_heads = self.num_kv_heads
@@ -433,6 +449,36 @@ class T5Config:
             getattr(self, f"{stack}_sparse_layout"),
             f"T5Config.num_sparse_{stack}_layers",
         )
+
+    def _validate_long_attention(self):
+        if self.encoder_attention not in ENCODER_ATTENTIONS:
+            raise ConfigError(
+                f"T5Config.encoder_attention must be one of {ENCODER_ATTENTIONS}, "
+                f"got {self.encoder_attention!r}"
+            )
+        for name in ("local_radius", "global_block_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"T5Config.{name} must be a positive integer, got {value!r}")
+        if not self.is_long_encoder:
+            return
+        clashes = (
+            ("architecture='decoder_only'", self.is_decoder_only),
+            ("rope_theta", self.rope_theta is not None),
+            ("relative_attention_per_layer", self.relative_attention_per_layer),
+            ("encoder_layer_types", SLIDING_ATTENTION in self.encoder_layer_types),
+        )
+        for name, clashing in clashes:
+            if clashing:
+                raise ConfigError(
+                    f"T5Config.encoder_attention={self.encoder_attention!r} (LongT5) runs with "
+                    f"one relative position table per stack and an encoder; unset {name}"
+                )
+
+    @property
+    def is_long_encoder(self) -> bool:
+        """Whether the encoder runs LongT5's local or transient-global attention."""
+        return self.encoder_attention != FULL_ENCODER_ATTENTION
 
     def family_switches(self) -> list[str]:
         """The Gemma switches this config sets away from T5's behaviour (GEMMA_SWITCHES)."""

@@ -18,7 +18,12 @@ import jax.numpy as jnp
 
 from t5forge.models import axes
 from t5forge.models.attention import soft_cap
-from t5forge.models.configs import FULL_ATTENTION, SLIDING_ATTENTION, T5Config
+from t5forge.models.configs import (
+    FULL_ATTENTION,
+    SLIDING_ATTENTION,
+    TRANSIENT_GLOBAL_ATTENTION,
+    T5Config,
+)
 from t5forge.models.layers import (
     Dense,
     Dropout,
@@ -32,6 +37,7 @@ from t5forge.models.layers import (
     mask_to_bias,
     pairwise_mask,
 )
+from t5forge.models.long_attention import LongSelfAttention, long_attention_bias
 from t5forge.models.masks import sliding_window_mask
 from t5forge.models.moe import SparseMlp
 from t5forge.models.rope import segment_positions
@@ -62,15 +68,21 @@ def _dropout(config: T5Config, x, deterministic: bool):
 
 
 def _attention(
-    config: T5Config, name: str, rotary: bool = True, kind: str = FULL_ATTENTION
+    config: T5Config,
+    name: str,
+    rotary: bool = True,
+    kind: str = FULL_ATTENTION,
+    module: type[MultiHeadAttention] = MultiHeadAttention,
+    **module_fields,
 ) -> MultiHeadAttention:
     """An attention layer of a `kind` layer; `rotary` False for cross-attention, which RoPE
-    leaves alone. Sliding layers rotate by rope_local_theta where it is set."""
+    leaves alone. Sliding layers rotate by rope_local_theta where it is set. `module` (with
+    its own `module_fields`) is MultiHeadAttention or a subclass of it."""
     scalar = config.query_pre_attn_scalar
     theta = config.rope_theta
     if kind == SLIDING_ATTENTION and config.rope_local_theta is not None:
         theta = config.rope_local_theta
-    return MultiHeadAttention(
+    return module(
         config.emb_dim,
         config.num_heads,
         config.head_dim,
@@ -86,6 +98,20 @@ def _attention(
         norm_epsilon=config.layer_norm_epsilon,
         zero_centered_norm=config.zero_centered_norm,
         name=name,
+        **module_fields,
+    )
+
+
+def _encoder_attention(config: T5Config, kind: str) -> MultiHeadAttention:
+    """An encoder layer's self-attention: T5's, or LongT5's local or transient-global one."""
+    if not config.is_long_encoder:
+        return _attention(config, "attention", kind=kind)
+    return _attention(
+        config,
+        "attention",
+        module=LongSelfAttention,
+        kind=config.encoder_attention,
+        local_radius=config.local_radius,
     )
 
 
@@ -188,7 +214,11 @@ class EncoderLayer(nn.Module):
         bias = _with_window(cfg, self.attention_kind, bias, positions, positions, causal=False)
         x = constrain(x, axes.BATCH, axes.LENGTH, axes.EMBED)
         h = _norm(cfg, "pre_attention_layer_norm")(x)
-        h = _attention(cfg, "attention", kind=self.attention_kind)(h, h, bias, det, rope_positions)
+        attention = _encoder_attention(cfg, self.attention_kind)
+        if cfg.is_long_encoder:  # `bias` is the stack's long_attention.LongBias
+            h = attention(h, bias, det)
+        else:
+            h = attention(h, h, bias, det, rope_positions)
         h = _post_norm(cfg, "post_attention_layer_norm", h)
         x = x + _dropout(cfg, h, det)
         x = _mlp_blocks(cfg, "encoder", self.sparse, x, det)
@@ -338,6 +368,8 @@ class Encoder(nn.Module):
         cfg = self.config.encoder_config()
         if _uses_stack_relpos(cfg):
             self.relpos_bias = _relative_bias(cfg, bidirectional=True)
+        if cfg.encoder_attention == TRANSIENT_GLOBAL_ATTENTION:
+            self.side_relpos_bias = _relative_bias(cfg, bidirectional=True)
         if self.embed is None:
             self.token_embedder = _embedder(cfg)
         self.layers = _layer_stack(
@@ -357,16 +389,24 @@ class Encoder(nn.Module):
         det = self.deterministic
         embed = self.token_embedder if self.embed is None else self.embed
         x = self.embed_dropout(embed(tokens), deterministic=det)
+        rope_positions = _rope_positions(tokens.shape[1], segment_ids)
+        x = _run_stack(self.config, self.layers, x, self._bias(tokens, segment_ids), rope_positions)
+        x = self.encoder_norm(x)
+        return self.output_dropout(x, deterministic=det)
+
+    def _bias(self, tokens, segment_ids):
+        """What every layer adds to its attention logits: the padding (and packing) mask plus
+        the relative position bias, [B, heads, S, S], or LongT5's blocked LongBias."""
+        cfg = self.config.encoder_config()
+        if cfg.is_long_encoder:
+            side = getattr(self, "side_relpos_bias", None)
+            return long_attention_bias(cfg, self.relpos_bias, side, tokens > 0, segment_ids)
         positions = jnp.arange(tokens.shape[1])
         mask = pairwise_mask(tokens > 0, tokens > 0)
         if segment_ids is not None:
             mask = jnp.logical_and(mask, pairwise_mask(segment_ids, segment_ids, jnp.equal))
         # Relative positions are shift-invariant, so packed segments need no per-token positions.
-        bias = _with_stack_relpos(self, mask_to_bias(mask), positions, positions)
-        rope_positions = _rope_positions(tokens.shape[1], segment_ids)
-        x = _run_stack(self.config, self.layers, x, bias, rope_positions)
-        x = self.encoder_norm(x)
-        return self.output_dropout(x, deterministic=det)
+        return _with_stack_relpos(self, mask_to_bias(mask), positions, positions)
 
 
 class Decoder(nn.Module):

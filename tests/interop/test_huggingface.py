@@ -297,16 +297,29 @@ def test_beam_search_matches_hf_generate_up_to_t5x_finishing_rules(converted):
     is unfinished (2).
     """
     _, model, forge = converted
+    assert_beams_match_up_to_t5x_rules(model, forge, ENCODER_INPUTS)
+
+
+def assert_beams_match_up_to_t5x_rules(model, forge, encoder_inputs, max_length=12, beams=4):
+    """t5forge's beam search equals HF's generate() on a model that starts decoding at 0, up to
+    T5X's finishing rules (test_beam_search_matches_hf_generate_up_to_t5x_finishing_rules)."""
     expected = _hf_generate(
-        model, ENCODER_INPUTS, 12, num_beams=4, length_penalty=0.0, early_stopping="never"
+        model,
+        encoder_inputs,
+        max_length,
+        num_beams=beams,
+        length_penalty=0.0,
+        early_stopping="never",
     )
-    ours = forge.generate(ENCODER_INPUTS, max_length=12, method="beam", num_beams=4, alpha=0.0)
+    ours = forge.generate(
+        encoder_inputs, max_length=max_length, method="beam", num_beams=beams, alpha=0.0
+    )
     for row, (mine, theirs) in enumerate(zip(ours, expected, strict=True)):
         if np.array_equal(mine, theirs):
             continue
         assert 1 in mine, f"row {row}: t5forge returned an unfinished beam {mine}"
-        more_likely = _log_likelihood(model, ENCODER_INPUTS[row], mine) > _log_likelihood(
-            model, ENCODER_INPUTS[row], theirs
+        more_likely = _log_likelihood(model, encoder_inputs[row], mine) > _log_likelihood(
+            model, encoder_inputs[row], theirs
         )
         assert more_likely or 1 not in theirs, f"row {row}: {mine} vs HF {theirs}"
 
