@@ -196,16 +196,20 @@ def _explain_unknown_t5x_name(message: str, where: str) -> ConfigError | None:
     """A T5X module or configurable t5forge has no stand-in for, with the file and line."""
     from t5forge.config.t5x_compat.names import UNAVAILABLE_MODULES
 
-    module = re.match(r"No module named '((?:t5x|seqio|t5|mesh_tensorflow)(?:\.[\w.]+)?)'", message)
+    module = re.match(
+        r"No module named '((?:t5x|seqio|t5|mesh_tensorflow|flaxformer|flax\.optim)(?:\.[\w.]+)?)'",
+        message,
+    )
     if module:
         name = module.group(1)
         reason = next(
             (why for prefix, why in UNAVAILABLE_MODULES.items() if f"{name}.".startswith(prefix)),
             _T5X_SUPPORTED,
         )
-        return ConfigError(f"{where}T5X module {name} is not available in t5forge: {reason}")
+        library = {"flaxformer": "Flaxformer", "flax": "Flax"}.get(name.split(".")[0], "T5X")
+        return ConfigError(f"{where}{library} module {name} is not available in t5forge: {reason}")
     attribute = re.match(
-        r"Couldn't resolve selector \S+; <module '((?:t5x|seqio|t5)\b[\w.]*)'[^>]*> "
+        r"Couldn't resolve selector \S+; <module '((?:t5x|seqio|t5|flaxformer)\b[\w.]*)'[^>]*> "
         r"has no attribute (\w+)",
         message,
     )

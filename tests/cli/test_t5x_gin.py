@@ -254,4 +254,4 @@ def test_unknown_t5x_names_are_one_line(tmp_path, text, message):
 def test_every_parameter_of_a_t5x_name_has_a_rule(entry):
     params = inspect.signature(entry.build).parameters
     named = [p for p, v in params.items() if v.kind not in (v.VAR_KEYWORD, v.VAR_POSITIONAL)]
-    assert set(named) <= set(entry.rules)
+    assert set(named) <= set(entry.parameters())

@@ -37,6 +37,11 @@ class Rule:
     refuse: bool = False
     reason: str = ""
     convert: Callable[[Any], Any] = _same
+    # A field of the whole model (T5Config) written on one of Flaxformer's layers: moved
+    # without the binding's scope, and checked against the other bindings of that field.
+    model_field: bool = False
+    # The model feature the target parameter belongs to (named when t5forge lacks it).
+    feature: str = ""
 
     @property
     def converts(self) -> bool:
@@ -62,6 +67,13 @@ def move(
     )
 
 
+def field(name: str, convert=_same, feature: str = "") -> Rule:
+    """Moved onto `T5Config.<name>`, whatever the binding's scope: Flaxformer spreads one
+    model's hyperparameters over its layers (`dense.MlpBlock.intermediate_dim` -> mlp_dim).
+    `feature` names the model feature the field belongs to, for a t5forge without it."""
+    return Rule(move_to=f"T5Config.{name}", convert=convert, model_field=True, feature=feature)
+
+
 def keep() -> Rule:
     """Stays bound to the T5X name, whose own Python uses it."""
     return Rule(keep=True)
@@ -83,9 +95,14 @@ def equivalent() -> Rule:
     return Rule()
 
 
-def reference(t5x_selector: str, refuse: str) -> Rule:
-    """Accepted when the value is `@<t5x_selector>` (e.g. `trainer_cls = @trainer.Trainer`)."""
-    return Rule(accepts=lambda v: refers_to(v, t5x_selector), refuse=True, reason=refuse)
+def reference(*t5x_selectors: str, refuse: str) -> Rule:
+    """Accepted when the value is `@<selector>` of one of them (e.g. `trainer_cls =
+    @trainer.Trainer`); a selector of None accepts None."""
+    return Rule(
+        accepts=lambda v: any(v is None if s is None else refers_to(v, s) for s in t5x_selectors),
+        refuse=True,
+        reason=refuse,
+    )
 
 
 def _equal(value, expected) -> bool:

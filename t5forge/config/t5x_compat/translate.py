@@ -11,6 +11,7 @@ is written with t5forge's names.
 
 from __future__ import annotations
 
+import inspect
 import sys
 
 import gin
@@ -18,9 +19,20 @@ import gin
 from t5forge.config import gin_internals
 from t5forge.config.t5x_compat.locations import Locator, Written
 from t5forge.config.t5x_compat.modules import is_t5x_module
-from t5forge.config.t5x_compat.names import NAMES, T5XName
+from t5forge.config.t5x_compat.name_entry import T5XName
+from t5forge.config.t5x_compat.names import NAMES
 from t5forge.config.t5x_compat.rules import Rule, macro_name, resolve_macros
 from t5forge.errors import ConfigError
+
+
+class MissingModelFeature(ConfigError):
+    """A file binds a model feature this t5forge does not build (LongT5's encoder attention,
+    mixture-of-experts layers); `fields` holds every T5Config field the files' bindings set,
+    the missing ones included, as they would be built."""
+
+    def __init__(self, message: str, fields: dict):
+        super().__init__(message)
+        self.fields = fields
 
 
 class _Report:
@@ -28,6 +40,9 @@ class _Report:
         self.locator = locator
         self.warnings: list[str] = []
         self.errors: list[str] = []
+        # T5Config fields moved from Flaxformer's layers: field -> (value, the line that set it)
+        self.fields: dict[str, tuple[object, str]] = {}
+        self.missing: list[str] = []
 
     def line(
         self, written: Written | None, fallback: str, message: str, value=None, raw=None
@@ -43,17 +58,48 @@ def _key(scope: str, selector: str, param: str) -> str:
     return f"{scope}/{selector}.{param}" if scope else f"{selector}.{param}"
 
 
-def _move(entry: T5XName, rule: Rule, scope: str, param: str, raw, value, locator) -> None:
+def _where(entry: T5XName, report: _Report, scope: str, param: str, raw, value) -> str:
+    """'file:line: binding as written' of one binding of `entry`."""
+    written = report.locator.binding(scope, (entry.t5x_path, entry.gin_selector), param)
+    fallback = _key(scope, entry.gin_selector, param) + f" = {value!r}"
+    return report.line(written, fallback, "", value, raw).removesuffix(": ")
+
+
+def _accepts_parameter(selector: str, param: str) -> bool:
+    signature = inspect.signature(gin_internals.registered_object(selector))
+    return param in signature.parameters or any(
+        p.kind is p.VAR_KEYWORD for p in signature.parameters.values()
+    )
+
+
+def _move(entry: T5XName, rule: Rule, scope: str, param: str, raw, value, report) -> None:
     target, _, target_param = rule.move_to.rpartition(".")
     target = gin_internals.complete_selector(target or entry.twin)
     target_param = target_param or param
+    converted = rule.convert(value) if rule.converts else value
+    written = _where(entry, report, scope, param, raw, value)
+    if rule.model_field:
+        scope = ""  # one field of the whole model, whichever layer bound it
+        earlier = report.fields.get(target_param)
+        if earlier is not None and earlier[0] != converted:
+            report.errors.append(
+                f"{written}: sets T5Config.{target_param} = {converted!r}, but {earlier[1]} "
+                f"set it to {earlier[0]!r}; t5forge's network has one {target_param}"
+            )
+        report.fields.setdefault(target_param, (converted, written))
+    if not _accepts_parameter(target, target_param):
+        feature = rule.feature or "this setting"
+        report.missing.append(
+            f"{written}: needs {feature} "
+            f"({gin_internals.short_name(target)}.{target_param}), which this t5forge does not build"
+        )
+        return
     if target_param in gin_internals.bindings_of(target).get(scope, {}) and not (
-        locator.flag_given_later(
+        report.locator.flag_given_later(
             scope, (entry.t5x_path, entry.gin_selector), param, target, target_param
         )
     ):
         return  # bound on t5forge's name (the command line): that binding wins
-    converted = rule.convert(value) if rule.converts else value
     moved = raw if converted is value else converted  # keeps %MACRO for config.gin
     gin.bind_parameter(_key(scope, target, target_param), moved)
 
@@ -66,7 +112,7 @@ def _take_over_shadowing_bindings(entry: T5XName) -> None:
     shadow = gin_internals.complete_selector(entry.shadowed_by)
     for scope, params in gin_internals.bindings_of(shadow).items():
         for param, value in list(params.items()):
-            if param not in entry.rules:
+            if param not in entry.parameters():
                 continue  # t5forge's own parameter (DatasetConfig's ...): stays t5forge's
             gin.bind_parameter(_key(scope, entry.gin_selector, param), value)
             gin_internals.unbind(scope, shadow, param)
@@ -77,14 +123,14 @@ def _apply(entry: T5XName, report: _Report) -> None:
     _take_over_shadowing_bindings(entry)
     for scope, params in gin_internals.bindings_of(entry.gin_selector).items():
         for param, raw in params.items():
-            rule = entry.rules[param]
+            rule = entry.rule(scope, param)
             if rule.keep:
                 continue
             value = resolve_macros(raw)
             gin_internals.unbind(scope, entry.gin_selector, param)
             if rule.accepts(value):
                 if rule.move_to:
-                    _move(entry, rule, scope, param, raw, value, report.locator)
+                    _move(entry, rule, scope, param, raw, value, report)
                 continue
             written = report.locator.binding(scope, names, param)
             fallback = _key(scope, entry.gin_selector, param) + f" = {value!r}"
@@ -132,3 +178,22 @@ def translate(files_read: list[str], flags: list[str]) -> None:
         for line in report.errors[1:]:
             print(f"error: {line}", file=sys.stderr)
         raise ConfigError(report.errors[0])
+    if report.missing:  # one line: the rest name the same missing feature
+        fields = {name: value for name, (value, _) in report.fields.items()}
+        raise MissingModelFeature(report.missing[0], fields)
+
+
+def missing_parameters(feature: str) -> list[str]:
+    """The parameters (`T5Config.num_experts`) that the rules of `feature` move bindings
+    onto and this t5forge lacks: empty once the feature is built."""
+    missing = []
+    for entry in NAMES:
+        rules = [entry.rules, *entry.scoped_rules.values()]
+        for param, rule in ((p, r) for scoped in rules for p, r in scoped.items()):
+            if rule.feature != feature or not rule.move_to:
+                continue
+            target, _, target_param = rule.move_to.rpartition(".")
+            target = gin_internals.complete_selector(target or entry.twin)
+            if not _accepts_parameter(target, target_param or param):
+                missing.append(f"{gin_internals.short_name(target)}.{target_param or param}")
+    return sorted(set(missing))

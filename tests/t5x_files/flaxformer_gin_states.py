@@ -1,0 +1,140 @@
+"""What each of Flaxformer's 80 gin files does under t5forge: it runs, or it is refused in one
+line for a named reason. The walk test (test_flaxformer_gin_walk.py) checks every row; the
+docs page docs/flaxformer-gin.md shows this table and T5X's (t5x_gin_states.py), written by
+`python tests/t5x_files/flaxformer_gin_states.py > docs/flaxformer-gin.md`
+(test_the_docs_page_shows_both_tables checks that they match).
+
+LongT5's and the MoE models' rows depend on the model features: while T5Config lacks their
+fields, each file is refused in one line naming the feature; once they exist, it runs.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from t5x_gin_states import RUNS, Refused, needs, readme_table, table
+
+from t5forge.config.t5x_compat.flaxformer_names import LONGT5 as LONGT5_FEATURE
+from t5forge.config.t5x_compat.flaxformer_names import MOE as MOE_FEATURE
+
+LONGT5 = needs(LONGT5_FEATURE)
+MOE = needs(MOE_FEATURE)
+RESEARCH = "a research architecture t5forge does not build"
+CALM = Refused(f"CALM (early-exit decoding): {RESEARCH}", "CALM")
+FLAX_OPTIM = Refused(
+    "imports flax.optim, which Flax removed in 0.6 (T5X cannot import it either)",
+    "flax.optim was removed from Flax",
+)
+H_TRANSFORMER = Refused(f"H-Transformer-1D: {RESEARCH}", "H-Transformer-1D")
+PERCEIVER_AR = Refused(f"Perceiver AR: {RESEARCH}", "Perceiver AR")
+FIDO = Refused(f"FiDO: {RESEARCH}", "FiDO")
+CHECKPOINTING = Refused(
+    "renames Flaxformer's parameters inside T5X's checkpointer; t5forge reads T5X and "
+    "Flaxformer checkpoints by their names",
+    "flaxformer.t5x is not available",
+)
+
+STATES = {
+    "flaxformer/architectures/fido/example_configs/t5_lsa_base.gin": FIDO,
+    "flaxformer/architectures/fido/example_configs/t5_lsa_scan_base.gin": FIDO,
+    "flaxformer/t5x/checkpointing.gin": CHECKPOINTING,
+    "flaxformer/t5x/configs/calm/architectures/calm_metacls_t5_1_1_flaxformer.gin": CALM,
+    "flaxformer/t5x/configs/calm/architectures/calm_t5_1_1_flaxformer.gin": CALM,
+    "flaxformer/t5x/configs/calm/models/calm_metacls_t5_1_1_base.gin": FLAX_OPTIM,
+    "flaxformer/t5x/configs/calm/models/calm_metacls_t5_1_1_small.gin": FLAX_OPTIM,
+    "flaxformer/t5x/configs/calm/models/calm_t5_1_1_base.gin": CALM,
+    "flaxformer/t5x/configs/calm/models/calm_t5_1_1_small.gin": CALM,
+    "flaxformer/t5x/configs/h_transformer/architectures/h_transformer_1d_decoder_only.gin": H_TRANSFORMER,
+    "flaxformer/t5x/configs/h_transformer/architectures/h_transformer_1d_encoder_decoder.gin": H_TRANSFORMER,
+    "flaxformer/t5x/configs/h_transformer/models/h_transformer_1d_decoder_only_base.gin": H_TRANSFORMER,
+    "flaxformer/t5x/configs/h_transformer/models/h_transformer_1d_decoder_only_large.gin": H_TRANSFORMER,
+    "flaxformer/t5x/configs/h_transformer/models/h_transformer_1d_decoder_only_small.gin": H_TRANSFORMER,
+    "flaxformer/t5x/configs/h_transformer/models/h_transformer_1d_encoder_decoder_base.gin": H_TRANSFORMER,
+    "flaxformer/t5x/configs/h_transformer/models/h_transformer_1d_encoder_decoder_large.gin": H_TRANSFORMER,
+    "flaxformer/t5x/configs/h_transformer/models/h_transformer_1d_encoder_decoder_small.gin": H_TRANSFORMER,
+    "flaxformer/t5x/configs/longt5/architectures/longt5_1_1_flaxformer.gin": LONGT5,
+    "flaxformer/t5x/configs/longt5/architectures/longt5_1_1_transient_global_flaxformer.gin": LONGT5,
+    "flaxformer/t5x/configs/longt5/models/longt5_1_1_base.gin": LONGT5,
+    "flaxformer/t5x/configs/longt5/models/longt5_1_1_large.gin": LONGT5,
+    "flaxformer/t5x/configs/longt5/models/longt5_1_1_small.gin": LONGT5,
+    "flaxformer/t5x/configs/longt5/models/longt5_1_1_transient_global_base.gin": LONGT5,
+    "flaxformer/t5x/configs/longt5/models/longt5_1_1_transient_global_large.gin": LONGT5,
+    "flaxformer/t5x/configs/longt5/models/longt5_1_1_transient_global_small.gin": LONGT5,
+    "flaxformer/t5x/configs/longt5/models/longt5_1_1_transient_global_xl.gin": LONGT5,
+    "flaxformer/t5x/configs/longt5/models/longt5_1_1_transient_global_xxl.gin": LONGT5,
+    "flaxformer/t5x/configs/longt5/models/longt5_1_1_xl.gin": LONGT5,
+    "flaxformer/t5x/configs/longt5/models/longt5_1_1_xxl.gin": LONGT5,
+    "flaxformer/t5x/configs/longt5/models/mlongt5_transient_global_base.gin": LONGT5,
+    "flaxformer/t5x/configs/longt5/models/mlongt5_transient_global_large.gin": LONGT5,
+    "flaxformer/t5x/configs/longt5/models/mlongt5_transient_global_xl.gin": LONGT5,
+    "flaxformer/t5x/configs/moe/architectures/moe.gin": MOE,
+    "flaxformer/t5x/configs/moe/models/experts_choose_base.gin": MOE,
+    "flaxformer/t5x/configs/moe/models/experts_choose_large.gin": MOE,
+    "flaxformer/t5x/configs/moe/models/experts_choose_small.gin": MOE,
+    "flaxformer/t5x/configs/moe/models/experts_choose_tiny.gin": MOE,
+    "flaxformer/t5x/configs/moe/models/experts_choose_xl.gin": MOE,
+    "flaxformer/t5x/configs/moe/models/experts_choose_xxl.gin": MOE,
+    "flaxformer/t5x/configs/moe/models/st_moe_32b.gin": MOE,
+    "flaxformer/t5x/configs/moe/models/st_moe_base.gin": MOE,
+    "flaxformer/t5x/configs/moe/models/st_moe_xl.gin": MOE,
+    "flaxformer/t5x/configs/moe/models/switch_base.gin": MOE,
+    "flaxformer/t5x/configs/moe/models/switch_c.gin": MOE,
+    "flaxformer/t5x/configs/moe/models/switch_large.gin": MOE,
+    "flaxformer/t5x/configs/moe/models/switch_xxl.gin": MOE,
+    "flaxformer/t5x/configs/moe/models/tokens_choose_base.gin": MOE,
+    "flaxformer/t5x/configs/moe/models/tokens_choose_large.gin": MOE,
+    "flaxformer/t5x/configs/moe/models/tokens_choose_small.gin": MOE,
+    "flaxformer/t5x/configs/moe/models/tokens_choose_tiny.gin": MOE,
+    "flaxformer/t5x/configs/moe/models/tokens_choose_xl.gin": MOE,
+    "flaxformer/t5x/configs/moe/models/tokens_choose_xxl.gin": MOE,
+    "flaxformer/t5x/configs/moe/runs/scan.gin": MOE,
+    "flaxformer/t5x/configs/perceiver_ar/architectures/perceiver_ar.gin": PERCEIVER_AR,
+    "flaxformer/t5x/configs/perceiver_ar/examples/c4_lm.gin": PERCEIVER_AR,
+    "flaxformer/t5x/configs/perceiver_ar/models/perceiver_ar_base.gin": PERCEIVER_AR,
+    "flaxformer/t5x/configs/perceiver_ar/models/perceiver_ar_small.gin": PERCEIVER_AR,
+    "flaxformer/t5x/configs/t5/architectures/flash_attention.gin": RUNS,
+    "flaxformer/t5x/configs/t5/architectures/t5_1_1_flaxformer.gin": RUNS,
+    "flaxformer/t5x/configs/t5/architectures/t5_flaxformer.gin": RUNS,
+    "flaxformer/t5x/configs/t5/models/byt5_base.gin": RUNS,
+    "flaxformer/t5x/configs/t5/models/byt5_large.gin": RUNS,
+    "flaxformer/t5x/configs/t5/models/byt5_small.gin": RUNS,
+    "flaxformer/t5x/configs/t5/models/byt5_xl.gin": RUNS,
+    "flaxformer/t5x/configs/t5/models/byt5_xxl.gin": RUNS,
+    "flaxformer/t5x/configs/t5/models/mt5_base.gin": RUNS,
+    "flaxformer/t5x/configs/t5/models/mt5_large.gin": RUNS,
+    "flaxformer/t5x/configs/t5/models/mt5_small.gin": RUNS,
+    "flaxformer/t5x/configs/t5/models/mt5_xl.gin": RUNS,
+    "flaxformer/t5x/configs/t5/models/mt5_xxl.gin": RUNS,
+    "flaxformer/t5x/configs/t5/models/t5_11B.gin": RUNS,
+    "flaxformer/t5x/configs/t5/models/t5_1_1_base.gin": RUNS,
+    "flaxformer/t5x/configs/t5/models/t5_1_1_large.gin": RUNS,
+    "flaxformer/t5x/configs/t5/models/t5_1_1_small.gin": RUNS,
+    "flaxformer/t5x/configs/t5/models/t5_1_1_xl.gin": RUNS,
+    "flaxformer/t5x/configs/t5/models/t5_1_1_xxl.gin": RUNS,
+    "flaxformer/t5x/configs/t5/models/t5_3B.gin": RUNS,
+    "flaxformer/t5x/configs/t5/models/t5_base.gin": RUNS,
+    "flaxformer/t5x/configs/t5/models/t5_large.gin": RUNS,
+    "flaxformer/t5x/configs/t5/models/t5_small.gin": RUNS,
+}
+
+
+def docs_page() -> str:
+    """docs/flaxformer-gin.md: Flaxformer's files, then T5X's."""
+    return (
+        "# Flaxformer's and T5X's gin files under t5forge\n\n"
+        "Every gin file of Flaxformer (google/flaxformer at 399ea3a) and of T5X (cc342d4), "
+        "unchanged, as `t5forge train|eval|infer` reads it with T5X's run files "
+        "(`--gin_search_paths` holding both checkouts). A file runs, or it is refused in one "
+        "line that names the file and line of the binding and says why. Flaxformer's layers "
+        "(`t5_architecture.*`, `dense_attention.*`, `dense.*`, `embedding.*`, "
+        "`relative_position_biases.*`, `layer_norm.*`, `long_attention.*`, "
+        "`moe_architecture.*`, `moe_layers.*`, `routing.*`) move their hyperparameters onto "
+        "one T5Config; what happens to each parameter is "
+        "`t5forge/config/t5x_compat/flaxformer_names.py`. Written by "
+        "`python tests/t5x_files/flaxformer_gin_states.py > docs/flaxformer-gin.md`.\n\n"
+        "## Flaxformer\n\n" + table(STATES, "Flaxformer gin file") + "\n## T5X\n\n" + readme_table()
+    )
+
+
+if __name__ == "__main__":
+    sys.stdout.write(docs_page())
