@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from t5x_gin_commands import FLAXFORMER_GIN, MOE_MODEL, T5X_GIN, overrides
+from t5x_gin_commands import FLAXFORMER_GIN, MOE_MODEL, T5X_GIN, command_of, overrides
 
 CONFIGS = "flaxformer/t5x/configs"
 
@@ -84,12 +84,15 @@ def macros(path: str) -> dict:
     return values
 
 
-def argv(path: str, out: Path, model: str | None = None) -> tuple[str, list[str]]:
-    """(command, its arguments) as a user would type them, from --gin_search_paths."""
+def argv(path: str, out: Path, run_file: str | None = None) -> tuple[str, list[str]]:
+    """(command, its arguments) as a user would type them, from --gin_search_paths; a model
+    file goes with `run_file` (T5X's `runs/eval.gin`, ...) in place of pretraining."""
     command, files = gin_files(path)
+    if run_file is not None:
+        command, files = command_of(Path(run_file).stem), [path, run_file]
     return command, [
         f"--gin_search_paths={FLAXFORMER_GIN},{T5X_GIN}",
         *(f"--gin_file={f}" for f in files),
         *overrides(out),
-        *(f"--gin.{name}={value}" for name, value in macros(model or path).items()),
+        *(f"--gin.{name}={value}" for name, value in macros(path).items()),
     ]

@@ -53,7 +53,7 @@ def all_files() -> list[str]:
     return sorted(str(p.relative_to(T5X_GIN)) for p in T5X_GIN.rglob("*.gin"))
 
 
-def _command(stem: str) -> str:
+def command_of(stem: str) -> str:
     if stem == "eval" or stem.endswith("_eval"):
         return "eval"
     if "infer" in stem or "export" in stem:  # T5X's export saves an inference function
@@ -86,9 +86,9 @@ def gin_files(path: str) -> tuple[str, list[str]]:
             model = MOE_MODEL
         else:
             model = T5_MODEL
-        return _command(stem), [model, path]
+        return command_of(stem), [model, path]
     if _is_example(path):
-        return _command(stem), [path]
+        return command_of(stem), [path]
     return "train", [path, GPU_PRETRAIN if "/contrib/gpu/" in path else PRETRAIN]
 
 

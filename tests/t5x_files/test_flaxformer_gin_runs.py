@@ -1,0 +1,109 @@
+"""Flaxformer's model files run for real with T5X's run files, from
+--gin_search_paths=../shared/flaxformer_gin,../shared/t5x_gin, at tiny sizes given as the
+model files' own macros (`--gin.EMBED_DIM=32`, ...): T5 1.1 trains from scratch, and that
+checkpoint is evaluated and inferred with runs/eval.gin and runs/infer.gin; T5 1.0 (logits
+through the shared embedding), ByT5, mT5 and the chunked-attention overlay train. Each other
+T5 size builds its preset's T5Config (test_flaxformer_gin_walk.py), so at tiny sizes it is one
+of these networks. LongT5's and the MoE files (with contrib/moe's run files) run the same way
+where t5forge builds their feature, and are skipped, naming it, where it does not.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from flaxformer_gin_commands import CONFIGS, FLAXFORMER_GIN, argv
+from t5x_gin_commands import MOE_MODEL
+
+from t5forge.config.t5x_compat.flaxformer_names import LONGT5, MOE
+from t5forge.config.t5x_compat.translate import missing_parameters
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not FLAXFORMER_GIN.is_dir(), reason=f"Flaxformer's gin files not found at {FLAXFORMER_GIN}"
+    ),
+]
+MODELS = f"{CONFIGS}/t5/models"
+VALIDATION = [
+    "--gin.utils.DatasetConfig.split='validation'",
+    "--gin.utils.DatasetConfig.batch_size=200",
+]
+BRIEF_TRAINING = ["--gin.train.infer_eval_dataset_cfg=None", "--gin.train.eval_steps=1"]
+
+
+def _run(tiny_runs, path, out, *extra, run_file=None):
+    command, args = argv(path, out, run_file)
+    if command == "train":
+        args += BRIEF_TRAINING
+    result = tiny_runs.run(command, *args, *extra, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    return result
+
+
+def _train_steps(model_dir):
+    rows = [json.loads(line) for line in (model_dir / "metrics.jsonl").read_text().splitlines()]
+    return sorted({row["step"] for row in rows if row["split"] == "train"})
+
+
+def _trains(tiny_runs, path, out):
+    model_dir = out / "initial"
+    _run(tiny_runs, path, out, f"--gin.MODEL_DIR={model_dir}")
+    assert _train_steps(model_dir)[-1] == 2 and (model_dir / "checkpoint_2").is_dir()
+
+
+def _evaluates_and_infers(tiny_runs, path, out, runs):
+    _run(tiny_runs, path, out, *VALIDATION, run_file=f"{runs}/eval.gin")
+    assert list((out / "eval").rglob("*.jsonl"))
+    _run(tiny_runs, path, out, *VALIDATION, run_file=f"{runs}/infer.gin")
+    (predictions,) = (out / "infer").glob("*-predict.jsonl")
+    assert len(predictions.read_text().splitlines()) == 400  # the whole validation split
+
+
+def test_t5_1_1_trains_evaluates_and_infers(tiny_runs, tmp_path):
+    path = f"{MODELS}/t5_1_1_small.gin"
+    _trains(tiny_runs, path, tmp_path)
+    config = (tmp_path / "initial" / "config.gin").read_text()
+    assert "T5Config.num_heads = %NUM_HEADS" in config and "NUM_HEADS = 4" in config
+    _evaluates_and_infers(tiny_runs, path, tmp_path, "t5x/configs/runs")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        f"{MODELS}/t5_small.gin",  # T5 1.0: ReLU, logits through the shared embedding
+        f"{MODELS}/byt5_small.gin",
+        f"{MODELS}/mt5_small.gin",
+        f"{CONFIGS}/t5/architectures/flash_attention.gin",  # after t5_1_1_base.gin
+    ],
+)
+def test_trains_two_steps(tiny_runs, path, tmp_path):
+    _trains(tiny_runs, path, tmp_path)
+
+
+def _needs(feature):
+    missing = missing_parameters(feature)
+    return pytest.mark.skipif(bool(missing), reason=f"needs {feature} ({', '.join(missing)})")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(f"{CONFIGS}/longt5/models/{stem}.gin", marks=_needs(LONGT5))
+        for stem in ("longt5_1_1_base", "longt5_1_1_transient_global_base")
+    ]
+    + [
+        pytest.param(f"{CONFIGS}/moe/models/{stem}.gin", marks=_needs(MOE))
+        for stem in ("experts_choose_tiny", "st_moe_base", "switch_base")
+    ],
+)
+def test_feature_files_train_two_steps(tiny_runs, path, tmp_path):
+    _trains(tiny_runs, path, tmp_path)
+
+
+@_needs(MOE)
+def test_moe_trains_evaluates_and_infers_with_contrib_moe_runs(tiny_runs, tmp_path):
+    _trains(tiny_runs, MOE_MODEL, tmp_path)
+    _evaluates_and_infers(tiny_runs, MOE_MODEL, tmp_path, "t5x/contrib/moe/configs/runs")
