@@ -16,6 +16,7 @@ from t5x_gin_states import RUNS, Refused, needs, readme_table, table
 
 from t5forge.config.t5x_compat.flaxformer_names import LONGT5 as LONGT5_FEATURE
 from t5forge.config.t5x_compat.flaxformer_names import MOE as MOE_FEATURE
+from t5forge.config.t5x_compat.names import NAMES
 
 LONGT5 = needs(LONGT5_FEATURE)
 MOE = needs(MOE_FEATURE)
@@ -118,6 +119,22 @@ STATES = {
 }
 
 
+def parameter_table() -> str:
+    """One row per parameter of each Flaxformer (and T5X contrib/moe) name: what t5forge
+    does with a binding of it, from the rules themselves."""
+    lines = ["| binding | under t5forge |", "|---|---|"]
+    for entry in NAMES:
+        if not entry.module.startswith(("flaxformer.", "flax.", "t5x.contrib.moe")):
+            continue
+        name = f"{entry.module.rsplit('.', 1)[-1]}.{entry.name}"
+        scoped = [("", entry.rules), *entry.scoped_rules.items()]
+        for scope, rules in scoped:
+            for param, rule in rules.items():
+                prefix = f"{scope}/" if scope else ""
+                lines.append(f"| `{prefix}{name}.{param}` | {rule.describe()} |")
+    return "\n".join(lines) + "\n"
+
+
 def docs_page() -> str:
     """docs/flaxformer-gin.md: Flaxformer's files, then T5X's."""
     return (
@@ -129,10 +146,18 @@ def docs_page() -> str:
         "(`t5_architecture.*`, `dense_attention.*`, `dense.*`, `embedding.*`, "
         "`relative_position_biases.*`, `layer_norm.*`, `long_attention.*`, "
         "`moe_architecture.*`, `moe_layers.*`, `routing.*`) move their hyperparameters onto "
-        "one T5Config; what happens to each parameter is "
-        "`t5forge/config/t5x_compat/flaxformer_names.py`. Written by "
+        "one T5Config; the last section says what happens to each parameter (the rules of "
+        "`t5forge/config/t5x_compat/flaxformer_names.py`). Written by "
         "`python tests/t5x_files/flaxformer_gin_states.py > docs/flaxformer-gin.md`.\n\n"
-        "## Flaxformer\n\n" + table(STATES, "Flaxformer gin file") + "\n## T5X\n\n" + readme_table()
+        "## Flaxformer\n\n"
+        + table(STATES, "Flaxformer gin file")
+        + "\n## T5X\n\n"
+        + readme_table()
+        + "\n## What each Flaxformer parameter becomes\n\n"
+        "A `T5Config.<field>` row moves the value onto that field whatever layer or scope bound "
+        "it; two bindings of one field that disagree are refused in one line. A field of a "
+        "model feature t5forge does not build yet refuses the file in one line naming the "
+        "feature.\n\n" + parameter_table()
     )
 
 

@@ -21,6 +21,7 @@ from t5forge.config.t5x_compat.rules import (
     equivalent,
     field,
     honoured,
+    otherwise_text,
     reference,
 )
 
@@ -46,6 +47,7 @@ INIT = (
 NO_BIAS = "T5's projections have no biases"
 AXES = "t5forge partitions parameters and activations by its logical axis rules"
 LAYOUT = "t5forge builds T5's layer: pre-norm T5LayerNorm, dropout, residual"
+_ONE_DROPOUT = "t5forge drops out once after the MLP (the layer's dropout), not inside it too"
 
 
 def _initializer() -> Rule:
@@ -56,6 +58,8 @@ def _initializer() -> Rule:
             "flax.linen.initializers."
         ),
         reason=INIT,
+        summary="accepted when a flax.linen.initializers reference (its own rows say what "
+        f"t5forge draws); otherwise {otherwise_text(False, INIT)}",
     )
 
 
@@ -174,7 +178,8 @@ def _mlp() -> dict[str, Rule]:
         "intermediate_dropout_rate": field("dropout_rate"),
         "final_dropout_rate": Rule(
             accepts=lambda v: v == 0,
-            reason="t5forge drops out once after the MLP (the layer's dropout), not inside it too",
+            reason=_ONE_DROPOUT,
+            summary=f"honoured when 0; otherwise {otherwise_text(False, _ONE_DROPOUT)}",
         ),
         "dtype": _DTYPE,
         **{

@@ -42,10 +42,31 @@ class Rule:
     model_field: bool = False
     # The model feature the target parameter belongs to (named when t5forge lacks it).
     feature: str = ""
+    # What happens to a binding, in words (the docs' per-parameter tables).
+    summary: str = ""
 
     @property
     def converts(self) -> bool:
         return self.convert is not _same
+
+    def describe(self) -> str:
+        """What t5forge does with a binding of this parameter, in words."""
+        if self.summary:
+            return self.summary
+        if self.keep:
+            return "used by the name's own Python"
+        if self.move_to:
+            target = self.move_to
+            if target.startswith("."):
+                target = f"t5forge's {target[1:] or 'parameter of the same name'}"
+            return f"moved to {target}" + (f" ({self.feature})" if self.feature else "")
+        if self.accepts is _always:
+            return "accepted: t5forge behaves this way for every value"
+        return f"where t5forge differs, {otherwise_text(self.refuse, self.reason)}"
+
+
+def otherwise_text(refuse: bool, reason: str) -> str:
+    return f"{'refused' if refuse else 'accepted and ignored with a warning'}: {reason}"
 
 
 def move(
@@ -71,7 +92,14 @@ def field(name: str, convert=_same, feature: str = "") -> Rule:
     """Moved onto `T5Config.<name>`, whatever the binding's scope: Flaxformer spreads one
     model's hyperparameters over its layers (`dense.MlpBlock.intermediate_dim` -> mlp_dim).
     `feature` names the model feature the field belongs to, for a t5forge without it."""
-    return Rule(move_to=f"T5Config.{name}", convert=convert, model_field=True, feature=feature)
+    summary = f"T5Config.{name}" + (f" ({feature})" if feature else "")
+    return Rule(
+        move_to=f"T5Config.{name}",
+        convert=convert,
+        model_field=True,
+        feature=feature,
+        summary=summary,
+    )
 
 
 def keep() -> Rule:
@@ -82,10 +110,12 @@ def keep() -> Rule:
 def honoured(*values, warn: str = "", refuse: str = "") -> Rule:
     """t5forge already behaves as these values ask; anything else is dropped with `warn`
     or refused with `refuse`."""
+    shown = " or ".join(repr(v) for v in values)
     return Rule(
         accepts=lambda v: any(_equal(v, ok) for ok in values),
         refuse=bool(refuse),
         reason=refuse or warn,
+        summary=f"honoured when {shown}; otherwise {otherwise_text(bool(refuse), refuse or warn)}",
     )
 
 
@@ -98,11 +128,18 @@ def equivalent() -> Rule:
 def reference(*t5x_selectors: str, refuse: str) -> Rule:
     """Accepted when the value is `@<selector>` of one of them (e.g. `trainer_cls =
     @trainer.Trainer`); a selector of None accepts None."""
+    shown = " or ".join("None" if s is None else f"@{_short(s)}" for s in t5x_selectors)
     return Rule(
         accepts=lambda v: any(v is None if s is None else refers_to(v, s) for s in t5x_selectors),
         refuse=True,
         reason=refuse,
+        summary=f"accepted when {shown}; otherwise {otherwise_text(True, refuse)}",
     )
+
+
+def _short(selector: str) -> str:
+    """`t5x.trainer.Trainer` -> `trainer.Trainer` (module and name, as gin files write it)."""
+    return ".".join(selector.split(".")[-2:])
 
 
 def _equal(value, expected) -> bool:
