@@ -42,7 +42,10 @@ def _called_from_python() -> dict[str, list[str]]:
     calls = {gin_internals.complete_selector("models.Model"): [t5config]}
     for entry in NAMES:
         if entry.build is None and entry.twin and not entry.same_object:
-            calls[entry.gin_selector] = [gin_internals.complete_selector(entry.twin)]
+            try:
+                calls[entry.gin_selector] = [gin_internals.complete_selector(entry.twin)]
+            except (AttributeError, KeyError, ValueError):
+                continue  # a twin of a feature this t5forge lacks (refused when bound)
         elif entry.builds_config:
             calls[entry.gin_selector] = [t5config]
     return calls

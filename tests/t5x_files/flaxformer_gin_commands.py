@@ -27,7 +27,10 @@ TINY_MACROS = {
     "ACTIVATION_DTYPE": "'float32'",
 }
 LONGT5_MACROS = {"LOCAL_RADIUS": 3, "TOKENS_PER_BLOCK": 2}
+# What moe.gin requires a user to set ("NUM_MODEL_PARTITIONS or MODEL_PARALLEL_SUBMESH").
+MOE_REQUIRED = {"NUM_MODEL_PARTITIONS": 1}
 MOE_MACROS = {
+    **MOE_REQUIRED,
     "NUM_EXPERTS": 4,
     "NUM_ENCODER_SPARSE_LAYERS": 1,
     "NUM_DECODER_SPARSE_LAYERS": 1,
@@ -72,6 +75,11 @@ def gin_files(path: str) -> tuple[str, list[str]]:
     if "/examples/" in path or "/example_configs/" in path:
         return "train", [path] if path.endswith("c4_lm.gin") else [path, PRETRAIN]
     return "train", [path, _run_file(path)]
+
+
+def required(path: str) -> list[str]:
+    """The flags a model file leaves to its user whatever the size."""
+    return [f"--gin.{k}={v}" for k, v in MOE_REQUIRED.items()] if "/moe/" in path else []
 
 
 def macros(path: str) -> dict:

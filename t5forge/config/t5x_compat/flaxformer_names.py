@@ -206,7 +206,9 @@ _ROUTER = {
     "num_selected_experts": field("num_selected_experts", feature=MOE),
     "jitter_noise": field("router_jitter_noise", feature=MOE),
     "dtype": honoured("float32", "bfloat16", warn="t5forge routes in float32"),
-    "ignore_padding_tokens": field("router_ignore_padding_tokens", feature=MOE),
+    "ignore_padding_tokens": honoured(
+        False, warn="t5forge's routers route padding tokens like any other (T5X's default)"
+    ),
 }
 _ROUTER_SCOPES = {
     f"sparse_{stack}": {
@@ -306,6 +308,7 @@ def flaxformer_names() -> tuple:
             scoped_rules={
                 "expert": {
                     "intermediate_dim": field("expert_mlp_dim", feature=MOE),
+                    "intermediate_dropout_rate": field("expert_dropout_rate", feature=MOE),
                     "dtype": honoured(
                         "float32", "bfloat16", warn="experts compute in T5Config.dtype"
                     ),
@@ -446,7 +449,7 @@ def flaxformer_names() -> tuple:
                     **(
                         _encoder(encoder_layers) if stack == "encoder" else _decoder(decoder_layers)
                     ),
-                    "num_sparse_layers": field(f"num_{stack}_sparse_layers", feature=MOE),
+                    "num_sparse_layers": field(f"num_sparse_{stack}_layers", feature=MOE),
                     "sparse_layout": field(
                         f"{stack}_sparse_layout", convert=objects.layout_name, feature=MOE
                     ),

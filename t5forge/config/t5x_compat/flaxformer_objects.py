@@ -12,8 +12,9 @@ from __future__ import annotations
 import enum
 import math
 
+import gin
+
 from t5forge.config.gin_registry import config_from_gin
-from t5forge.config.t5x_compat.rules import macro_name
 from t5forge.models.configs import T5Config
 
 
@@ -28,8 +29,10 @@ def network(name: str):
     return build
 
 
+@gin.constants_from_enum(module="flaxformer.architectures.moe.moe_enums")
 class LayerLayout(enum.Enum):
-    """Flaxformer's `moe_enums.LayerLayout`: where a stack's sparse layers lie."""
+    """Flaxformer's `moe_enums.LayerLayout` (gin constants `%moe_enums.LayerLayout.MIXED`, as
+    Flaxformer declares them): where a stack's sparse layers lie."""
 
     BOTTOM = "bottom"
     MIDDLE = "middle"
@@ -38,13 +41,8 @@ class LayerLayout(enum.Enum):
 
 
 def layout_name(value) -> str:
-    """`%moe_enums.LayerLayout.MIXED` (gin keeps it as a reference by that name, or the enum
-    member) as T5Config writes it: 'mixed'."""
-    if isinstance(value, LayerLayout):
-        return value.value
-    name = macro_name(value)
-    member = name and name.rsplit(".", 1)[-1]
-    return LayerLayout[member].value if member in LayerLayout.__members__ else value
+    """`%moe_enums.LayerLayout.MIXED` as T5Config writes it: 'mixed'."""
+    return value.value if isinstance(value, LayerLayout) else value
 
 
 def compute_num_model_partitions(num_model_partitions=None, model_parallel_submesh=None) -> int:

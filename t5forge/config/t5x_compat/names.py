@@ -131,12 +131,15 @@ _RESTORE = {
     "strict": honoured(True, warn="t5forge always checks every parameter's name and shape"),
     # T5X's sparse upcycling (contrib/moe's sparse_upcycle.gin): dense MLPs to every expert.
     "checkpointer_cls": Rule(
-        move_to=".upcycle",
-        convert=lambda v: True,
-        accepts=lambda v: refers_to(v, "t5x.contrib.moe.checkpoints.UpcycleCheckpointer"),
+        move_to=".checkpointer_cls",
+        convert=objects.reference_to("checkpoints.UpcycleCheckpointer"),
+        requires="checkpoints.UpcycleCheckpointer",
+        accepts=lambda v: refers_to(v, f"{_MOE}.checkpoints.UpcycleCheckpointer"),
         refuse=True,
         reason=TF_ONLY,
         feature=MOE,
+        summary="@checkpoints.UpcycleCheckpointer moves to t5forge's (sparse upcycling, "
+        f"mixture-of-experts layers); otherwise refused: {TF_ONLY}",
     ),
     "checkpoint_manager_cls": Rule(refuse=True, accepts=lambda v: False, reason=TF_ONLY),
     "state_transformation_fns": honoured((), refuse=TF_ONLY),
@@ -177,6 +180,7 @@ _SCRIPT_COMMON = {
     "use_orbax": equivalent(),
 }
 
+_MOE = "t5x.contrib.moe"
 _EVALUATOR = reference("seqio.Evaluator", refuse="only seqio.Evaluator is supported")
 
 _T5X_NAMES: tuple[T5XName, ...] = (
@@ -214,11 +218,22 @@ _T5X_NAMES: tuple[T5XName, ...] = (
             "use_hardware_rng": honoured(
                 False, warn="t5forge always uses JAX's default (deterministic) random numbers"
             ),
-            "trainer_cls": reference(
-                "t5x.trainer.Trainer",
-                "t5x.contrib.moe.trainer.MoeTrainer",
-                refuse="only trainer.Trainer is "
-                "supported; t5forge takes custom trainers from Python",
+            "trainer_cls": Rule(
+                move_to="train.trainer_cls",
+                convert=objects.reference_to("trainer.MoeTrainer"),
+                requires="trainer.MoeTrainer",
+                moves=lambda v: refers_to(v, f"{_MOE}.trainer.MoeTrainer"),
+                accepts=lambda v: (
+                    refers_to(v, "t5x.trainer.Trainer")
+                    or refers_to(v, f"{_MOE}.trainer.MoeTrainer")
+                ),
+                refuse=True,
+                reason="only trainer.Trainer and contrib/moe's MoeTrainer are supported; "
+                "t5forge takes custom trainers from Python",
+                feature=MOE,
+                summary="accepted when @trainer.Trainer; @moe_trainer.MoeTrainer moves to "
+                "train.trainer_cls = @trainer.MoeTrainer (mixture-of-experts layers); "
+                "otherwise refused: t5forge takes custom trainers from Python",
             ),
             "summarize_config_fn": equivalent(),
             "inference_evaluator_cls": _EVALUATOR,
@@ -679,8 +694,9 @@ def _t5x_entry(name: str) -> T5XName:
     return next(entry for entry in _T5X_NAMES if entry.t5x_path == name)
 
 
-# T5X's contrib/moe: the run files' partitioner, trainer and checkpointer, the model files' model.
-_MOE = "t5x.contrib.moe"
+# T5X's contrib/moe: the run files' partitioner, trainer and checkpointer, the model files' model,
+# each forwarding to t5forge's namesake (partitioning.MoePjitPartitioner, trainer.MoeTrainer,
+# checkpoints.UpcycleCheckpointer).
 _MOE_NAMES = (
     T5XName(
         f"{_MOE}.models",
@@ -688,7 +704,7 @@ _MOE_NAMES = (
         twin="models.Model",
         rules={
             **_t5x_entry("t5x.models.EncoderDecoderModel").rules,
-            "aux_loss_factor": field("router_aux_loss_factor", feature=MOE),
+            "aux_loss_factor": field("aux_loss_factor", feature=MOE),
             "router_z_loss_factor": field("router_z_loss_factor", feature=MOE),
         },
     ),
@@ -702,10 +718,13 @@ _MOE_NAMES = (
     T5XName(
         f"{_MOE}.partitioning",
         "MoePjitPartitioner",
-        twin="partitioning.PjitPartitioner",
+        twin="partitioning.MoePjitPartitioner",
         rules={
-            **_t5x_entry("t5x.partitioning.PjitPartitioner").rules,
-            "num_expert_partitions": Rule(move_to=".num_expert_partitions", feature=MOE),
+            **{
+                p: dataclasses.replace(rule, feature=MOE) if rule.move_to else rule
+                for p, rule in _t5x_entry("t5x.partitioning.PjitPartitioner").rules.items()
+            },
+            "num_expert_partitions": Rule(move_to=".", feature=MOE),
         },
     ),
     T5XName(
@@ -722,8 +741,9 @@ _MOE_NAMES = (
         ),
         rules={
             **_t5x_entry("t5x.trainer.Trainer").rules,
-            # The same %NUM_EXPERT_PARTITIONS as the partitioner's, whose expert axis it reads.
-            "num_expert_partitions": equivalent(),
+            "num_expert_partitions": Rule(
+                move_to="trainer.MoeTrainer.num_expert_partitions", feature=MOE
+            ),
         },
     ),
     T5XName(
@@ -737,7 +757,9 @@ _MOE_NAMES = (
         build=objects.configured_elsewhere(
             "checkpoints.UpcycleCheckpointer", "utils.RestoreCheckpointConfig.checkpointer_cls"
         ),
-        rules={"num_experts": equivalent()},  # the model's num_experts
+        rules={
+            "num_experts": Rule(move_to="checkpoints.UpcycleCheckpointer.num_experts", feature=MOE)
+        },
     ),
 )
 

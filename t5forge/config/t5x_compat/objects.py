@@ -174,6 +174,17 @@ def only_train_eval_actions(actions) -> bool:
     return isinstance(actions, dict) and set(actions) <= {"TRAIN_EVAL"}
 
 
+def reference_to(selector: str):
+    """A converter to `@selector` (t5forge's configurable, uncalled): T5X's name of a class
+    becomes t5forge's, which gin configures when the run calls it."""
+    import gin
+
+    def convert(value):
+        return gin.config.ConfigurableReference(selector, evaluate=False)
+
+    return convert
+
+
 def configured_elsewhere(t5x_name: str, where: str):
     """The Python behind a T5X name whose bindings all move elsewhere (`trainer.Trainer` ->
     `train`): calling it means a config uses it in a place t5forge does not translate."""

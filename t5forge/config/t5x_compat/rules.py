@@ -42,6 +42,10 @@ class Rule:
     model_field: bool = False
     # The model feature the target parameter belongs to (named when t5forge lacks it).
     feature: str = ""
+    # A configurable the moved value names, which t5forge must have (else: the feature).
+    requires: str = ""
+    # Whether an accepted value moves (others are accepted and dropped).
+    moves: Callable[[Any], bool] = _always
     # What happens to a binding, in words (the docs' per-parameter tables).
     summary: str = ""
 
@@ -166,8 +170,20 @@ def macro_name(value) -> str | None:
     return None
 
 
+def _constant(value):
+    """The value of a gin constant reference (`%moe_enums.LayerLayout.MIXED`), else `value`."""
+    if (
+        isinstance(value, gin.config.ConfigurableReference)
+        and value.configurable.wrapped is gin.config._retrieve_constant
+    ):
+        return gin.config._CONSTANTS[value.scoped_selector.rsplit("/", 1)[0]]
+    return value
+
+
 def resolve_macros(value):
-    """The value with every `%NAME` replaced by what NAME is bound to (references stay)."""
+    """The value with every `%NAME` replaced by what NAME is bound to, and gin constants by
+    their values (references stay)."""
+    value = _constant(value)
     name = macro_name(value)
     if name is not None:
         try:

@@ -65,19 +65,46 @@ def _where(entry: T5XName, report: _Report, scope: str, param: str, raw, value) 
     return report.line(written, fallback, "", value, raw).removesuffix(": ")
 
 
-def _accepts_parameter(selector: str, param: str) -> bool:
+def _accepts_parameter(selector: str | None, param: str) -> bool:
+    if selector is None:
+        return False
     signature = inspect.signature(gin_internals.registered_object(selector))
     return param in signature.parameters or any(
         p.kind is p.VAR_KEYWORD for p in signature.parameters.values()
     )
 
 
-def _move(entry: T5XName, rule: Rule, scope: str, param: str, raw, value, report) -> None:
+def _registered(partial: str) -> str | None:
+    """The complete selector of a t5forge configurable, or None where this t5forge has none
+    (a feature another branch adds: `partitioning.MoePjitPartitioner`)."""
+    try:
+        complete = gin_internals.complete_selector(partial)
+    except (AttributeError, KeyError, ValueError):
+        return None
+    if is_t5x_module(complete) and not is_t5x_module(partial):
+        return None  # t5forge's name found only T5X's stand-in (`trainer.MoeTrainer`)
+    return complete
+
+
+def _target(entry: T5XName, rule: Rule, param: str) -> tuple[str | None, str, str]:
+    """(complete selector or None, parameter, name for messages) a rule moves a binding to."""
     target, _, target_param = rule.move_to.rpartition(".")
-    target = gin_internals.complete_selector(target or entry.twin)
-    target_param = target_param or param
-    converted = rule.convert(value) if rule.converts else value
+    partial = target or entry.twin
+    complete = _registered(partial)
+    if complete is not None and rule.requires and _registered(rule.requires) is None:
+        complete = None
+    name = gin_internals.short_name(complete) if complete else partial
+    return complete, target_param or param, name
+
+
+def _move(entry: T5XName, rule: Rule, scope: str, param: str, raw, value, report) -> None:
+    target, target_param, target_name = _target(entry, rule, param)
     written = _where(entry, report, scope, param, raw, value)
+    present = _accepts_parameter(target, target_param)
+    # A model field converts on its own (its value is kept for MissingModelFeature.fields);
+    # other conversions may name the target, so only a present one converts.
+    converts = rule.converts and (present or rule.model_field)
+    converted = rule.convert(value) if converts else value
     if rule.model_field:
         scope = ""  # one field of the whole model, whichever layer bound it
         earlier = report.fields.get(target_param)
@@ -87,11 +114,11 @@ def _move(entry: T5XName, rule: Rule, scope: str, param: str, raw, value, report
                 f"set it to {earlier[0]!r}; t5forge's network has one {target_param}"
             )
         report.fields.setdefault(target_param, (converted, written))
-    if not _accepts_parameter(target, target_param):
+    if not present:
         feature = rule.feature or "this setting"
         report.missing.append(
-            f"{written}: needs {feature} "
-            f"({gin_internals.short_name(target)}.{target_param}), which this t5forge does not build"
+            f"{written}: needs {feature} ({rule.requires or f'{target_name}.{target_param}'}), "
+            "which this t5forge does not build"
         )
         return
     if target_param in gin_internals.bindings_of(target).get(scope, {}) and not (
@@ -129,7 +156,7 @@ def _apply(entry: T5XName, report: _Report) -> None:
             value = resolve_macros(raw)
             gin_internals.unbind(scope, entry.gin_selector, param)
             if rule.accepts(value):
-                if rule.move_to:
+                if rule.move_to and rule.moves(value):
                     _move(entry, rule, scope, param, raw, value, report)
                 continue
             written = report.locator.binding(scope, names, param)
@@ -184,16 +211,15 @@ def translate(files_read: list[str], flags: list[str]) -> None:
 
 
 def missing_parameters(feature: str) -> list[str]:
-    """The parameters (`T5Config.num_experts`) that the rules of `feature` move bindings
-    onto and this t5forge lacks: empty once the feature is built."""
+    """The parameters (`T5Config.num_experts`) and configurables that the rules of `feature`
+    move bindings onto and this t5forge lacks: empty once the feature is built."""
     missing = []
     for entry in NAMES:
         rules = [entry.rules, *entry.scoped_rules.values()]
         for param, rule in ((p, r) for scoped in rules for p, r in scoped.items()):
             if rule.feature != feature or not rule.move_to:
                 continue
-            target, _, target_param = rule.move_to.rpartition(".")
-            target = gin_internals.complete_selector(target or entry.twin)
-            if not _accepts_parameter(target, target_param or param):
-                missing.append(f"{gin_internals.short_name(target)}.{target_param or param}")
+            target, target_param, name = _target(entry, rule, param)
+            if not _accepts_parameter(target, target_param):
+                missing.append(rule.requires or f"{name}.{target_param}")
     return sorted(set(missing))
