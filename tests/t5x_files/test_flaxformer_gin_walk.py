@@ -21,7 +21,9 @@ from gin_walk import check_outcome, refusal_of
 from t5x_gin_commands import T5X_GIN, overrides
 
 from t5forge.config.gin_registry import config_from_gin
-from t5forge.config.t5x_compat.translate import MissingModelFeature
+from t5forge.config.t5x_compat.flaxformer_names import LONGT5 as LONGT5_FEATURE
+from t5forge.config.t5x_compat.flaxformer_names import MOE as MOE_FEATURE
+from t5forge.config.t5x_compat.translate import MissingModelFeature, missing_parameters
 from t5forge.models.configs import get_config
 
 pytestmark = pytest.mark.skipif(
@@ -129,6 +131,32 @@ def test_longt5_files_set_the_encoder_attention(stem, attention, block, tmp_path
 
 
 MOE = f"{CONFIGS}/moe/models"
+
+
+def _feature_model_files():
+    """Every LongT5 and MoE model file, to run where t5forge builds its feature."""
+    for path, feature in [
+        *((p, LONGT5_FEATURE) for p in all_files() if p.startswith(f"{LONGT5}/")),
+        *((p, MOE_FEATURE) for p in all_files() if p.startswith(f"{MOE}/")),
+    ]:
+        missing = missing_parameters(feature)
+        reason = f"needs {feature} ({', '.join(missing)})"
+        yield pytest.param(path, marks=pytest.mark.skipif(bool(missing), reason=reason))
+
+
+@pytest.mark.parametrize("path", list(_feature_model_files()))
+def test_each_longt5_and_moe_model_file_builds_its_config(path, tmp_path):
+    """At its own sizes, as the T5 files build their presets (and T5Config validates it)."""
+    fields = model_fields(path, tmp_path)
+    stem = path.rsplit("/", 1)[-1].removesuffix(".gin")
+    if "longt5" in stem:  # LongT5 1.1 has T5 1.1's sizes (mLongT5 mT5's, umT5's vocabulary)
+        preset = get_config(f"{'mt5' if stem.startswith('m') else 't5_1_1'}/{stem.split('_')[-1]}")
+        sizes = ("emb_dim", "num_heads", "num_encoder_layers", "head_dim", "mlp_dim")
+        assert {k: fields[k] for k in sizes} == {k: getattr(preset, k) for k in sizes}
+        assert fields["encoder_attention"] in ("local", "transient_global")
+    else:
+        assert fields["num_experts"] > 0
+        assert 0 < fields["num_sparse_encoder_layers"] <= fields["num_encoder_layers"]
 
 
 def test_tokens_choose_sets_the_sparse_layers(tmp_path):
