@@ -119,6 +119,32 @@ STATES = {
 }
 
 
+USAGE = """## Running a Flaxformer model file
+
+```
+t5forge train --gin_search_paths=/path/to/flaxformer,/path/to/t5x \\
+  --gin_file=flaxformer/t5x/configs/t5/models/t5_1_1_base.gin \\
+  --gin_file=t5x/configs/runs/pretrain.gin \\
+  --gin.MODEL_DIR=/tmp/model --gin.MIXTURE_OR_TASK_NAME=my_task \\
+  "--gin.TASK_FEATURE_LENGTHS={'inputs': 512, 'targets': 114}" --gin.TRAIN_STEPS=1000
+```
+
+- Sizes are the model file's own macros: `--gin.EMBED_DIM=32 --gin.NUM_HEADS=4
+  --gin.HEAD_DIM=8 --gin.MLP_DIM=64 --gin.NUM_ENCODER_LAYERS=2 --gin.NUM_DECODER_LAYERS=2`
+  (or t5forge's fields directly: `--gin.T5Config.emb_dim=32`, which win over the files).
+- `runs/eval.gin` and `runs/infer.gin` (with `--gin.CHECKPOINT_PATH`) evaluate and infer, as
+  for T5X's own model files. MoE model files go with T5X's `contrib/moe/configs/runs/*.gin` and,
+  as `moe.gin` asks, `--gin.NUM_MODEL_PARTITIONS=1` (or `MODEL_PARALLEL_SUBMESH`).
+- Transient-global LongT5 refuses packed inputs: add
+  `--gin.train/utils.DatasetConfig.pack=False --gin.train_eval/utils.DatasetConfig.pack=False`
+  to `runs/pretrain.gin`.
+- Flaxformer draws attention kernels from a normal distribution and MoE files scale every
+  initializer by `SCALE = 0.1`; t5forge initialises as T5X's T5 network does and says so in a
+  warning naming the file and line. A checkpoint restores the same either way.
+
+"""
+
+
 def parameter_table() -> str:
     """One row per parameter of each Flaxformer (and T5X contrib/moe) name: what t5forge
     does with a binding of it, from the rules themselves."""
@@ -149,7 +175,8 @@ def docs_page() -> str:
         "one T5Config; the last section says what happens to each parameter (the rules of "
         "`t5forge/config/t5x_compat/flaxformer_names.py`). Written by "
         "`python tests/t5x_files/flaxformer_gin_states.py > docs/flaxformer-gin.md`.\n\n"
-        "## Flaxformer\n\n"
+        + USAGE
+        + "## Flaxformer\n\n"
         + table(STATES, "Flaxformer gin file")
         + "\n## T5X\n\n"
         + readme_table()

@@ -97,19 +97,30 @@ def test_the_architectures_own_values_reach_the_config(tmp_path):
     assert fields["relative_attention_num_buckets"] == 32 and fields["dtype"] == "bfloat16"
 
 
-def test_two_layers_that_disagree_on_one_field_are_refused_in_one_line(tmp_path):
-    _, files = gin_files(f"{CONFIGS}/t5/models/t5_1_1_small.gin")
+@pytest.mark.parametrize(
+    "path, flag, field",
+    [
+        (f"{CONFIGS}/t5/models/t5_1_1_small.gin", "dense.MlpBlock.dtype='float32'", "dtype"),
+        (  # LongT5's encoder biases and the decoder's share T5Config's one pair of fields
+            f"{CONFIGS}/longt5/models/longt5_1_1_base.gin",
+            "relative_position_biases_general.RelativePositionBiasesGeneral.num_buckets=64",
+            "relative_attention_num_buckets",
+        ),
+    ],
+)
+def test_two_layers_that_disagree_on_one_field_are_refused_in_one_line(path, flag, field, tmp_path):
+    _, files = gin_files(path)
     error = refusal_of(
         "train",
         [
             f"--gin_search_paths={FLAXFORMER_GIN},{T5X_GIN}",
             *(f"--gin_file={f}" for f in files),
             *overrides(tmp_path),
-            "--gin.dense.MlpBlock.dtype='float32'",
+            f"--gin.{flag}",
         ],
     )
     assert error is not None and "\n" not in str(error)
-    assert "T5Config.dtype" in str(error) and "one dtype" in str(error)
+    assert f"T5Config.{field}" in str(error) and f"has one {field}" in str(error)
 
 
 LONGT5 = f"{CONFIGS}/longt5/models"
