@@ -21,6 +21,7 @@ from t5forge.config.t5x_compat.rules import (
     equivalent,
     field,
     honoured,
+    names_one_of,
     otherwise_text,
     reference,
 )
@@ -71,8 +72,20 @@ _DROPOUT_FACTORY = _only(DROPOUT, what="flax.linen.Dropout (T5's dropout)")
 _LAYER_NORM = _only(LAYER_NORM, what="T5's layer norm (layer_norm.T5LayerNorm)")
 _NO_POSITION_EMBEDDING = honoured(None, refuse="T5 has no absolute position embeddings")
 _ACTIVATION_PARTITIONING = honoured(1, warn=AXES)
-_PER_LAYER_BIASES = field("relative_attention_per_layer", convert=lambda v: v is not None)
-_SHARED_BIASES = field("relative_attention_per_layer", convert=lambda v: v is None)
+_BIASES_ONLY = "t5forge builds T5's bucketed relative position biases (or none) here"
+# T5's one table per stack, or (scanned MoE stacks) one per layer.
+_PER_LAYER_BIASES = field(
+    "relative_attention_per_layer",
+    convert=lambda v: v is not None,
+    accepts=names_one_of(None, RELATIVE_BIASES),
+    refuse=_BIASES_ONLY,
+)
+_SHARED_BIASES = field(
+    "relative_attention_per_layer",
+    convert=lambda v: v is None,
+    accepts=names_one_of(None, RELATIVE_BIASES),
+    refuse=_BIASES_ONLY,
+)
 _REMAT = field("remat_policy", convert=lambda v: "none" if v in (None, "legacy") else v)
 _DTYPE = field("dtype")
 

@@ -92,17 +92,27 @@ def move(
     )
 
 
-def field(name: str, convert=_same, feature: str = "") -> Rule:
+def field(
+    name: str,
+    convert=_same,
+    feature: str = "",
+    accepts: Callable[[Any], bool] = _always,
+    refuse: str = "",
+) -> Rule:
     """Moved onto `T5Config.<name>`, whatever the binding's scope: Flaxformer spreads one
     model's hyperparameters over its layers (`dense.MlpBlock.intermediate_dim` -> mlp_dim).
-    `feature` names the model feature the field belongs to, for a t5forge without it."""
+    `feature` names the model feature the field belongs to, for a t5forge without it; values
+    `accepts` rejects are refused with `refuse`."""
     summary = f"T5Config.{name}" + (f" ({feature})" if feature else "")
     return Rule(
         move_to=f"T5Config.{name}",
         convert=convert,
         model_field=True,
         feature=feature,
-        summary=summary,
+        accepts=accepts,
+        refuse=bool(refuse),
+        reason=refuse,
+        summary=summary + (f"; otherwise {otherwise_text(True, refuse)}" if refuse else ""),
     )
 
 
@@ -134,11 +144,16 @@ def reference(*t5x_selectors: str, refuse: str) -> Rule:
     @trainer.Trainer`); a selector of None accepts None."""
     shown = " or ".join("None" if s is None else f"@{_short(s)}" for s in t5x_selectors)
     return Rule(
-        accepts=lambda v: any(v is None if s is None else refers_to(v, s) for s in t5x_selectors),
+        accepts=names_one_of(*t5x_selectors),
         refuse=True,
         reason=refuse,
         summary=f"accepted when {shown}; otherwise {otherwise_text(True, refuse)}",
     )
+
+
+def names_one_of(*selectors: str | None) -> Callable[[Any], bool]:
+    """Whether a value is `@<selector>` of one of them (a selector of None: the value None)."""
+    return lambda v: any(v is None if s is None else refers_to(v, s) for s in selectors)
 
 
 def _short(selector: str) -> str:
