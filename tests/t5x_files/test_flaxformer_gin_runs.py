@@ -112,3 +112,21 @@ def test_feature_files_train_two_steps(tiny_runs, path, tmp_path):
 def test_moe_trains_evaluates_and_infers_with_contrib_moe_runs(tiny_runs, tmp_path):
     _trains(tiny_runs, MOE_MODEL, tmp_path)
     _evaluates_and_infers(tiny_runs, MOE_MODEL, tmp_path, "t5x/contrib/moe/configs/runs")
+
+
+@_needs(MOE)
+def test_sparse_upcycling_starts_experts_from_a_dense_checkpoint(tiny_runs, tmp_path):
+    """contrib/moe's sparse_upcycle.gin: a dense T5 1.1 checkpoint (INITIAL_CHECKPOINT_PATH)
+    starts the MoE model, every expert from its layer's MLP, the routers fresh."""
+    _trains(tiny_runs, f"{MODELS}/t5_1_1_base.gin", tmp_path)
+    model_dir = tmp_path / "sparse"
+    result = _run(
+        tiny_runs,
+        MOE_MODEL,
+        tmp_path,
+        f"--gin.MODEL_DIR={model_dir}",
+        "--gin.TRAIN_STEPS=4",
+        run_file="t5x/contrib/moe/configs/runs/sparse_upcycle.gin",
+    )
+    assert "kept 2 freshly initialised" in result.stderr and "router" in result.stderr
+    assert _train_steps(model_dir)[-1] == 4

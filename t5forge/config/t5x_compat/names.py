@@ -120,7 +120,7 @@ _RESTORE = {
         refuse=("several paths: evaluate a model dir with mode='all' instead"),
     ),
     "mode": move(),
-    "assignment_map": move(),
+    "assignment_map": move(convert=objects.params_assignment_map),
     "fallback_to_scratch": move(),
     "dtype": honoured("float32", warn=FLOAT32),
     "restore_dataset": honoured(
