@@ -190,6 +190,14 @@ def _parameters_of(configurable: str) -> list[str]:
 
 
 _T5X_SUPPORTED = "README 'Coming from T5X' lists the T5X names t5forge understands and its file table what each of T5X's gin files does"
+_FLAXFORMER_SUPPORTED = (
+    "docs/flaxformer-gin.md lists the Flaxformer names t5forge understands and what each of "
+    "Flaxformer's gin files does"
+)
+
+
+def _supported(name: str) -> str:
+    return _FLAXFORMER_SUPPORTED if name.startswith("flaxformer") else _T5X_SUPPORTED
 
 
 def _explain_unknown_t5x_name(message: str, where: str) -> ConfigError | None:
@@ -204,7 +212,7 @@ def _explain_unknown_t5x_name(message: str, where: str) -> ConfigError | None:
         name = module.group(1)
         reason = next(
             (why for prefix, why in UNAVAILABLE_MODULES.items() if f"{name}.".startswith(prefix)),
-            _T5X_SUPPORTED,
+            _supported(name),
         )
         library = {"flaxformer": "Flaxformer", "flax": "Flax"}.get(name.split(".")[0], "T5X")
         return ConfigError(f"{where}{library} module {name} is not available in t5forge: {reason}")
@@ -216,7 +224,7 @@ def _explain_unknown_t5x_name(message: str, where: str) -> ConfigError | None:
     if attribute:
         return ConfigError(
             f"{where}{attribute.group(1)}.{attribute.group(2)} is not supported "
-            f"by t5forge; {_T5X_SUPPORTED}"
+            f"by t5forge; {_supported(attribute.group(1))}"
         )
     return None
 

@@ -242,6 +242,16 @@ def test_config_gin_uses_t5forge_names_and_parses_back(tmp_path):
             "from t5x import utils\nutils.DatasetConfig.batch_sise = 1",
             r"has no parameter 'batch_sise'.*did you mean .*batch_size",
         ),
+        (
+            "from flaxformer.components import dense\ndense.MlpBlok.intermediate_dim = 1",
+            r"bad.gin:3: flaxformer.components.dense.MlpBlok is not supported by t5forge; "
+            r"docs/flaxformer-gin.md lists the Flaxformer names",
+        ),
+        (
+            "from flaxformer.architectures.h_transformer import h_attention\nh_attention.x = 1",
+            r"bad.gin:2: Flaxformer module flaxformer.architectures.h_transformer is not "
+            r"available in t5forge: H-Transformer-1D",
+        ),
     ],
 )
 def test_unknown_t5x_names_are_one_line(tmp_path, text, message):
