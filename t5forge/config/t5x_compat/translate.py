@@ -7,6 +7,11 @@ or refused. Paths on object storage (`gs://...`) pass as they are: t5forge reads
 them through t5forge.storage. Every line names
 the file and line (or flag) of the binding. Then gin forgets the T5X imports, so config.gin
 is written with t5forge's names.
+
+Flaxformer's names (flaxformer_names.py) go the same way; their `field` rules gather one
+T5Config from every layer's bindings, refusing two that disagree. A binding whose target this
+t5forge lacks (a model feature: LongT5's attention, MoE layers) refuses the parse in one line
+naming the feature, as MissingModelFeature, which carries the T5Config fields the files set.
 """
 
 from __future__ import annotations
