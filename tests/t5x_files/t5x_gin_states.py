@@ -1,11 +1,13 @@
 """What each of T5X's 149 gin files does under t5forge: it runs, or it is refused in one line
 for a named reason. The walk test (test_t5x_gin_walk.py) checks every row; docs/flaxformer-gin.md
-shows the same table beside Flaxformer's, written by flaxformer_gin_states.py.
+shows the same table beside Flaxformer's, written by flaxformer_gin_states.py (this file alone
+prints T5X's table: `python tests/t5x_files/t5x_gin_states.py`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 from t5forge.config.t5x_compat.flaxformer_names import MOE as MOE_FEATURE
 from t5forge.config.t5x_compat.translate import missing_parameters
@@ -234,3 +236,7 @@ def table(states: dict, heading: str) -> str:
 def readme_table() -> str:
     """T5X's table: each file's state (runs, or the refusal's reason)."""
     return table(STATES, "T5X gin file")
+
+
+if __name__ == "__main__":
+    sys.stdout.write(readme_table())
