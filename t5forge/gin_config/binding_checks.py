@@ -35,14 +35,18 @@ Key = tuple[str, str, str]  # (scope, complete selector, parameter)
 
 def _called_from_python() -> dict[str, list[str]]:
     """Configurables that call another one in their Python, where no binding shows it:
-    the model builds the bound T5Config, T5X's network.Transformer too, and each T5X name
-    that forwards to its t5forge twin calls that twin."""
+    the model builds the bound T5Config, and so do T5X's and Flaxformer's networks
+    (`network.Transformer`, `t5_architecture.EncoderDecoder`); each T5X name that forwards
+    to its t5forge twin calls that twin."""
     t5config = gin_internals.complete_selector("T5Config")
     calls = {gin_internals.complete_selector("models.Model"): [t5config]}
     for entry in NAMES:
         if entry.build is None and entry.twin and not entry.same_object:
-            calls[entry.gin_selector] = [gin_internals.complete_selector(entry.twin)]
-        elif entry.name == "Transformer":
+            try:
+                calls[entry.gin_selector] = [gin_internals.complete_selector(entry.twin)]
+            except (AttributeError, KeyError, ValueError):
+                continue  # a twin of a feature this t5forge lacks (refused when bound)
+        elif entry.builds_config:
             calls[entry.gin_selector] = [t5config]
     return calls
 

@@ -190,29 +190,41 @@ def _parameters_of(configurable: str) -> list[str]:
 
 
 _T5X_SUPPORTED = "README 'Coming from T5X' lists the T5X names t5forge understands and its file table what each of T5X's gin files does"
+_FLAXFORMER_SUPPORTED = (
+    "docs/flaxformer-gin.md lists the Flaxformer names t5forge understands and what each of "
+    "Flaxformer's gin files does"
+)
+
+
+def _supported(name: str) -> str:
+    return _FLAXFORMER_SUPPORTED if name.startswith("flaxformer") else _T5X_SUPPORTED
 
 
 def _explain_unknown_t5x_name(message: str, where: str) -> ConfigError | None:
     """A T5X module or configurable t5forge has no stand-in for, with the file and line."""
     from t5forge.gin_config.t5x_compat.names import UNAVAILABLE_MODULES
 
-    module = re.match(r"No module named '((?:t5x|seqio|t5|mesh_tensorflow)(?:\.[\w.]+)?)'", message)
+    module = re.match(
+        r"No module named '((?:t5x|seqio|t5|mesh_tensorflow|flaxformer|flax\.optim)(?:\.[\w.]+)?)'",
+        message,
+    )
     if module:
         name = module.group(1)
         reason = next(
             (why for prefix, why in UNAVAILABLE_MODULES.items() if f"{name}.".startswith(prefix)),
-            _T5X_SUPPORTED,
+            _supported(name),
         )
-        return ConfigError(f"{where}T5X module {name} is not available in t5forge: {reason}")
+        library = {"flaxformer": "Flaxformer", "flax": "Flax"}.get(name.split(".")[0], "T5X")
+        return ConfigError(f"{where}{library} module {name} is not available in t5forge: {reason}")
     attribute = re.match(
-        r"Couldn't resolve selector \S+; <module '((?:t5x|seqio|t5)\b[\w.]*)'[^>]*> "
+        r"Couldn't resolve selector \S+; <module '((?:t5x|seqio|t5|flaxformer)\b[\w.]*)'[^>]*> "
         r"has no attribute (\w+)",
         message,
     )
     if attribute:
         return ConfigError(
             f"{where}{attribute.group(1)}.{attribute.group(2)} is not supported "
-            f"by t5forge; {_T5X_SUPPORTED}"
+            f"by t5forge; {_supported(attribute.group(1))}"
         )
     return None
 

@@ -9,6 +9,7 @@ import copy
 import importlib.util
 import inspect
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest
 
 from t5forge.errors import ConfigError
 from t5forge.gin_config.gin_flags import parse_gin, split_gin_flags
+from t5forge.gin_config.t5x_compat import objects
 from t5forge.gin_config.t5x_compat.names import NAMES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -240,6 +242,16 @@ def test_config_gin_uses_t5forge_names_and_parses_back(tmp_path):
             "from t5x import utils\nutils.DatasetConfig.batch_sise = 1",
             r"has no parameter 'batch_sise'.*did you mean .*batch_size",
         ),
+        (
+            "from flaxformer.components import dense\ndense.MlpBlok.intermediate_dim = 1",
+            r"bad.gin:3: flaxformer.components.dense.MlpBlok is not supported by t5forge; "
+            r"docs/flaxformer-gin.md lists the Flaxformer names",
+        ),
+        (
+            "from flaxformer.architectures.h_transformer import h_attention\nh_attention.x = 1",
+            r"bad.gin:2: Flaxformer module flaxformer.architectures.h_transformer is not "
+            r"available in t5forge: H-Transformer-1D",
+        ),
     ],
 )
 def test_unknown_t5x_names_are_one_line(tmp_path, text, message):
@@ -254,4 +266,29 @@ def test_unknown_t5x_names_are_one_line(tmp_path, text, message):
 def test_every_parameter_of_a_t5x_name_has_a_rule(entry):
     params = inspect.signature(entry.build).parameters
     named = [p for p, v in params.items() if v.kind not in (v.VAR_KEYWORD, v.VAR_POSITIONAL)]
-    assert set(named) <= set(entry.rules)
+    assert set(named) <= set(entry.parameters())
+
+
+def test_t5x_assignment_maps_name_t5forge_parameters():
+    """sparse_upcycle.gin's map, on T5X's train-state paths, reads on t5forge's names: each
+    expert from its layer's dense MLP, routers fresh, optimizer-state rules dropped."""
+    t5x_map = (
+        (r"target(.*)mlp\/expert(.*)", r"target\1mlp\2"),
+        (r".*\/router\/.*", None),
+        (r"state\/param_states.*", None),
+    )
+    converted = objects.params_assignment_map(t5x_map)
+    assert len(converted) == 2
+
+    def source(name):
+        for pattern, replacement in converted:
+            if re.fullmatch(pattern, name):
+                return None if replacement is None else re.sub(pattern, replacement, name)
+        return name
+
+    assert source("encoder/layers_1/mlp/expert/wi_0/kernel") == "encoder/layers_1/mlp/wi_0/kernel"
+    assert source("decoder/layers_1/mlp/router/router_weights/w/kernel") is None
+    assert (
+        source("encoder/layers_0/attention/query/kernel")
+        == "encoder/layers_0/attention/query/kernel"
+    )

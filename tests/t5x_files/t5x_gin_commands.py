@@ -17,6 +17,7 @@ from tiny_model import TINY_GIN_VALUES
 REPO = Path(__file__).resolve().parents[2]
 SHARED_DATA = Path(os.environ.get("T5FORGE_SHARED_DATA", REPO.parent / "shared" / "data"))
 T5X_GIN = SHARED_DATA.parent / "t5x_gin"  # T5X's 149 files, never edited (its README)
+FLAXFORMER_GIN = SHARED_DATA.parent / "flaxformer_gin"  # Flaxformer's 80, at 399ea3a
 TFEXAMPLE_DIR = REPO / "tests" / "data" / "tfds_fixtures" / "tfexample"
 
 TASK = "en_de_lohelp_translate"
@@ -30,6 +31,8 @@ T5_MODEL = "t5x/examples/t5/t5_1_1/tiny.gin"
 GPU_MODEL = "t5x/contrib/gpu/t5/t5_1_1/tiny.gin"
 SCALABLE_MODEL = "t5x/examples/scalable_t5/t5_1_1/small.gin"
 UMT5_MODEL = "t5x/examples/scalable_t5/mt5/small.gin"
+# contrib/moe's run files need a MoE model: Flaxformer's (T5X has none of its own).
+MOE_MODEL = "flaxformer/t5x/configs/moe/models/tokens_choose_tiny.gin"
 PRETRAIN = "t5x/configs/runs/pretrain.gin"
 GPU_PRETRAIN = "t5x/contrib/gpu/t5/configs/runs/pretrain.gin"
 
@@ -50,7 +53,7 @@ def all_files() -> list[str]:
     return sorted(str(p.relative_to(T5X_GIN)) for p in T5X_GIN.rglob("*.gin"))
 
 
-def _command(stem: str) -> str:
+def command_of(stem: str) -> str:
     if stem == "eval" or stem.endswith("_eval"):
         return "eval"
     if "infer" in stem or "export" in stem:  # T5X's export saves an inference function
@@ -79,15 +82,23 @@ def gin_files(path: str) -> tuple[str, list[str]]:
             model = GPU_MODEL
         elif "/umt5/" in path:
             model = UMT5_MODEL
+        elif "/contrib/moe/" in path:
+            model = MOE_MODEL
         else:
             model = T5_MODEL
-        return _command(stem), [model, path]
+        return command_of(stem), [model, path]
     if _is_example(path):
-        return _command(stem), [path]
+        return command_of(stem), [path]
     return "train", [path, GPU_PRETRAIN if "/contrib/gpu/" in path else PRETRAIN]
 
 
-def network_overrides(decoder_only: bool) -> list[str]:
+def network_overrides(path: str) -> list[str]:
+    """Tiny sizes: T5X's network fields, or a Flaxformer model's macros."""
+    if "/contrib/moe/" in path:
+        from flaxformer_gin_commands import macros
+
+        return [f"--gin.{name}={value}" for name, value in macros(MOE_MODEL).items()]
+    decoder_only = "decoder_only" in path
     fields = DECODER_ONLY_TINY if decoder_only else TINY_NETWORK
     return [
         f"--gin.network.{'TransformerConfig' if decoder_only else 'T5Config'}.{k}={v}"
@@ -127,11 +138,10 @@ def tfexample_overrides() -> list[str]:
 def argv(path: str, out: Path) -> tuple[str, list[str]]:
     """(command, its arguments) as a T5X user would type them, from --gin_search_paths."""
     command, files = gin_files(path)
-    decoder_only = "decoder_only" in path
     return command, [
-        f"--gin_search_paths={T5X_GIN}",
+        f"--gin_search_paths={T5X_GIN},{FLAXFORMER_GIN}",
         *(f"--gin_file={f}" for f in files),
         *overrides(out),
-        *network_overrides(decoder_only),
+        *network_overrides(path),
         *(tfexample_overrides() if "infer_from_tfexample_file" in path else []),
     ]

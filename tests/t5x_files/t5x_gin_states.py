@@ -1,13 +1,15 @@
 """What each of T5X's 149 gin files does under t5forge: it runs, or it is refused in one line
-for a named reason. The walk test (test_t5x_gin_walk.py) checks every row; README's
-"Coming from T5X" shows the same table, written by `python tests/t5x_files/t5x_gin_states.py`
-(test_readme_shows_the_table checks that they match).
+for a named reason. The walk test (test_t5x_gin_walk.py) checks every row; docs/t5x-gin-files.md
+shows the table `python tests/t5x_files/t5x_gin_states.py` prints, and a test checks it does.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import sys
+
+from t5forge.gin_config.t5x_compat.flaxformer_names import MOE as MOE_FEATURE
+from t5forge.gin_config.t5x_compat.translate import missing_parameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,7 +31,18 @@ USER_TASK_MODULE = Refused(
     "the line says to put its folder on PYTHONPATH",
     "imports dummy_wikipedia_seqio, which is not importable here",
 )
-MOE = Refused("mixture of experts (t5x.contrib.moe) is not built in t5forge", "mixture-of-experts")
+
+
+def needs(feature: str):
+    """RUNS where t5forge builds the model `feature`, else refused in one line naming it."""
+    missing = missing_parameters(feature)
+    if not missing:
+        return RUNS
+    return Refused(f"needs {feature}, which t5forge does not build yet", feature)
+
+
+# contrib/moe's run files, with a Flaxformer MoE model file.
+MOE = needs(MOE_FEATURE)
 UMT5_INCLUDE = Refused(
     "T5X's own file includes t5x/configs/runs/pretrain_deterministic.gin, which T5X does "
     "not have (broken in T5X too)",
@@ -39,6 +52,11 @@ TYDIQA_IMPORT = Refused(
     "T5X's own file binds partitioning.PjitPartitioner without importing partitioning "
     "(gin refuses it in T5X too)",
     "'partitioning' was not provided by an import statement",
+)
+MOE_TFEXAMPLE_IMPORT = Refused(
+    "T5X's own file binds train_script.precompile without importing train_script "
+    "(gin refuses it in T5X too)",
+    "'train_script' was not provided by an import statement",
 )
 MESH_TF = Refused(
     "a Mesh TensorFlow operative config, not a T5X file; the line names `t5forge convert "
@@ -124,7 +142,7 @@ STATES = {
     "t5x/contrib/moe/configs/runs/export_seqio.gin": EXPORT,
     "t5x/contrib/moe/configs/runs/finetune.gin": MOE,
     "t5x/contrib/moe/configs/runs/infer.gin": MOE,
-    "t5x/contrib/moe/configs/runs/infer_from_tfexample_file.gin": MOE,
+    "t5x/contrib/moe/configs/runs/infer_from_tfexample_file.gin": MOE_TFEXAMPLE_IMPORT,
     "t5x/contrib/moe/configs/runs/precompile.gin": MOE,
     "t5x/contrib/moe/configs/runs/pretrain.gin": MOE,
     "t5x/contrib/moe/configs/runs/sparse_upcycle.gin": MOE,
@@ -205,13 +223,18 @@ def state_text(state) -> str:
     return "runs" if state == RUNS else f"refused in one line: {state.reason}"
 
 
-def readme_table() -> str:
-    """The README's table: folder, then each file's state (runs, or the refusal's reason)."""
-    lines = ["| T5X gin file | under t5forge |", "|---|---|"]
-    lines += [f"| `{path}` | {state_text(state)} |" for path, state in STATES.items()]
-    runs = sum(state == RUNS for state in STATES.values())
-    lines.append(f"| **{len(STATES)} files** | **{runs} run, {len(STATES) - runs} refused** |")
+def table(states: dict, heading: str) -> str:
+    """One file per row (runs, or the refusal's reason), then the counts."""
+    lines = [f"| {heading} | under t5forge |", "|---|---|"]
+    lines += [f"| `{path}` | {state_text(state)} |" for path, state in states.items()]
+    runs = sum(state == RUNS for state in states.values())
+    lines.append(f"| **{len(states)} files** | **{runs} run, {len(states) - runs} refused** |")
     return "\n".join(lines) + "\n"
+
+
+def readme_table() -> str:
+    """T5X's table: each file's state (runs, or the refusal's reason)."""
+    return table(STATES, "T5X gin file")
 
 
 if __name__ == "__main__":

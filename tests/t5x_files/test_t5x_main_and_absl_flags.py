@@ -24,7 +24,7 @@ EXAMPLES = "t5x/examples/t5/t5_1_1/examples"
 
 def test_main_py_example_with_a_flagfile_and_absl_and_jax_flags(tiny_runs, tmp_path):
     flagfile = tmp_path / "flags.txt"
-    overriding = overrides(tmp_path) + network_overrides(decoder_only=False)
+    overriding = overrides(tmp_path) + network_overrides(T5_MODEL)
     flagfile.write_text("# a T5X user's flags\n" + "\n".join(overriding) + "\n")
     logs = tmp_path / "logs"
     result = tiny_runs.run(

@@ -1,4 +1,5 @@
-"""T5X's module names (`t5x.utils`, `seqio`, `__main__`, ...) for gin, and only while gin parses.
+"""T5X's and Flaxformer's module names (`t5x.utils`, `seqio`, `__main__`,
+`flaxformer.components.dense`, ...) for gin, and only while gin parses.
 
 A T5X gin file says `from t5x import utils` and then `utils.DatasetConfig.batch_size = 128`;
 with dynamic registration gin imports the module and looks the attribute up. Each T5X name of
@@ -20,15 +21,15 @@ import gin
 import t5forge.gin_config.gin_registry  # noqa: F401  (registers the twins the T5X names forward to)
 from t5forge.compat import stand_in_modules
 from t5forge.gin_config import gin_internals
+from t5forge.gin_config.t5x_compat.name_entry import BOUND_WITHOUT_IMPORT, T5XName
 from t5forge.gin_config.t5x_compat.names import (
-    BOUND_WITHOUT_IMPORT,
     MODULE_ALIASES,
+    MODULE_CONSTANTS,
     NAMES,
     TASK_MODULES,
-    T5XName,
 )
 
-FAKE_ROOTS = ("__main__", "t5x", "seqio", "t5")
+FAKE_ROOTS = ("__main__", "t5x", "seqio", "t5", "flaxformer")
 
 
 def _forwarding(entry: T5XName):
@@ -48,7 +49,7 @@ def _with_rule_signature(fn, entry: T5XName):
         fn.__signature__ = inspect.Signature(
             [
                 inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None)
-                for name in entry.rules
+                for name in entry.parameters()
             ]
         )
     return fn
@@ -87,7 +88,9 @@ def _build_modules() -> dict[str, types.ModuleType]:
                 setattr(module(parent), child, modules[path])
         return modules[path]
 
-    registered = {entry.t5x_path: _register(entry) for entry in NAMES}
+    registered = {
+        entry.t5x_path: _register(entry) for entry in NAMES if not entry.registered_by_gin
+    }
     for path, obj in registered.items():
         owner_path, _, attribute = path.rpartition(".")
         if owner_path in registered:  # a method: models.EncoderDecoderModel.predict_batch_...
@@ -96,6 +99,9 @@ def _build_modules() -> dict[str, types.ModuleType]:
             setattr(module(owner_path), attribute, obj)
     for path in TASK_MODULES:
         module(path)
+    for path, constants in MODULE_CONSTANTS.items():
+        for name, value in constants.items():
+            setattr(module(path), name, value)
     for alias, path in MODULE_ALIASES.items():
         parent, _, child = alias.rpartition(".")
         modules[alias] = module(path)

@@ -13,22 +13,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
 
 from t5forge.data.providers.tfexample_file_task import create_task_from_tfexample_file
-from t5forge.gin_config.t5x_compat import objects
+from t5forge.gin_config.t5x_compat import flaxformer_objects, objects
+from t5forge.gin_config.t5x_compat.flaxformer_names import MOE, flaxformer_names
+from t5forge.gin_config.t5x_compat.name_entry import T5XName
 from t5forge.gin_config.t5x_compat.rules import (
     Rule,
     equivalent,
+    field,
     honoured,
     keep,
     move,
     reference,
+    refers_to,
     resolve_macros,
 )
-
-# Names with a twin that T5X's files also bind in files without imports.
-BOUND_WITHOUT_IMPORT = ("T5Config",)
 
 # Reasons, said once each.
 FLOAT32 = "t5forge keeps parameters in float32 and computes in T5Config.dtype"
@@ -43,41 +43,6 @@ EVAL_LAYOUT = (
     "num_partitions applies to train"
 )
 PARTITIONER = "use partitioning.PjitPartitioner.num_partitions (or mesh_shape=(data, model))"
-
-
-@dataclasses.dataclass(frozen=True)
-class T5XName:
-    """One T5X gin name: `module` is T5X's import path ('t5x.utils', '__main__', 'seqio')."""
-
-    module: str
-    name: str
-    rules: Mapping[str, Rule] = dataclasses.field(default_factory=dict)
-    twin: str | None = None
-    build: Callable | None = None
-    returns_twin: bool = False
-    same_object: bool = False
-    # t5forge's own configurable spelled like this T5X name, which a flag written the T5X
-    # way (`--gin.models.EncoderDecoderModel.z_loss=0`) binds: its bindings join this name's.
-    shadowed_by: str | None = None
-
-    @property
-    def t5x_path(self) -> str:
-        return f"{self.module}.{self.name}"
-
-    @property
-    def gin_selector(self) -> str:
-        """The complete gin selector. A name with a twin gets a `t5x_` prefix, so that the
-        partial selectors t5forge's files and flags write (`train.eval_period`,
-        `DatasetConfig.batch_size`) keep naming the twin alone; except the names T5X's size
-        files bind without importing them (`network.T5Config:` after an include), which gin
-        can only find under their own name."""
-        from t5forge.gin_config import gin_internals
-
-        if self.same_object:
-            return gin_internals.complete_selector(self.twin)
-        if self.twin and self.name not in BOUND_WITHOUT_IMPORT:
-            return f"{self.module}.t5x_{self.name}"
-        return self.t5x_path
 
 
 def _several_paths(value) -> bool:
@@ -155,7 +120,7 @@ _RESTORE = {
         refuse=("several paths: evaluate a model dir with mode='all' instead"),
     ),
     "mode": move(),
-    "assignment_map": move(),
+    "assignment_map": move(convert=objects.params_assignment_map),
     "fallback_to_scratch": move(),
     "dtype": honoured("float32", warn=FLOAT32),
     "restore_dataset": honoured(
@@ -164,7 +129,18 @@ _RESTORE = {
         "MODEL_DIR; the data position of another run is not restored",
     ),
     "strict": honoured(True, warn="t5forge always checks every parameter's name and shape"),
-    "checkpointer_cls": Rule(refuse=True, accepts=lambda v: False, reason=TF_ONLY),
+    # T5X's sparse upcycling (contrib/moe's sparse_upcycle.gin): dense MLPs to every expert.
+    "checkpointer_cls": Rule(
+        move_to=".checkpointer_cls",
+        convert=objects.reference_to("checkpoints.UpcycleCheckpointer"),
+        requires="checkpoints.UpcycleCheckpointer",
+        accepts=lambda v: refers_to(v, f"{_MOE}.checkpoints.UpcycleCheckpointer"),
+        refuse=True,
+        reason=TF_ONLY,
+        feature=MOE,
+        summary="@checkpoints.UpcycleCheckpointer moves to t5forge's (sparse upcycling, "
+        f"mixture-of-experts layers); otherwise refused: {TF_ONLY}",
+    ),
     "checkpoint_manager_cls": Rule(refuse=True, accepts=lambda v: False, reason=TF_ONLY),
     "state_transformation_fns": honoured((), refuse=TF_ONLY),
     "use_gda": equivalent(),
@@ -204,9 +180,10 @@ _SCRIPT_COMMON = {
     "use_orbax": equivalent(),
 }
 
+_MOE = "t5x.contrib.moe"
 _EVALUATOR = reference("seqio.Evaluator", refuse="only seqio.Evaluator is supported")
 
-NAMES: tuple[T5XName, ...] = (
+_T5X_NAMES: tuple[T5XName, ...] = (
     # ---- the three scripts (`import __main__ as train_script`)
     T5XName(
         "__main__",
@@ -241,10 +218,22 @@ NAMES: tuple[T5XName, ...] = (
             "use_hardware_rng": honoured(
                 False, warn="t5forge always uses JAX's default (deterministic) random numbers"
             ),
-            "trainer_cls": reference(
-                "t5x.trainer.Trainer",
-                refuse="only trainer.Trainer is "
-                "supported; t5forge takes custom trainers from Python",
+            "trainer_cls": Rule(
+                move_to="train.trainer_cls",
+                convert=objects.reference_to("trainer.MoeTrainer"),
+                requires="trainer.MoeTrainer",
+                moves=lambda v: refers_to(v, f"{_MOE}.trainer.MoeTrainer"),
+                accepts=lambda v: (
+                    refers_to(v, "t5x.trainer.Trainer")
+                    or refers_to(v, f"{_MOE}.trainer.MoeTrainer")
+                ),
+                refuse=True,
+                reason="only trainer.Trainer and contrib/moe's MoeTrainer are supported; "
+                "t5forge takes custom trainers from Python",
+                feature=MOE,
+                summary="accepted when @trainer.Trainer; @moe_trainer.MoeTrainer moves to "
+                "train.trainer_cls = @trainer.MoeTrainer (mixture-of-experts layers); "
+                "otherwise refused: t5forge takes custom trainers from Python",
             ),
             "summarize_config_fn": equivalent(),
             "inference_evaluator_cls": _EVALUATOR,
@@ -515,12 +504,15 @@ NAMES: tuple[T5XName, ...] = (
             ),
             "logical_factor_rules": reference(
                 "t5x.adafactor.standard_logical_factor_rules",
+                "t5x.contrib.moe.adafactor_utils.logical_factor_rules",
                 refuse="t5forge factors by its standard rules",
             ),
             "weight_decay_rate": honoured(None, refuse="use optimizers.adamw for weight decay"),
             "weight_decay_rate_lr_exponent": honoured(None, refuse="use optimizers.adamw"),
             "dtype_momentum": honoured("float32", warn=FLOAT32),
-            "factor_map": honoured(None, refuse="t5forge factors by logical axes"),
+            "factor_map": reference(
+                None, "t5x.adafactor.HParamMap", refuse="t5forge factors by logical axes"
+            ),
             "max_parameter_scale": honoured(None, refuse=TF_ONLY),
             "skip_nan_updates": honoured(False, warn="use trainer.TerminateOnNanAction"),
         },
@@ -529,6 +521,27 @@ NAMES: tuple[T5XName, ...] = (
         "t5x.adafactor",
         "standard_logical_factor_rules",
         build=objects.standard_logical_factor_rules,
+    ),
+    # Flaxformer's scanned MoE overlay (moe/runs/scan.gin): T5X's factoring by parameter name,
+    # scanned layers as a batch axis; t5forge's logical axes already factor them that way.
+    T5XName(
+        "t5x.adafactor",
+        "HParamMap",
+        build=objects.configured_elsewhere("adafactor.HParamMap", "adafactor.Adafactor.factor_map"),
+        rules={
+            "rules": reference(
+                "t5x.adafactor.standard_factor_rules",
+                refuse="t5forge factors by its logical axis rules",
+            )
+        },
+    ),
+    T5XName(
+        "t5x.adafactor",
+        "standard_factor_rules",
+        build=objects.configured_elsewhere(
+            "adafactor.standard_factor_rules", "adafactor.HParamMap.rules"
+        ),
+        rules={"scan_layers": equivalent()},  # a scanned `layers` axis is factored as a batch
     ),
     # ---- t5x.examples.decoder_only.network
     T5XName(
@@ -625,6 +638,7 @@ NAMES: tuple[T5XName, ...] = (
         "Transformer",
         build=objects.transformer,
         rules={"config": keep()},
+        builds_config=True,
     ),
     # ---- seqio
     T5XName(
@@ -675,6 +689,87 @@ NAMES: tuple[T5XName, ...] = (
     ),
 )
 
+
+def _t5x_entry(name: str) -> T5XName:
+    return next(entry for entry in _T5X_NAMES if entry.t5x_path == name)
+
+
+# T5X's contrib/moe: the run files' partitioner, trainer and checkpointer, the model files' model,
+# each forwarding to t5forge's namesake (partitioning.MoePjitPartitioner, trainer.MoeTrainer,
+# checkpoints.UpcycleCheckpointer).
+_MOE_NAMES = (
+    T5XName(
+        f"{_MOE}.models",
+        "MoeEncoderDecoderModel",
+        twin="models.Model",
+        rules={
+            **_t5x_entry("t5x.models.EncoderDecoderModel").rules,
+            "aux_loss_factor": field("aux_loss_factor", feature=MOE),
+            "router_z_loss_factor": field("router_z_loss_factor", feature=MOE),
+        },
+    ),
+    dataclasses.replace(
+        _t5x_entry("t5x.models.EncoderDecoderModel.predict_batch_with_aux"),
+        module=f"{_MOE}.models",
+        build=objects.configured_elsewhere(
+            "models.MoeEncoderDecoderModel.predict_batch_with_aux", "its num_decodes"
+        ),
+    ),
+    T5XName(
+        f"{_MOE}.partitioning",
+        "MoePjitPartitioner",
+        twin="partitioning.MoePjitPartitioner",
+        rules={
+            **{
+                p: dataclasses.replace(rule, feature=MOE) if rule.move_to else rule
+                for p, rule in _t5x_entry("t5x.partitioning.PjitPartitioner").rules.items()
+            },
+            "num_expert_partitions": Rule(move_to=".", feature=MOE),
+        },
+    ),
+    T5XName(
+        f"{_MOE}.partitioning",
+        "compute_num_model_partitions",
+        build=flaxformer_objects.compute_num_model_partitions,
+        rules={"num_model_partitions": keep(), "model_parallel_submesh": keep()},
+    ),
+    T5XName(
+        f"{_MOE}.trainer",
+        "MoeTrainer",
+        build=objects.configured_elsewhere(
+            "moe_trainer.MoeTrainer", "train.trainer_cls = @moe_trainer.MoeTrainer"
+        ),
+        rules={
+            **_t5x_entry("t5x.trainer.Trainer").rules,
+            "num_expert_partitions": Rule(
+                move_to="trainer.MoeTrainer.num_expert_partitions", feature=MOE
+            ),
+        },
+    ),
+    T5XName(
+        f"{_MOE}.adafactor_utils",
+        "logical_factor_rules",
+        build=objects.standard_logical_factor_rules,
+    ),
+    T5XName(
+        f"{_MOE}.checkpoints",
+        "UpcycleCheckpointer",
+        build=objects.configured_elsewhere(
+            "checkpoints.UpcycleCheckpointer", "utils.RestoreCheckpointConfig.checkpointer_cls"
+        ),
+        rules={
+            "num_experts": Rule(move_to="checkpoints.UpcycleCheckpointer.num_experts", feature=MOE)
+        },
+    ),
+)
+
+NAMES: tuple[T5XName, ...] = (*_T5X_NAMES, *_MOE_NAMES, *flaxformer_names())
+
+# Flaxformer's enums gin files name as constants (`%moe_enums.LayerLayout.MIXED`).
+MODULE_CONSTANTS = {
+    "flaxformer.architectures.moe.moe_enums": {"LayerLayout": flaxformer_objects.LayerLayout},
+}
+
 # T5X modules whose import registers TensorFlow tasks: importable, empty, and reported.
 TASK_MODULES = ("t5.data.mixtures", "t5.data.tasks", "t5x.contrib.gpu.scripts_gpu.seqio_tasks")
 
@@ -684,12 +779,38 @@ EXPORT = (
     "checkpoint with `t5forge serve`, or write a Hugging Face model with "
     "`t5forge convert --from t5forge --to hf`"
 )
+CALM = (
+    "CALM (confident adaptive language modeling: early-exit decoding) is a research "
+    "architecture t5forge does not build"
+)
 UNAVAILABLE_MODULES = {
     "t5x.export_lib": EXPORT,
     "t5x.checkpoints": "its checkpoint classes serve T5X's export and checkpointer. " + EXPORT,
     "t5x.contrib.moe": (
         "mixture-of-experts models (T5X's contrib/moe) are not built in t5forge; train a dense "
         "T5 (t5x/examples/t5/...)"
+    ),
+    "flaxformer.t5x": (
+        "its state transformations rename Flaxformer's parameters inside T5X's checkpointer; "
+        "t5forge reads T5X and Flaxformer checkpoints by their names "
+        "(`t5forge convert --from t5x`)"
+    ),
+    **dict.fromkeys(("flaxformer.architectures.calm_t5", "t5x.contrib.calm"), CALM),
+    "flax.optim": (
+        "flax.optim was removed from Flax (0.6); T5X's own code cannot import it either, "
+        "its optimizers are t5x.adafactor and optax"
+    ),
+    "flaxformer.architectures.h_transformer": (
+        "H-Transformer-1D (hierarchical attention) is a research architecture t5forge does "
+        "not build"
+    ),
+    "flaxformer.architectures.perceiver_ar": (
+        "Perceiver AR (cross-attention to a long prefix) is a research architecture t5forge "
+        "does not build"
+    ),
+    "flaxformer.architectures.fido": (
+        "FiDO (layer-sparse decoder cross-attention) is a research architecture t5forge "
+        "does not build"
     ),
     "mesh_tensorflow": (
         "this is a Mesh TensorFlow operative config, not a T5X gin file; convert Mesh TF "
@@ -707,4 +828,4 @@ MODULE_ALIASES = {
 
 def shadowed_parameters() -> dict[str, set[str]]:
     """t5forge's configurable -> the T5X parameters it accepts while T5X files parse."""
-    return {entry.shadowed_by: set(entry.rules) for entry in NAMES if entry.shadowed_by}
+    return {entry.shadowed_by: set(entry.parameters()) for entry in NAMES if entry.shadowed_by}

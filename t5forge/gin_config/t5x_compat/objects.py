@@ -174,6 +174,37 @@ def only_train_eval_actions(actions) -> bool:
     return isinstance(actions, dict) and set(actions) <= {"TRAIN_EVAL"}
 
 
+def params_assignment_map(pairs):
+    """T5X's `RestoreCheckpointConfig.assignment_map` on t5forge's parameter names: T5X
+    matches paths of its train state (`target/encoder/...` for parameters,
+    `state/param_states/...` for the optimizer), t5forge the parameter names themselves
+    (`encoder/...`; the optimizer starts fresh). So `target` leaves patterns and replacements,
+    and optimizer-state entries go."""
+    if not pairs:
+        return pairs
+    converted = []
+    for pattern, replacement in pairs:
+        if pattern.startswith("state"):
+            continue
+        if pattern.startswith("target"):
+            pattern = pattern.removeprefix("target")
+            if replacement is not None:
+                replacement = replacement.removeprefix("target")
+        converted.append((pattern, replacement))
+    return tuple(converted)
+
+
+def reference_to(selector: str):
+    """A converter to `@selector` (t5forge's configurable, uncalled): T5X's name of a class
+    becomes t5forge's, which gin configures when the run calls it."""
+    import gin
+
+    def convert(value):
+        return gin.config.ConfigurableReference(selector, evaluate=False)
+
+    return convert
+
+
 def configured_elsewhere(t5x_name: str, where: str):
     """The Python behind a T5X name whose bindings all move elsewhere (`trainer.Trainer` ->
     `train`): calling it means a config uses it in a place t5forge does not translate."""

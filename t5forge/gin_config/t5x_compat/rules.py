@@ -37,10 +37,40 @@ class Rule:
     refuse: bool = False
     reason: str = ""
     convert: Callable[[Any], Any] = _same
+    # A field of the whole model (T5Config) written on one of Flaxformer's layers: moved
+    # without the binding's scope, and checked against the other bindings of that field.
+    model_field: bool = False
+    # The model feature the target parameter belongs to (named when t5forge lacks it).
+    feature: str = ""
+    # A configurable the moved value names, which t5forge must have (else: the feature).
+    requires: str = ""
+    # Whether an accepted value moves (others are accepted and dropped).
+    moves: Callable[[Any], bool] = _always
+    # What happens to a binding, in words (the docs' per-parameter tables).
+    summary: str = ""
 
     @property
     def converts(self) -> bool:
         return self.convert is not _same
+
+    def describe(self) -> str:
+        """What t5forge does with a binding of this parameter, in words."""
+        if self.summary:
+            return self.summary
+        if self.keep:
+            return "used by the name's own Python"
+        if self.move_to:
+            target = self.move_to
+            if target.startswith("."):
+                target = f"t5forge's {target[1:] or 'parameter of the same name'}"
+            return f"moved to {target}" + (f" ({self.feature})" if self.feature else "")
+        if self.accepts is _always:
+            return "accepted: t5forge behaves this way for every value"
+        return f"where t5forge differs, {otherwise_text(self.refuse, self.reason)}"
+
+
+def otherwise_text(refuse: bool, reason: str) -> str:
+    return f"{'refused' if refuse else 'accepted and ignored with a warning'}: {reason}"
 
 
 def move(
@@ -62,6 +92,30 @@ def move(
     )
 
 
+def field(
+    name: str,
+    convert=_same,
+    feature: str = "",
+    accepts: Callable[[Any], bool] = _always,
+    refuse: str = "",
+) -> Rule:
+    """Moved onto `T5Config.<name>`, whatever the binding's scope: Flaxformer spreads one
+    model's hyperparameters over its layers (`dense.MlpBlock.intermediate_dim` -> mlp_dim).
+    `feature` names the model feature the field belongs to, for a t5forge without it; values
+    `accepts` rejects are refused with `refuse`."""
+    summary = f"T5Config.{name}" + (f" ({feature})" if feature else "")
+    return Rule(
+        move_to=f"T5Config.{name}",
+        convert=convert,
+        model_field=True,
+        feature=feature,
+        accepts=accepts,
+        refuse=bool(refuse),
+        reason=refuse,
+        summary=summary + (f"; otherwise {otherwise_text(True, refuse)}" if refuse else ""),
+    )
+
+
 def keep() -> Rule:
     """Stays bound to the T5X name, whose own Python uses it."""
     return Rule(keep=True)
@@ -70,10 +124,12 @@ def keep() -> Rule:
 def honoured(*values, warn: str = "", refuse: str = "") -> Rule:
     """t5forge already behaves as these values ask; anything else is dropped with `warn`
     or refused with `refuse`."""
+    shown = " or ".join(repr(v) for v in values)
     return Rule(
         accepts=lambda v: any(_equal(v, ok) for ok in values),
         refuse=bool(refuse),
         reason=refuse or warn,
+        summary=f"honoured when {shown}; otherwise {otherwise_text(bool(refuse), refuse or warn)}",
     )
 
 
@@ -83,9 +139,26 @@ def equivalent() -> Rule:
     return Rule()
 
 
-def reference(t5x_selector: str, refuse: str) -> Rule:
-    """Accepted when the value is `@<t5x_selector>` (e.g. `trainer_cls = @trainer.Trainer`)."""
-    return Rule(accepts=lambda v: refers_to(v, t5x_selector), refuse=True, reason=refuse)
+def reference(*t5x_selectors: str, refuse: str) -> Rule:
+    """Accepted when the value is `@<selector>` of one of them (e.g. `trainer_cls =
+    @trainer.Trainer`); a selector of None accepts None."""
+    shown = " or ".join("None" if s is None else f"@{_short(s)}" for s in t5x_selectors)
+    return Rule(
+        accepts=names_one_of(*t5x_selectors),
+        refuse=True,
+        reason=refuse,
+        summary=f"accepted when {shown}; otherwise {otherwise_text(True, refuse)}",
+    )
+
+
+def names_one_of(*selectors: str | None) -> Callable[[Any], bool]:
+    """Whether a value is `@<selector>` of one of them (a selector of None: the value None)."""
+    return lambda v: any(v is None if s is None else refers_to(v, s) for s in selectors)
+
+
+def _short(selector: str) -> str:
+    """`t5x.trainer.Trainer` -> `trainer.Trainer` (module and name, as gin files write it)."""
+    return ".".join(selector.split(".")[-2:])
 
 
 def _equal(value, expected) -> bool:
@@ -112,8 +185,20 @@ def macro_name(value) -> str | None:
     return None
 
 
+def _constant(value):
+    """The value of a gin constant reference (`%moe_enums.LayerLayout.MIXED`), else `value`."""
+    if (
+        isinstance(value, gin.config.ConfigurableReference)
+        and value.configurable.wrapped is gin.config._retrieve_constant
+    ):
+        return gin.config._CONSTANTS[value.scoped_selector.rsplit("/", 1)[0]]
+    return value
+
+
 def resolve_macros(value):
-    """The value with every `%NAME` replaced by what NAME is bound to (references stay)."""
+    """The value with every `%NAME` replaced by what NAME is bound to, and gin constants by
+    their values (references stay)."""
+    value = _constant(value)
     name = macro_name(value)
     if name is not None:
         try:
