@@ -194,7 +194,8 @@ class SparseMlp(nn.Module):
         values = {
             "router_z_loss": routing.router_z_loss(logits),
             "auxiliary_loss": auxiliary,
-            "fraction_tokens_left_behind": 1.0 - somewhere / (groups * tokens),
+            # counted, then divided: 1 - a / b may come out a hair below 0 under jit
+            "fraction_tokens_left_behind": (groups * tokens - somewhere) / (groups * tokens),
             "expert_usage": usage,
             "router_confidence": jnp.sum(combine) / jnp.maximum(routed, 1.0),
         }
