@@ -29,8 +29,6 @@ ROUTER_INIT = nn.initializers.normal(stddev=2e-2)
 EXPERT_INIT = nn.initializers.variance_scaling(
     1.0, "fan_in", "truncated_normal", in_axis=-2, out_axis=-1, batch_axis=(0,)
 )
-# Where the experts' slots are sharded on the way in and out: T5X's names.
-EXPERT_REPLICAS = "expert_replicas"
 # The sown per-layer statistics (T5X's MOE_METRICS, and the load-balance terms that let Hugging
 # Face's pooled auxiliary loss be formed across a stack's layers).
 LOSS_STATS = ("router_z_loss", "auxiliary_loss", "expert_fraction", "router_prob_mean")
@@ -83,7 +81,7 @@ class ExpertMlp(nn.Module):
             )
             h = activation_fn(name)(dense(x))
             hidden = h if hidden is None else hidden * h
-        hidden = constrain(hidden, axes.EXPERT, EXPERT_REPLICAS, axes.MLP)
+        hidden = constrain(hidden, axes.EXPERT, axes.EXPERT_REPLICAS, axes.MLP)
         # One mask per expert shared by its slots, as Flaxformer's vmapped MlpBlock.
         hidden = Dropout(self.dropout_rate, broadcast_dims=(-2,))(
             hidden, deterministic=deterministic
@@ -164,7 +162,7 @@ class SparseMlp(nn.Module):
             auxiliary = jnp.float32(0.0)
         dtype = x.dtype
         slots = jnp.einsum("gsd,gsec->egcd", tokens, dispatch.astype(dtype))
-        slots = constrain(slots, axes.EXPERT, EXPERT_REPLICAS, axes.LENGTH, axes.EMBED)
+        slots = constrain(slots, axes.EXPERT, axes.EXPERT_REPLICAS, axes.LENGTH, axes.EMBED)
         slots_shape = slots.shape
         experts = ExpertMlp(
             cfg.emb_dim,
@@ -176,7 +174,7 @@ class SparseMlp(nn.Module):
         )
         outputs = experts(slots.reshape(num_experts, -1, width), deterministic)
         outputs = constrain(
-            outputs.reshape(slots_shape), axes.EXPERT, EXPERT_REPLICAS, axes.LENGTH, axes.EMBED
+            outputs.reshape(slots_shape), axes.EXPERT, axes.EXPERT_REPLICAS, axes.LENGTH, axes.EMBED
         )
         y = jnp.einsum("egcd,gsec->gsd", outputs, combine.astype(dtype))
         self._sow_diagnostics(logits, auxiliary, dispatch, combine, capacity)
@@ -194,7 +192,8 @@ class SparseMlp(nn.Module):
         values = {
             "router_z_loss": routing.router_z_loss(logits),
             "auxiliary_loss": auxiliary,
-            "fraction_tokens_left_behind": 1.0 - somewhere / (groups * tokens),
+            # counted, then divided: 1 - a / b may come out a hair below 0 under jit
+            "fraction_tokens_left_behind": (groups * tokens - somewhere) / (groups * tokens),
             "expert_usage": usage,
             "router_confidence": jnp.sum(combine) / jnp.maximum(routed, 1.0),
         }

@@ -109,7 +109,7 @@ def _our_router_losses(forge, encoder_inputs, targets) -> dict:
         "decoder_input_tokens": jnp.asarray(_decoder_inputs(targets)),
         "decoder_target_tokens": jnp.asarray(targets),
     }
-    _, intermediates = build_model(forge.config)._forward(forge.params, batch)
+    _, intermediates = jax.jit(build_model(forge.config)._forward)(forge.params, batch)
     return router_losses(intermediates, forge.config)
 
 
@@ -148,7 +148,7 @@ def test_capacity_two_drops_tokens_and_still_matches(converted):
         "decoder_input_tokens": _decoder_inputs(FULL_TARGETS),
         "decoder_target_tokens": FULL_TARGETS,
     }
-    _, metrics = build_model(forge.config).loss_fn(forge.params, batch)
+    _, metrics = jax.jit(build_model(forge.config).loss_fn)(forge.params, batch)
     dropped = float(metrics["experts/fraction_tokens_left_behind"])
     assert (dropped > 0) == (forge.config.expert_capacity == CAPACITIES["drops"])
 

@@ -142,8 +142,8 @@ def test_router_losses_join_the_training_loss():
     model = build_model(config)
     params = model.init_params(jax.random.PRNGKey(0))
     plain = build_model(dataclasses.replace(config, aux_loss_factor=0.0, router_z_loss_factor=0.0))
-    loss, metrics = model.loss_fn(params, BATCH)
-    plain_loss, plain_metrics = plain.loss_fn(params, BATCH)
+    loss, metrics = jax.jit(model.loss_fn)(params, BATCH)
+    plain_loss, plain_metrics = jax.jit(plain.loss_fn)(params, BATCH)
     router = metrics["experts/auxiliary_loss"] + metrics["experts/router_z_loss"]
     assert float(router) > 0 and float(plain_metrics["experts/auxiliary_loss"]) == 0.0
     np.testing.assert_allclose(loss, plain_loss + router, rtol=1e-6)
@@ -157,8 +157,8 @@ def test_capacity_factor_differs_between_training_and_evaluation():
     config = _sparse(train_capacity_factor=0.1, eval_capacity_factor=4.0, min_expert_capacity=1)
     model = build_model(config)
     params = model.init_params(jax.random.PRNGKey(0))
-    _, training = model.loss_fn(params, BATCH, jax.random.PRNGKey(1))
-    _, evaluation = model.loss_fn(params, BATCH)
+    _, training = jax.jit(model.loss_fn)(params, BATCH, jax.random.PRNGKey(1))
+    _, evaluation = jax.jit(model.loss_fn)(params, BATCH)
     assert float(training["experts/fraction_tokens_left_behind"]) > 0.0
     assert float(evaluation["experts/fraction_tokens_left_behind"]) == 0.0
 
@@ -176,8 +176,8 @@ def test_scanned_sparse_stacks_compute_what_unrolled_ones_do():
     )
     scanned = dataclasses.replace(config, scan_layers=True)
     params = build_model(config).init_params(jax.random.PRNGKey(0))
-    loss, metrics = build_model(config).loss_fn(params, BATCH)
-    scanned_loss, scanned_metrics = build_model(scanned).loss_fn(
+    loss, metrics = jax.jit(build_model(config).loss_fn)(params, BATCH)
+    scanned_loss, scanned_metrics = jax.jit(build_model(scanned).loss_fn)(
         stack_layers(params, scanned), BATCH
     )
     np.testing.assert_allclose(scanned_loss, loss, rtol=1e-5)
