@@ -78,6 +78,16 @@ class IsolatedSide:
         self._receive.close()
 
 
+def run_sides(bench, sides: dict, steps: int, **options) -> dict:
+    """`bench.run` over isolated sides (name -> IsolatedSide), each worker stopped afterwards
+    whatever happens; returns the sides' last outputs."""
+    try:
+        return bench.run({name: side.bind() for name, side in sides.items()}, steps, **options)
+    finally:
+        for side in sides.values():
+            side.close()
+
+
 def _serve(receive: Connection, send: Connection) -> None:
     """The worker: build the side, then run it once per request until told to stop."""
     factory, kwargs = receive.recv()

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import harness  # noqa: E402  (same directory)
 import same_weights  # noqa: E402  (same directory)
-from isolated import IsolatedSide  # noqa: E402  (same directory)
+from isolated import IsolatedSide, run_sides  # noqa: E402  (same directory)
 
 from t5forge.interop.huggingface import save_hf_dir  # noqa: E402
 from t5forge.models.configs import T5Config  # noqa: E402
@@ -175,18 +175,15 @@ def main() -> int:
             ),
             peer: IsolatedSide("moe_train_step:hf_side", hf_dir=str(hf_dir), batch=batch),
         }
-        try:
-            outputs = bench.run(
-                {name: side.bind() for name, side in sides.items()},
-                args.steps,
-                work=tokens,
-                unit="tokens/s",
-                warmup=args.warmup,
-                blocks=True,
-            )
-        finally:
-            for side in sides.values():
-                side.close()
+        outputs = run_sides(
+            bench,
+            sides,
+            args.steps,
+            work=tokens,
+            unit="tokens/s",
+            warmup=args.warmup,
+            blocks=True,
+        )
     print(
         f"  loss/token after the last step: t5forge "
         f"{outputs[ours]['cross_ent_loss_per_all_target_tokens']:.4f}, transformers "

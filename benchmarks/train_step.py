@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import harness  # noqa: E402  (same directory)
 import same_weights  # noqa: E402  (same directory)
-from isolated import IsolatedSide  # noqa: E402  (same directory)
+from isolated import IsolatedSide, run_sides  # noqa: E402  (same directory)
 
 from t5forge.models.configs import get_config  # noqa: E402
 from t5forge.models.model import build_model  # noqa: E402
@@ -167,18 +167,15 @@ def main() -> int:
             },
             peer: IsolatedSide("train_step:hf_side", hf_dir=str(hf_dir), batch=batch),
         }
-        try:
-            outputs = bench.run(
-                {name: side.bind() for name, side in sides.items()},
-                args.steps,
-                work=tokens,
-                unit="tokens/s",
-                warmup=args.warmup,
-                blocks=True,
-            )
-        finally:
-            for side in sides.values():
-                side.close()
+        outputs = run_sides(
+            bench,
+            sides,
+            args.steps,
+            work=tokens,
+            unit="tokens/s",
+            warmup=args.warmup,
+            blocks=True,
+        )
     losses = ", ".join(
         f"{name} {outputs[name]['cross_ent_loss_per_all_target_tokens']:.4f}"
         for name in ours.values()
