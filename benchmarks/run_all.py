@@ -11,6 +11,7 @@ import report
 HERE = Path(__file__).resolve().parent
 SCRIPTS = (
     "train_step",
+    "moe_train_step",
     "decode",
     "scaling",
     "data_pipeline",
