@@ -107,7 +107,7 @@ def test_the_readme_is_a_front_door():
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines: move detail into docs/"
 
 
-DATA_MODULE_IMPORT = re.compile(r"from t5forge\.data\.[a-z_]+ import")
+DATA_MODULE_IMPORT = re.compile(r"from t5forge\.data\.[a-z_.]+ import")
 
 
 def data_module_imports(root: Path) -> list[str]:
@@ -134,8 +134,9 @@ def test_the_facade_check_finds_a_module_import(tmp_path):
     (tmp_path / "examples" / "x").mkdir(parents=True)
     (tmp_path / "examples" / "x" / "tasks.py").write_text(
         "import t5forge\nfrom t5forge.data.providers import Task\n"
+        "from t5forge.data.cache.search_dirs import add_global_cache_dirs\n"
     )
-    assert data_module_imports(tmp_path) == ["examples/x/tasks.py:2"]
+    assert data_module_imports(tmp_path) == ["examples/x/tasks.py:2", "examples/x/tasks.py:3"]
 
 
 def test_the_checker_sees_what_a_reader_sees(tmp_path):
