@@ -1,6 +1,7 @@
 """The README and docs/ as a reader walks them on GitHub: every relative link lands on a file,
 every #anchor on a heading of its page, every docs page is reachable from the README, and the
-README stays a front door (at most 350 lines; the rest lives in docs/).
+README stays a front door (at most 350 lines; the rest lives in docs/); and the README and
+examples/ import data names from `t5forge.data` itself, never from a module behind it.
 
 Links inside code (fenced blocks, `spans`) are text, not links, and are not followed. Anchors
 are GitHub's: the heading's text lower-cased, punctuation other than - and _ dropped, spaces
@@ -104,6 +105,38 @@ def test_every_docs_page_is_reachable_from_the_readme():
 def test_the_readme_is_a_front_door():
     lines = README.read_text().count("\n")
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines: move detail into docs/"
+
+
+DATA_MODULE_IMPORT = re.compile(r"from t5forge\.data\.[a-z_.]+ import")
+
+
+def data_module_imports(root: Path) -> list[str]:
+    """Each `from t5forge.data.<module> import` in the README and examples/, as 'file:line'."""
+    files = [root / "README.md", *sorted((root / "examples").rglob("*"))]
+    found = []
+    for path in files:
+        if not path.is_file():
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if DATA_MODULE_IMPORT.search(line):
+                found.append(f"{path.relative_to(root)}:{number}")
+    return found
+
+
+def test_readers_import_data_from_the_facade():
+    """What a reader copies imports `from t5forge.data import X`: the modules behind the
+    facade are the data wing's families and may move (issue 38)."""
+    assert data_module_imports(REPO) == [], "import these names from t5forge.data itself"
+
+
+def test_the_facade_check_finds_a_module_import(tmp_path):
+    (tmp_path / "README.md").write_text("from t5forge.data import Task\n")
+    (tmp_path / "examples" / "x").mkdir(parents=True)
+    (tmp_path / "examples" / "x" / "tasks.py").write_text(
+        "import t5forge\nfrom t5forge.data.providers import Task\n"
+        "from t5forge.data.cache.search_dirs import add_global_cache_dirs\n"
+    )
+    assert data_module_imports(tmp_path) == ["examples/x/tasks.py:2", "examples/x/tasks.py:3"]
 
 
 def test_the_checker_sees_what_a_reader_sees(tmp_path):

@@ -1,4 +1,4 @@
-"""Data flows one way (README, "Architecture"): no module imports a layer above its own, the
+"""Data flows one way (docs/architecture.md): no module imports a layer above its own, the
 module graph has no cycle, and the library never reaches into the command line or the gin
 wing, so `t5forge.load(config=<gin file>)` and `t5forge.convert` work without them."""
 

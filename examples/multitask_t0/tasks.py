@@ -30,7 +30,7 @@ from t5forge.data import (
     mixing_rate_num_examples,
 )
 from t5forge.data import preprocessors as pp
-from t5forge.data.cache.search_dirs import add_global_cache_dirs
+from t5forge.seqio import add_global_cache_dirs
 from t5forge.tasks.builtin import default_data_dir
 
 MAX_EXAMPLES_PER_TASK = 20000  # T0's cap on a task's mixing rate

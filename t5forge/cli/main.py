@@ -2,10 +2,10 @@
 per command in t5forge.cli.
 
 Each command module exposes `main(argv: list[str]) -> int` and a one-line `HELP`.
-Exit statuses (README, "What survives what"): 0 finished; 2 a user or environment error (a
-T5ForgeError, a full disk, a read-only directory), reported as one `error: ...` line; 128 +
-the signal number (143 SIGTERM, 130 Ctrl-C) when a run was stopped by that signal after saving;
-1 an internal error (a bug: Python's traceback).
+Exit statuses (docs/runs-and-failures.md, "What survives what"): 0 finished; 2 a user or
+environment error (a T5ForgeError, a full disk, a read-only directory), reported as one
+`error: ...` line; 128 + the signal number (143 SIGTERM, 130 Ctrl-C) when a run was stopped by
+that signal after saving; 1 an internal error (a bug: Python's traceback).
 """
 
 import importlib

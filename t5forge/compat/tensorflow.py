@@ -73,7 +73,7 @@ class TensorFlowOp:
         raise DataError(
             f"{_caller()} calls {self._path}, a TensorFlow op t5forge does not run; write "
             "it as plain Python over the example dict (numpy arrays, str), e.g. an f-string "
-            "for tf.strings.join, np.concatenate for tf.concat (README 'Coming from T5X')"
+            "for tf.strings.join, np.concatenate for tf.concat (docs/tasks-and-data.md)"
         )
 
     def __repr__(self) -> str:

@@ -189,7 +189,10 @@ def _parameters_of(configurable: str) -> list[str]:
         return []
 
 
-_T5X_SUPPORTED = "README 'Coming from T5X' lists the T5X names t5forge understands and its file table what each of T5X's gin files does"
+_T5X_SUPPORTED = (
+    "docs/t5x-migration.md lists the T5X names t5forge understands and docs/t5x-gin-files.md "
+    "what each of T5X's gin files does"
+)
 _FLAXFORMER_SUPPORTED = (
     "docs/flaxformer-gin.md lists the Flaxformer names t5forge understands and what each of "
     "Flaxformer's gin files does"

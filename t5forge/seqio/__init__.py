@@ -7,7 +7,7 @@ data sources (TextLine, Function, Tfds, TFExample, File), `preprocessors`, `util
 `experimental`, `loggers`, `evaluation`, `metrics`, the feature converters and `get_dataset`
 take SeqIO's arguments in SeqIO's order where t5forge does the same thing. What differs: there is no tf.data, so
 preprocessors and dataset functions work on Python dicts of numpy values and str, one example
-at a time (README 'Coming from T5X' lists the rest).
+at a time (docs/tasks-and-data.md, "SeqIO task modules: one changed line", lists the rest).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`t5forge demo` (what `make demo` runs), end to end at tiny size.
 
-The full run is measured in the README; here the same command trains its vocabulary, a
+The full run is measured in docs/measured-runs.md; here the same command trains its vocabulary, a
 4-step model shrunk by gin flags, evaluates BLEU at step 0 and at the end, translates, and
 prints where everything is.
 """

@@ -14,7 +14,8 @@ from t5forge.gin_config.t5x_compat.translate import missing_parameters
 
 @dataclasses.dataclass(frozen=True)
 class Refused:
-    """Refused in one line: `reason` for the README, `says` the words the line must hold."""
+    """Refused in one line: `reason` for docs/t5x-gin-files.md, `says` the words the line must
+    hold."""
 
     reason: str
     says: str

@@ -6,7 +6,7 @@ of the same job (its `twin`: bindings move there after parsing, so a command-lin
 `--gin.utils.DatasetConfig.batch_size=8`, which names the twin, wins; calling the T5X name
 calls the twin), or has Python of its own
 (`build`, with T5X's signature). The rules (t5forge.gin_config.t5x_compat.rules) say, per parameter,
-whether t5forge honours it, moves it, or reports it; README 'Coming from T5X' lists the same.
+whether t5forge honours it, moves it, or reports it; docs/t5x-migration.md lists the same.
 """
 
 from __future__ import annotations

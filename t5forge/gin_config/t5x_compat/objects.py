@@ -212,7 +212,7 @@ def configured_elsewhere(t5x_name: str, where: str):
     def call(**unused):
         raise ConfigError(
             f"{t5x_name} is only translated where T5X's run files use it "
-            f"({where}); see README 'Coming from T5X'"
+            f"({where}); see docs/t5x-migration.md"
         )
 
     return call

@@ -135,7 +135,7 @@ def honoured(*values, warn: str = "", refuse: str = "") -> Rule:
 
 def equivalent() -> Rule:
     """A T5X knob whose every value t5forge matches (e.g. `use_gda`, `use_memory_cache`);
-    README 'Coming from T5X' lists why."""
+    docs/t5x-migration.md ("What differs") lists them."""
     return Rule()
 
 
