@@ -9,6 +9,12 @@ max_new_tokens, or their client left) free their slots and settle their futures,
 tick admits whoever arrived meanwhile. A row's time to first token is its encoding plus one
 step, whatever else is running.
 
+A tick makes one token per slot while anyone waits (an admission, a queued job) and
+`tokens_per_tick` tokens in one device call otherwise (as vLLM's multi-step scheduling): the
+host's cost per call, which for small models outweighed the step itself, is paid once for
+them, and a request arriving meanwhile waits at most that one call. Tokens are the same
+either way; rows that end inside a tick have the rest of its tokens dropped.
+
 Beam search and scoring still run as whole batches of their group (the Batcher's rule:
 full, or max_wait_ms after the oldest arrived), between two ticks. Beam search keeps its
 static batches because T5X's beam search is one compiled loop over whole beams (their
@@ -107,11 +113,25 @@ class ContinuousBatcher(Batcher):
         self._jobs.extend(rest)
         return admitted
 
+    def _ticks(self, admitted: list) -> int:
+        """Tokens per slot this tick: one while anyone waits (an admission, a queued job: they
+        get their turn after one token) or when every row's budget ends sooner, otherwise the
+        engine's tokens_per_tick in one device call."""
+        many = self._engine.settings.tokens_per_tick
+        budgets = [
+            slot.options.max_new_tokens - len(slot.result.tokens)
+            for slot in self._slots
+            if slot is not None
+        ]
+        if many == 1 or admitted or self._jobs or max(budgets, default=0) < many:
+            return 1
+        return many
+
     async def _tick(self, admitted: list[tuple[int, _Slot]]) -> None:
         live = np.array([slot is not None for slot in self._slots])
         if self._on_batch is not None:
             self._on_batch(self._group, int(live.sum()))
-        engine, started = self._engine, time.perf_counter()
+        engine, started, ticks = self._engine, time.perf_counter(), self._ticks(admitted)
 
         def on_device():
             if admitted:
@@ -120,7 +140,10 @@ class ContinuousBatcher(Batcher):
                     [slot.options for _, slot in admitted],
                     [index for index, _ in admitted],
                 )
-            return engine.step(live)
+            if ticks == 1:
+                tokens, log_likelihood = engine.step(live)
+                return tokens[None], log_likelihood[None]
+            return engine.steps(live)
 
         try:
             tokens, log_likelihood = await self.on_device(on_device)
@@ -132,21 +155,29 @@ class ContinuousBatcher(Batcher):
                     slot.job.future.set_exception(error)
                 self._slots[index] = None
             return
+        made = 0
         for index in np.flatnonzero(live):
-            slot = self._slots[index]
-            if slot is None or slot.job.future.cancelled():
-                self._slots[index] = None
-                continue
-            token = int(tokens[index])
-            slot.result.tokens.append(token)
-            slot.result.log_likelihood += float(log_likelihood[index])
-            if slot.job.on_token is not None:
-                slot.job.on_token(token)
-            if (
-                token == engine.slots.eos_id
-                or len(slot.result.tokens) >= slot.options.max_new_tokens
-            ):
-                slot.job.future.set_result(slot.result)
-                self._slots[index] = None
+            for tick in range(len(tokens)):
+                made += self._take(index, int(tokens[tick, index]), log_likelihood[tick, index])
         if self._on_tokens is not None:
-            self._on_tokens(int(live.sum()), time.perf_counter() - started)
+            self._on_tokens(made, time.perf_counter() - started)
+
+    def _take(self, index: int, token: int, log_likelihood: float) -> bool:
+        """Gives slot `index`'s row its next token, and frees the slot when the row ended
+        (EOS, its budget, its client left). False when the slot had no row left to take it
+        (it ended earlier in a multi-token tick)."""
+        slot = self._slots[index]
+        if slot is None or slot.job.future.cancelled():
+            self._slots[index] = None
+            return False
+        slot.result.tokens.append(token)
+        slot.result.log_likelihood += float(log_likelihood)
+        if slot.job.on_token is not None:
+            slot.job.on_token(token)
+        if (
+            token == self._engine.slots.eos_id
+            or len(slot.result.tokens) >= slot.options.max_new_tokens
+        ):
+            slot.job.future.set_result(slot.result)
+            self._slots[index] = None
+        return True

@@ -235,6 +235,7 @@ class InferenceService:
                 seed=secrets.randbelow(2**32)
                 if request.seed is None and sampling
                 else request.seed or 0,
+                scored=request.return_scores,
             )
             seed = options.seed if sampling else None
             group, payloads = _GENERATE, [(row, options) for row in encoded.rows]
