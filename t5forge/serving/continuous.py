@@ -58,11 +58,16 @@ class ContinuousBatcher(Batcher):
         max_queue: int,
         on_batch: Callable[[Hashable, int], None] | None = None,
         on_tokens: Callable[[int, float], None] | None = None,
+        on_phase: Callable[[str, float], None] | None = None,
     ):
+        """`on_tokens(tokens, seconds)` after every tick; `on_phase(phase, seconds)` for each
+        part of a tick (t5forge_tick_seconds' phases: admit, step, multi_step, host)."""
         super().__init__(run_batch, engine.slots.slots, max_wait_ms, max_queue, on_batch)
         self._engine = engine
         self._group = continuous_group
         self._on_tokens = on_tokens
+        self._on_phase = on_phase or (lambda phase, seconds: None)
+        self._device_done: float | None = None  # when the last tick's device work ended
         self._slots: list[_Slot | None] = [None] * engine.slots.slots
 
     async def stop(self) -> None:
@@ -91,6 +96,7 @@ class ContinuousBatcher(Batcher):
             if admitted or self.running:
                 await self._tick(admitted)
                 continue
+            self._device_done = None  # idle time is not a host gap
             await self._until_arrival(None if oldest is None else self._due_in(oldest))
 
     def _free_cancelled(self) -> None:
@@ -134,16 +140,25 @@ class ContinuousBatcher(Batcher):
         engine, started, ticks = self._engine, time.perf_counter(), self._ticks(admitted)
 
         def on_device():
+            begun = time.perf_counter()
+            if self._device_done is not None:
+                self._on_phase("host", begun - self._device_done)
             if admitted:
                 engine.admit(
                     [slot.job.payload[0] for _, slot in admitted],
                     [slot.options for _, slot in admitted],
                     [index for index, _ in admitted],
                 )
+                self._on_phase("admit", time.perf_counter() - begun)
+            stepping = time.perf_counter()
             if ticks == 1:
                 tokens, log_likelihood = engine.step(live)
-                return tokens[None], log_likelihood[None]
-            return engine.steps(live)
+                tokens, log_likelihood = tokens[None], log_likelihood[None]
+            else:
+                tokens, log_likelihood = engine.steps(live)
+            self._device_done = time.perf_counter()
+            self._on_phase("step" if ticks == 1 else "multi_step", self._device_done - stepping)
+            return tokens, log_likelihood
 
         try:
             tokens, log_likelihood = await self.on_device(on_device)

@@ -68,6 +68,9 @@ class InferenceService:
                 settings.max_queue,
                 on_batch=self._count_batch,
                 on_tokens=self._count_tokens,
+                on_phase=lambda phase, seconds: self.metrics.tick_seconds.labels(
+                    phase=phase
+                ).observe(seconds),
             )
         else:
             if settings.scheduler == "continuous":

@@ -9,7 +9,7 @@ import httpx
 import jax
 import numpy as np
 import pytest
-from server_helpers import compiled_programs, running_server
+from server_helpers import compiled_programs, metric_value, running_server
 
 from t5forge.models.layers import stack_projections
 from t5forge.serving.slots import SlotDecoder
@@ -83,7 +83,8 @@ async def _post_all(url: str, bodies: list[dict]) -> list[httpx.Response]:
 @pytest.mark.parametrize("scheduler", ["continuous", "static"])
 def test_once_warm_multi_token_ticks_compile_nothing(scheduler, tiny_model):
     """Requests long enough for multi-token ticks, alone and beside others, scored or not,
-    greedy and sampled, streamed or not: every program they run was compiled by the warm-up."""
+        greedy and sampled, streamed or not: every program they run was compiled by the warm-up;
+    the continuous scheduler's ticks are timed by phase in /metrics."""
     sampled = {"method": "sample", "seed": 3, "temperature": 0.8, "top_p": 0.9}
     bodies = [
         {"inputs": [TEXT], "max_new_tokens": 12, "return_scores": True},
@@ -104,3 +105,6 @@ def test_once_warm_multi_token_ticks_compile_nothing(scheduler, tiny_model):
             a.json()["outputs"] for a in answers[:3]
         ]
         assert answers[0].json()["outputs"] == tiny_model.generate([TEXT], max_length=12)
+        if scheduler == "continuous":  # each phase of a tick is in /metrics
+            for phase in ("admit", "step", "multi_step", "host"):
+                assert metric_value(url, "t5forge_tick_seconds_count", phase=phase) > 0, phase
