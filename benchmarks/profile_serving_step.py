@@ -15,6 +15,8 @@ Variants, each with the previous ones' removals:
   no-scores  no row asked for its log-likelihood (the log-softmax skipped)
   whole      a pool of exactly the occupied slots (no slicing out, no write-back)
   k-tick     no-scores with --ticks tokens per call (a scan in one program), per token
+With --static, also the static scheduler's StepDecoder, whole decodes per token: one token
+per call with the trained layout ('static') against --ticks per call, stacked ('static k').
 
     PYTHONPATH=. .venv/bin/python benchmarks/profile_serving_step.py --models demo \
         --rows 2 8 32 --rounds 5
@@ -96,6 +98,20 @@ def _slot_step(model, params, inputs, args, slots: int, scored: bool, ticks: int
     return call, executable.as_text()
 
 
+def _static_decode(model, params, inputs, tokens_per_call: int, new_tokens: int):
+    """A greedy StepDecoder.decode (the static scheduler's) of `new_tokens` (compiled now)."""
+    from t5forge.serving.stepwise import RowOptions, StepDecoder
+
+    decoder = StepDecoder(model.t5x_model, tokens_per_call=tokens_per_call)
+    features, options = {"encoder_input_tokens": inputs}, [RowOptions(new_tokens)] * len(inputs)
+
+    def call():
+        return decoder.decode(params, features, new_tokens, options)
+
+    call()
+    return call
+
+
 def _generate(model, inputs, length):
     """A greedy generate() of `length` tokens (compiled now)."""
     import jax
@@ -123,6 +139,13 @@ def main() -> int:
     parser.add_argument("--ticks", type=int, default=8, help="tokens per multi-token call")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=16, help="tokens per timed sample")
+    parser.add_argument(
+        "--static",
+        action="store_true",
+        help="also the static scheduler's decoder: one token per call with the weights as "
+        "trained ('static') against --ticks per call with stacked weights ('static k'); per "
+        "token of a --steps decode, its encoding included",
+    )
     args = parser.parse_args()
 
     import jax
@@ -143,6 +166,12 @@ def main() -> int:
                 "k-tick": _slot_step(model, stacked, inputs, args, args.slots, False, args.ticks),
             }
             calls = {label: call for label, (call, _) in built.items()}
+            if args.static:
+                for label, weights, many in (
+                    ("static", model.params, 1),
+                    ("static k", stacked, args.ticks),
+                ):
+                    calls[label] = _static_decode(model, weights, inputs, many, args.steps)
             for label, (_, hlo) in built.items():
                 print(f"  {name} rows {rows} {label}: HLO moves {hlo_moves(hlo)}", flush=True)
             lengths = (8, 8 + args.steps)
@@ -152,7 +181,8 @@ def main() -> int:
                 call()
             for _ in range(args.rounds):
                 for label, call in calls.items():
-                    repeats = args.steps // (args.ticks if label == "k-tick" else 1)
+                    repeats = 1 if label.startswith("static") else args.steps
+                    repeats //= args.ticks if label == "k-tick" else 1
                     start = time.perf_counter()
                     for _ in range(repeats):
                         call()
