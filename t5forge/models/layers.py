@@ -118,19 +118,52 @@ def fused_projections(module: nn.Module, x, denses: dict[str, nn.Module], dtype)
     as one wide matmul than as several narrow ones, in training and in decoding steps alike,
     and their backward pass is one matmul too. The kernels are stacked on a new middle axis,
     [in, n, out]: in memory that is their concatenation, while a model-parallel sharding of
-    `out` stays where it was. Inside a decoding loop XLA hoists the stacking out of the loop.
+    `out` stays where it was. Inside a decoding loop XLA hoists the stacking out of the loop;
+    a program of one step (a server's) would copy every kernel per call, so it may be given
+    the stacked kernel ahead of time (`stack_projections`).
     The parameters stay separate; while they are being created, each child runs alone.
     """
     if len(denses) == 1 or module.is_initializing():
         return [dense(x) for dense in denses.values()]
-    kernels = [nn.unbox(module.variables["params"][name]["kernel"]) for name in denses]
-    widths = [kernel.shape[-1] for kernel in kernels]
-    if len(set(widths)) > 1:  # grouped-query attention: narrower keys/values, side by side
-        fused = weight_matmul(x, jnp.concatenate(kernels, axis=-1), jnp.dtype(dtype))
-        ends = [sum(widths[: i + 1]) for i in range(len(widths) - 1)]
-        return jnp.split(fused, ends, axis=-1)
-    fused = weight_matmul(x, jnp.stack(kernels, axis=1), jnp.dtype(dtype))
+    params = module.variables["params"]
+    kernel = params.get(stacked_name(denses))
+    if kernel is None:
+        kernel = _stack([nn.unbox(params[name]["kernel"]) for name in denses])
+    fused = weight_matmul(x, nn.unbox(kernel), jnp.dtype(dtype))
+    if fused.ndim == x.ndim:  # grouped-query attention: narrower keys/values, side by side
+        widths = [dense.features for dense in denses.values()]
+        return jnp.split(fused, [sum(widths[: i + 1]) for i in range(len(widths) - 1)], -1)
     return [fused[..., i, :] for i in range(len(denses))]
+
+
+def stacked_name(names) -> str:
+    """The parameter name under which `names`' kernels are kept stacked ahead of time."""
+    return "+".join(names)
+
+
+def _stack(kernels: list) -> jnp.ndarray:
+    """Kernels [..., in, out] of one input as one: [..., in, n, out], or [..., in, sum(out)]
+    if widths differ (a leading axis is scanned layers')."""
+    if len({kernel.shape[-1] for kernel in kernels}) > 1:
+        return jnp.concatenate(kernels, axis=-1)
+    return jnp.stack(kernels, axis=-2)
+
+
+# The groups of projections fused_projections is called with (attention's and the MLP's).
+_FUSED_GROUPS = (("query", "key", "value"), ("key", "value"), ("wi_0", "wi_1"))
+
+
+def stack_projections(params: dict) -> dict:
+    """`params` with every fused group's kernels also kept stacked (`stacked_name`), made once:
+    a one-step program then multiplies by them instead of copying them per call. The
+    separate kernels stay (single projections still read them)."""
+    if not isinstance(params, dict):
+        return params
+    result = {name: stack_projections(child) for name, child in params.items()}
+    for group in _FUSED_GROUPS:
+        if all(isinstance(params.get(name), dict) and "kernel" in params[name] for name in group):
+            result[stacked_name(group)] = _stack([params[name]["kernel"] for name in group])
+    return result
 
 
 class RMSNorm(nn.Module):

@@ -9,6 +9,12 @@ max_new_tokens, or their client left) free their slots and settle their futures,
 tick admits whoever arrived meanwhile. A row's time to first token is its encoding plus one
 step, whatever else is running.
 
+A tick makes one token per slot while anyone waits (an admission, a queued job) and
+`tokens_per_tick` tokens in one device call otherwise (as vLLM's multi-step scheduling): the
+host's cost per call, which for small models outweighed the step itself, is paid once for
+them, and a request arriving meanwhile waits at most that one call. Tokens are the same
+either way; rows that end inside a tick have the rest of its tokens dropped.
+
 Beam search and scoring still run as whole batches of their group (the Batcher's rule:
 full, or max_wait_ms after the oldest arrived), between two ticks. Beam search keeps its
 static batches because T5X's beam search is one compiled loop over whole beams (their
@@ -52,11 +58,16 @@ class ContinuousBatcher(Batcher):
         max_queue: int,
         on_batch: Callable[[Hashable, int], None] | None = None,
         on_tokens: Callable[[int, float], None] | None = None,
+        on_phase: Callable[[str, float], None] | None = None,
     ):
+        """`on_tokens(tokens, seconds)` after every tick; `on_phase(phase, seconds)` for each
+        part of a tick (t5forge_tick_seconds' phases: admit, step, multi_step, host)."""
         super().__init__(run_batch, engine.slots.slots, max_wait_ms, max_queue, on_batch)
         self._engine = engine
         self._group = continuous_group
         self._on_tokens = on_tokens
+        self._on_phase = on_phase or (lambda phase, seconds: None)
+        self._device_done: float | None = None  # when the last tick's device work ended
         self._slots: list[_Slot | None] = [None] * engine.slots.slots
 
     async def stop(self) -> None:
@@ -85,6 +96,7 @@ class ContinuousBatcher(Batcher):
             if admitted or self.running:
                 await self._tick(admitted)
                 continue
+            self._device_done = None  # idle time is not a host gap
             await self._until_arrival(None if oldest is None else self._due_in(oldest))
 
     def _free_cancelled(self) -> None:
@@ -107,20 +119,46 @@ class ContinuousBatcher(Batcher):
         self._jobs.extend(rest)
         return admitted
 
+    def _ticks(self, admitted: list) -> int:
+        """Tokens per slot this tick: one while anyone waits (an admission, a queued job: they
+        get their turn after one token) or when every row's budget ends sooner, otherwise the
+        engine's tokens_per_tick in one device call."""
+        many = self._engine.settings.tokens_per_tick
+        budgets = [
+            slot.options.max_new_tokens - len(slot.result.tokens)
+            for slot in self._slots
+            if slot is not None
+        ]
+        if many == 1 or admitted or self._jobs or max(budgets, default=0) < many:
+            return 1
+        return many
+
     async def _tick(self, admitted: list[tuple[int, _Slot]]) -> None:
         live = np.array([slot is not None for slot in self._slots])
         if self._on_batch is not None:
             self._on_batch(self._group, int(live.sum()))
-        engine, started = self._engine, time.perf_counter()
+        engine, started, ticks = self._engine, time.perf_counter(), self._ticks(admitted)
 
         def on_device():
+            begun = time.perf_counter()
+            if self._device_done is not None:
+                self._on_phase("host", begun - self._device_done)
             if admitted:
                 engine.admit(
                     [slot.job.payload[0] for _, slot in admitted],
                     [slot.options for _, slot in admitted],
                     [index for index, _ in admitted],
                 )
-            return engine.step(live)
+                self._on_phase("admit", time.perf_counter() - begun)
+            stepping = time.perf_counter()
+            if ticks == 1:
+                tokens, log_likelihood = engine.step(live)
+                tokens, log_likelihood = tokens[None], log_likelihood[None]
+            else:
+                tokens, log_likelihood = engine.steps(live)
+            self._device_done = time.perf_counter()
+            self._on_phase("step" if ticks == 1 else "multi_step", self._device_done - stepping)
+            return tokens, log_likelihood
 
         try:
             tokens, log_likelihood = await self.on_device(on_device)
@@ -132,21 +170,29 @@ class ContinuousBatcher(Batcher):
                     slot.job.future.set_exception(error)
                 self._slots[index] = None
             return
+        made = 0
         for index in np.flatnonzero(live):
-            slot = self._slots[index]
-            if slot is None or slot.job.future.cancelled():
-                self._slots[index] = None
-                continue
-            token = int(tokens[index])
-            slot.result.tokens.append(token)
-            slot.result.log_likelihood += float(log_likelihood[index])
-            if slot.job.on_token is not None:
-                slot.job.on_token(token)
-            if (
-                token == engine.slots.eos_id
-                or len(slot.result.tokens) >= slot.options.max_new_tokens
-            ):
-                slot.job.future.set_result(slot.result)
-                self._slots[index] = None
+            for tick in range(len(tokens)):
+                made += self._take(index, int(tokens[tick, index]), log_likelihood[tick, index])
         if self._on_tokens is not None:
-            self._on_tokens(int(live.sum()), time.perf_counter() - started)
+            self._on_tokens(made, time.perf_counter() - started)
+
+    def _take(self, index: int, token: int, log_likelihood: float) -> bool:
+        """Gives slot `index`'s row its next token, and frees the slot when the row ended
+        (EOS, its budget, its client left). False when the slot had no row left to take it
+        (it ended earlier in a multi-token tick)."""
+        slot = self._slots[index]
+        if slot is None or slot.job.future.cancelled():
+            self._slots[index] = None
+            return False
+        slot.result.tokens.append(token)
+        slot.result.log_likelihood += float(log_likelihood)
+        if slot.job.on_token is not None:
+            slot.job.on_token(token)
+        if (
+            token == self._engine.slots.eos_id
+            or len(slot.result.tokens) >= slot.options.max_new_tokens
+        ):
+            slot.job.future.set_result(slot.result)
+            self._slots[index] = None
+        return True

@@ -19,6 +19,7 @@ import numpy as np
 
 from t5forge.api import Model
 from t5forge.data.buckets import Buckets
+from t5forge.models.layers import stack_projections
 from t5forge.serving.executables import ExecutableStore, server_identity
 from t5forge.serving.settings import ServerSettings
 from t5forge.serving.slots import SlotDecoder
@@ -61,12 +62,14 @@ class Engine:
     def __init__(self, model: Model, settings: ServerSettings):
         self.model = model
         self.settings = settings
-        self.params = model.params
+        # Kernels of fused projections stacked once here: a one-step program would stack
+        # them at every call (7 MB per step for the demo model; docs/serving-profile.md).
+        self.params = stack_projections(model.params)
         # Every program runs through the store: on a restart they come back from disk.
         self.programs = ExecutableStore(
             settings.compile_cache, server_identity(model, settings, self.params)
         )
-        self.decoder = StepDecoder(model.t5x_model, self.programs)
+        self.decoder = StepDecoder(model.t5x_model, self.programs, settings.tokens_per_tick)
         self.batch_buckets = Buckets()
         # Continuous steps run at least two slots: XLA on CPU writes a one-slot step's caches
         # back by copying the whole pool (a one-slot step took 4-6 ms for the demo model and
@@ -164,18 +167,27 @@ class Engine:
         """One token for every occupied slot (`live` bool[slots]): (tokens, log-likelihoods)
         of the first slots up to the batch bucket holding the last occupied one, reading the
         encoder outputs up to the widest occupied row's length bucket."""
+        return self._steps(live, 1)
+
+    def steps(self, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`tokens_per_tick` tokens for every occupied slot in one device call, as `step`:
+        (tokens, log-likelihoods), each [tokens_per_tick, rows]."""
+        return self._steps(live, self.settings.tokens_per_tick)
+
+    def _steps(self, live: np.ndarray, ticks: int):
         occupied = np.flatnonzero(live)
         rows = self.step_buckets.fit(int(occupied[-1]) + 1 if len(occupied) else 1)
         width = max(self.slot_widths[occupied], default=self.input_buckets.sizes()[0])
         self.pool, tokens, log_likelihood = self.slots.step(
-            self.params, self._slot_pool(), live[:rows], int(width)
+            self.params, self._slot_pool(), live[:rows], int(width), ticks=ticks
         )
         return jax.device_get((tokens, log_likelihood))
 
-    def _compile_step(self, rows: int, width: int) -> None:
-        """The continuous step of the first `rows` slots at encoder width `width`."""
+    def _compile_step(self, rows: int, width: int, ticks: int) -> None:
+        """The continuous step of the first `rows` slots at encoder width `width`, making
+        `ticks` tokens per call."""
         live = np.ones((rows,), bool)
-        self.slots.step(self.params, self._slot_pool(), live, width, compile_only=True)
+        self.slots.step(self.params, self._slot_pool(), live, width, compile_only=True, ticks=ticks)
 
     def beam(
         self,
@@ -243,8 +255,10 @@ class Engine:
                 size = batch * length
                 if self.slots is not None:
                     if batch >= self.step_buckets.smallest:
-                        run = functools.partial(self._compile_step, batch, length)
-                        shapes.append(WarmupShape(f"step {batch}x{length}", size, run))
+                        for ticks in sorted({1, settings.tokens_per_tick}):
+                            run = functools.partial(self._compile_step, batch, length, ticks)
+                            name = f"step {batch}x{length}" + (f" x{ticks}" if ticks > 1 else "")
+                            shapes.append(WarmupShape(name, size * ticks, run))
                     rows, options = [[1] * length] * batch, [RowOptions(1)] * batch
                     run = functools.partial(self.admit, rows, options, list(range(batch)), True)
                     shapes.append(WarmupShape(f"admit {batch}x{length}", size, run))

@@ -18,6 +18,7 @@ from prometheus_client import (
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+_TICK_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
 class ServerMetrics:
@@ -72,6 +73,15 @@ class ServerMetrics:
         self.disconnects = Counter(
             "t5forge_client_disconnects",
             "Requests whose client left before the answer",
+            registry=self.registry,
+        )
+        self.tick_seconds = Histogram(
+            "t5forge_tick_seconds",
+            "Continuous batching's time per tick by phase: admit (encoding new rows), step "
+            "(a one-token device call), multi_step (a tokens_per_tick call), host (from one "
+            "device call's end to the next one's start while rows run: streaming, bookkeeping)",
+            ["phase"],
+            buckets=_TICK_BUCKETS,
             registry=self.registry,
         )
         self.ready = Gauge(

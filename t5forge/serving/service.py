@@ -68,6 +68,9 @@ class InferenceService:
                 settings.max_queue,
                 on_batch=self._count_batch,
                 on_tokens=self._count_tokens,
+                on_phase=lambda phase, seconds: self.metrics.tick_seconds.labels(
+                    phase=phase
+                ).observe(seconds),
             )
         else:
             if settings.scheduler == "continuous":
@@ -235,6 +238,7 @@ class InferenceService:
                 seed=secrets.randbelow(2**32)
                 if request.seed is None and sampling
                 else request.seed or 0,
+                scored=request.return_scores,
             )
             seed = options.seed if sampling else None
             group, payloads = _GENERATE, [(row, options) for row in encoded.rows]

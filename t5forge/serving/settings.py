@@ -45,6 +45,9 @@ class ServerSettings:
     # 'continuous': greedy and sampled rows join and leave the running batch at every step
     # (encoder-decoders); 'static': each batch runs until its longest row ends.
     scheduler: str = "continuous"
+    # Continuous batching makes this many tokens per device call while no request waits
+    # (the host's per-call cost paid once for them), and one token per call whenever one does.
+    tokens_per_tick: int = 8
     # Beam search programs other than the warmed (warmup_num_beams, max_new_tokens) one are
     # compiled on request only when the operator allows it (each stalls traffic for seconds).
     allow_new_beam_shapes: bool = False
@@ -67,6 +70,7 @@ class ServerSettings:
             "max_target_length",
             "max_num_beams",
             "retry_after_s",
+            "tokens_per_tick",
         )
         for name in positive:
             value = getattr(self, name)

@@ -140,9 +140,12 @@ class SlotDecoder:
         return self.programs.run("admit", type(self)._admit, self, *arguments)
 
     @functools.partial(
-        jax.jit, static_argnums=(0,), static_argnames=("rows", "width"), donate_argnums=(2,)
+        jax.jit,
+        static_argnums=(0,),
+        static_argnames=("rows", "width", "ticks"),
+        donate_argnums=(2,),
     )
-    def _step(self, params, full_moving, full_fixed, live, *, rows, width):
+    def _step(self, params, full_moving, full_fixed, live, *, rows, width, ticks):
         # Only the first `rows` slots are stepped (the occupied ones are kept at the front),
         # and their cross-attention reads only the first `width` encoder positions (the widest
         # occupied row's length bucket; the rest are padding): a light load or short inputs
@@ -153,7 +156,6 @@ class SlotDecoder:
         used = jax.eval_shape(
             self._cache_of, params, jax.ShapeDtypeStruct((rows, width), jnp.int32)
         )
-        moving = first_rows(full_moving)
         fixed = {
             name: first_rows(value)
             if name != "per_input"
@@ -177,30 +179,51 @@ class SlotDecoder:
             logits, cache = tokens_to_logits(token[None, None], cache, step)
             return logits[0], jax.tree.map(lambda leaf: leaf[0], cache.per_row)
 
-        logits, stepped = jax.vmap(one_row)(
-            moving["token"], moving["cache"], fixed["per_input"], fixed["lineage"], moving["step"]
-        )
-        keys = jax.vmap(lambda seed, step: jax.random.fold_in(jax.random.PRNGKey(seed), step))(
-            fixed["seeds"], moving["step"]
-        )
         # Free slots decode greedily (their tokens are ignored), so an all-greedy pool never
         # pays for sampling because a sampled row once sat in a now-free slot.
         temperature = jnp.where(live, fixed["temperature"], 0.0)
-        chosen, log_likelihood = choose_next(
-            logits.astype(jnp.float32), keys, temperature, fixed["top_k"], fixed["top_p"]
-        )
-        moving = {
-            "cache": stepped,
-            "token": chosen,
-            # Free slots stay at the last position instead of running past the cache.
-            "step": jnp.minimum(moving["step"] + 1, self.cache_length - 1),
-        }
+
+        def advance(moving, _=None):
+            logits, stepped = jax.vmap(one_row)(
+                moving["token"],
+                moving["cache"],
+                fixed["per_input"],
+                fixed["lineage"],
+                moving["step"],
+            )
+            keys = jax.vmap(lambda seed, step: jax.random.fold_in(jax.random.PRNGKey(seed), step))(
+                fixed["seeds"], moving["step"]
+            )
+            chosen, log_likelihood = choose_next(
+                logits.astype(jnp.float32),
+                keys,
+                temperature,
+                fixed["top_k"],
+                fixed["top_p"],
+                fixed["scored"] & live,
+            )
+            moving = {
+                "cache": stepped,
+                "token": chosen,
+                # Free slots stay at the last position instead of running past the cache.
+                "step": jnp.minimum(moving["step"] + 1, self.cache_length - 1),
+            }
+            return moving, (chosen, log_likelihood)
+
+        if ticks == 1:
+            moving, (tokens, log_likelihood) = advance(first_rows(full_moving))
+        else:
+            # Several tokens in one call: the host's per-call cost is paid once, and what
+            # every step would redo (reading the pool's fixed part) is done once per tick.
+            moving, (tokens, log_likelihood) = jax.lax.scan(
+                advance, first_rows(full_moving), length=ticks
+            )
         full_moving = jax.tree.map(
             lambda full, part: jax.lax.dynamic_update_slice_in_dim(full, part, 0, axis=0),
             full_moving,
             moving,
         )
-        return full_moving, chosen, log_likelihood
+        return full_moving, tokens, log_likelihood
 
     def step(
         self,
@@ -209,13 +232,17 @@ class SlotDecoder:
         live: np.ndarray,
         width: int | None = None,
         compile_only: bool = False,
+        ticks: int = 1,
     ):
         """(new pool, next token of each of the first len(live) slots, its log-likelihood);
         `live` bool[rows] says which of them are occupied (the rest are not stepped), `width`
         is at least the encoder length of every occupied one (the pool's width if None).
-        With `compile_only` the program is compiled, not run, and None is returned."""
+        With `ticks` > 1 each slot makes that many tokens in one call: tokens and
+        log-likelihoods are then [ticks, rows] (a row that ended meanwhile runs on; the
+        caller drops what follows its end). With `compile_only` the program is compiled,
+        not run, and None is returned."""
         arguments = (params, pool["moving"], pool["fixed"], jnp.asarray(live))
-        static = {"rows": len(live), "width": width or self.encoder_width}
+        static = {"rows": len(live), "width": width or self.encoder_width, "ticks": ticks}
         if compile_only:
             self.programs.prepare("step", type(self)._step, self, *arguments, **static)
             return None

@@ -41,13 +41,15 @@ TOP_K_LIMIT = 64
 
 @dataclasses.dataclass(frozen=True)
 class RowOptions:
-    """One row's decoding: temperature 0 means greedy."""
+    """One row's decoding: temperature 0 means greedy; `scored`: its tokens' log-likelihood
+    is computed (a batch whose rows all leave it off skips the full-vocabulary softmax)."""
 
     max_new_tokens: int
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 0.0
     seed: int = 0
+    scored: bool = True
 
 
 @dataclasses.dataclass
@@ -58,6 +60,16 @@ class Decoded:
     log_likelihood: float
 
 
+# The step programs' per-row option arguments, in the order they take them.
+OPTION_NAMES = ("seeds", "temperature", "top_k", "top_p", "scored")
+
+
+def in_order(options: dict) -> list:
+    """`option_arrays`' entries in OPTION_NAMES' order (a dict through jax.device_put comes
+    back with its keys sorted)."""
+    return [options[name] for name in OPTION_NAMES]
+
+
 def option_arrays(rows: list[RowOptions]) -> dict:
     """The rows' options as the arrays the step functions read (one entry per row)."""
     return {
@@ -65,12 +77,13 @@ def option_arrays(rows: list[RowOptions]) -> dict:
         "temperature": np.array([o.temperature for o in rows], np.float32),
         "top_k": np.array([o.top_k for o in rows], np.int32),
         "top_p": np.array([o.top_p for o in rows], np.float32),
+        "scored": np.array([o.scored for o in rows], bool),
     }
 
 
-def choose_next(logits, keys, temperature, top_k, top_p):
-    """Next token and its model log-likelihood for every row, from per-row options."""
-    log_probs = jax.nn.log_softmax(logits, axis=-1)
+def choose_next(logits, keys, temperature, top_k, top_p, scored):
+    """Next token and its model log-likelihood (0 where not `scored`) for every row, from
+    per-row options."""
     greedy = first_argmax(logits)
     sampling = temperature > MIN_TEMPERATURE
 
@@ -87,17 +100,31 @@ def choose_next(logits, keys, temperature, top_k, top_p):
 
     # An all-greedy batch skips the sampling work (top-k, bisection) entirely.
     tokens = jax.lax.cond(jnp.any(sampling), sample, lambda _: greedy, None)
-    return tokens, jnp.take_along_axis(log_probs, tokens[:, None], axis=-1)[:, 0]
+
+    def log_likelihood(_):
+        log_probs = jax.nn.log_softmax(logits, axis=-1)
+        return jnp.take_along_axis(log_probs, tokens[:, None], axis=-1)[:, 0]
+
+    # Likewise a batch where no row asked for scores skips the log-softmax.
+    scores = jax.lax.cond(
+        jnp.any(scored), log_likelihood, lambda _: jnp.zeros(tokens.shape, logits.dtype), None
+    )
+    return tokens, jnp.where(scored, scores, 0.0)
 
 
 class StepDecoder:
     """Starts batches and steps them for one model (`t5forge.api.Model.t5x_model`)."""
 
-    def __init__(self, t5x_model, programs: ExecutableStore | None = None):
-        """`programs`: where its executables are kept (the server's store; else in memory)."""
+    def __init__(
+        self, t5x_model, programs: ExecutableStore | None = None, tokens_per_call: int = 1
+    ):
+        """`programs`: where its executables are kept (the server's store; else in memory);
+        `tokens_per_call`: tokens each row makes per device call while every row's budget
+        allows (the host's per-call cost is then paid once for them)."""
         self.model = t5x_model
         self.eos_id = t5x_model.eos_id
         self.programs = programs or ExecutableStore.in_memory()
+        self.tokens_per_call = tokens_per_call
 
     # The jitted methods take self as a static argument: decoders of one model share their
     # compilations (a second server on the same model compiles nothing new).
@@ -112,7 +139,7 @@ class StepDecoder:
         prompt, cache, _ = self.model.decoding_state(params, features, cache_length)
         return cache, _prompt_buffer(prompt)
 
-    @functools.partial(jax.jit, static_argnums=(0,), static_argnames=("cache_length",))
+    @functools.partial(jax.jit, static_argnums=(0,), static_argnames=("cache_length", "ticks"))
     def _step(
         self,
         params,
@@ -125,27 +152,39 @@ class StepDecoder:
         temperature,
         top_k,
         top_p,
+        scored,
         *,
         cache_length,
+        ticks,
     ):
         # Only the step function is used here; XLA drops the unused encoding/prefill.
         _, _, tokens_to_logits = self.model.decoding_state(params, features, cache_length)
-        logits, cache = tokens_to_logits(token[:, None], cache, step)
-        keys = jax.vmap(lambda seed: jax.random.fold_in(jax.random.PRNGKey(seed), step))(seeds)
-        chosen, log_likelihood = choose_next(
-            logits.astype(jnp.float32), keys, temperature, top_k, top_p
-        )
-        forced = jax.lax.dynamic_index_in_dim(buffer, step + 1, axis=1, keepdims=False)
-        generated = forced == 0
-        return (
-            jnp.where(generated, chosen, forced),
-            generated,
-            jnp.where(generated, log_likelihood, 0.0),
-            cache,
-        )
+
+        def advance(carry, offset):
+            token, cache = carry
+            position = step + offset
+            logits, cache = tokens_to_logits(token[:, None], cache, position)
+            keys = jax.vmap(lambda seed: jax.random.fold_in(jax.random.PRNGKey(seed), position))(
+                seeds
+            )
+            chosen, log_likelihood = choose_next(
+                logits.astype(jnp.float32), keys, temperature, top_k, top_p, scored
+            )
+            forced = jax.lax.dynamic_index_in_dim(buffer, position + 1, axis=1, keepdims=False)
+            generated = forced == 0
+            token = jnp.where(generated, chosen, forced)
+            return (token, cache), (token, generated, jnp.where(generated, log_likelihood, 0.0))
+
+        # Several tokens per call (a scan) pay the host's per-call cost once for all of them.
+        if ticks == 1:
+            (token, cache), made = advance((token, cache), 0)
+            made = jax.tree.map(lambda leaf: leaf[None], made)
+        else:
+            (token, cache), made = jax.lax.scan(advance, (token, cache), jnp.arange(ticks))
+        return token, *made, cache
 
     def compile(self, params, features: dict, cache_length: int) -> None:
-        """Compiles decode's two programs for this padded batch's shapes without running them
+        """Compiles decode's programs for this padded batch's shapes without running them
         (a server's warm-up; decode then reuses them)."""
         batch = next(iter(features.values())).shape[0]
         features, per_row = jax.device_put((features, option_arrays([RowOptions(0)] * batch)))
@@ -153,19 +192,21 @@ class StepDecoder:
             "generate start", type(self)._start, self, params, features, cache_length=cache_length
         )
         cache, buffer = start.out_info
-        self.programs.prepare(
-            "generate step",
-            type(self)._step,
-            self,
-            params,
-            features,
-            cache,
-            buffer,
-            jax.ShapeDtypeStruct((batch,), jnp.int32),
-            jax.ShapeDtypeStruct((), jnp.int32),
-            *per_row.values(),
-            cache_length=cache_length,
-        )
+        for ticks in sorted({1, self.tokens_per_call}):
+            self.programs.prepare(
+                "generate step",
+                type(self)._step,
+                self,
+                params,
+                features,
+                cache,
+                buffer,
+                jax.ShapeDtypeStruct((batch,), jnp.int32),
+                jax.ShapeDtypeStruct((), jnp.int32),
+                *in_order(per_row),
+                cache_length=cache_length,
+                ticks=ticks,
+            )
 
     def decode(
         self,
@@ -178,8 +219,9 @@ class StepDecoder:
     ) -> list[Decoded]:
         """Decodes the first len(rows) rows of a padded batch (extra rows are padding).
 
-        emit(row, token) is called for each generated token as soon as it is known;
-        cancelled(row) is asked after every step and ends that row early when true.
+        emit(row, token) is called for each generated token as soon as it is known (after
+        the device call that made it); cancelled(row) is asked after every call and ends
+        that row early when true.
         """
         batch = next(iter(features.values())).shape[0]
         options = rows + [RowOptions(max_new_tokens=0)] * (batch - len(rows))
@@ -191,10 +233,12 @@ class StepDecoder:
         token = np.zeros((batch,), np.int32)  # a host array: no program to compile
         results = [Decoded([], 0.0) for _ in rows]
         live = [o.max_new_tokens > 0 for o in rows]
-        for step in range(cache_length):
-            if not any(live):
-                break
-            token, generated, log_likelihood, cache = self.programs.run(
+        step = 0
+        while step < cache_length and any(live):
+            budget = max(o.max_new_tokens - len(r.tokens) for o, r in zip(rows, results))
+            many = self.tokens_per_call
+            ticks = many if step + many <= cache_length and budget >= many else 1
+            token, *made, cache = self.programs.run(
                 "generate step",
                 type(self)._step,
                 self,
@@ -204,19 +248,21 @@ class StepDecoder:
                 buffer,
                 token,
                 jnp.int32(step),
-                *per_row.values(),  # in _step's order: seeds, temperature, top_k, top_p
+                *in_order(per_row),
                 cache_length=cache_length,
+                ticks=ticks,
             )
-            tokens, generated, log_likelihood = jax.device_get((token, generated, log_likelihood))
-            for row, result in enumerate(results):
-                if not live[row] or not generated[row]:
-                    continue
-                result.tokens.append(int(tokens[row]))
-                result.log_likelihood += float(log_likelihood[row])
-                if emit is not None:
-                    emit(row, int(tokens[row]))
-                if tokens[row] == self.eos_id or len(result.tokens) >= rows[row].max_new_tokens:
-                    live[row] = False
+            step += ticks
+            for tokens, generated, log_likelihood in zip(*jax.device_get(made)):
+                for row, result in enumerate(results):
+                    if not live[row] or not generated[row]:
+                        continue
+                    result.tokens.append(int(tokens[row]))
+                    result.log_likelihood += float(log_likelihood[row])
+                    if emit is not None:
+                        emit(row, int(tokens[row]))
+                    if tokens[row] == self.eos_id or len(result.tokens) >= rows[row].max_new_tokens:
+                        live[row] = False
             if cancelled is not None:
                 live = [alive and not cancelled(row) for row, alive in enumerate(live)]
         return results

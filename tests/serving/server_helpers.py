@@ -8,6 +8,8 @@ import threading
 import time
 
 import httpx
+import jax
+from jax._src import dispatch  # the name of JAX's compile event
 from tiny_model import TINY_CONFIG as TINY_CONFIG  # the serving tests import it from here
 
 from t5forge.serving import InferenceService, ServerSettings, create_app
@@ -101,3 +103,19 @@ def metric_value(base_url: str, sample_name: str, headers=None, **labels) -> flo
             ):
                 return sample.value
     return 0.0
+
+
+@contextlib.contextmanager
+def compiled_programs():
+    """A list that gets the name of every program XLA compiles meanwhile (JAX's own event)."""
+    names = []
+
+    def record(event: str, duration: float, **details) -> None:
+        if event == dispatch.BACKEND_COMPILE_EVENT:
+            names.append(details.get("fun_name"))
+
+    jax.monitoring.register_event_duration_secs_listener(record)
+    try:
+        yield names
+    finally:
+        jax.monitoring.unregister_event_duration_listener(record)
