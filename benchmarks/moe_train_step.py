@@ -1,16 +1,16 @@
 """Mixture-of-experts training speed: t5forge `Trainer.train_step` vs transformers' Switch.
 
-A Switch-base-8-shaped model (google/switch-base-8's config.json: d_model 768, 12 + 12 layers,
-12 heads of 64, d_ff 3072, ReLU, 8 experts in every other layer, expert_capacity 64, tied
-head; float32, dropout 0), or `--shape tiny` for a smoke run. Both sides compute the same
-network from the very same weights (converted with t5forge.interop.hf_switch): each sequence
-one routing group with a fixed capacity, as transformers routes, and the router z and
-auxiliary losses in the training loss. t5forge trains through the real Trainer with AdamW,
-transformers' SwitchTransformersForConditionalGeneration with torch.optim.AdamW; each side in
-a process of its own (benchmarks/isolated.py), timed in blocks as benchmarks/train_step.py
-(harness.time_in_blocks): --warmup steps (t5forge's include compilation), then --steps timed
-ones; median/min/max, CPU-seconds, and the load average before the run. Tokens/s counts inputs
-+ targets of every row.
+A Switch-base-8-shaped model (Flaxformer's moe/models/switch_base.gin with 8 experts: d_model
+768, 12 + 12 layers, 12 heads of 64, d_ff 3072, ReLU, 8 experts in every other layer,
+expert_capacity 64, tied head; float32, dropout 0), or `--shape tiny` for a smoke run. Both
+sides compute the same network from the very same weights (converted with
+t5forge.interop.hf_switch): each sequence one routing group with a fixed capacity, as
+transformers routes, and the router z and auxiliary losses in the training loss. t5forge trains
+through the real Trainer with AdamW, transformers' SwitchTransformersForConditionalGeneration
+with torch.optim.AdamW; each side in a process of its own (benchmarks/isolated.py), timed in
+blocks as benchmarks/train_step.py (harness.time_in_blocks): --warmup steps (t5forge's include
+compilation), then --steps timed ones; median/min/max, CPU-seconds, and the load average before
+the run. Tokens/s counts inputs + targets of every row.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from t5forge.models.configs import T5Config  # noqa: E402
 from t5forge.models.model import build_model  # noqa: E402
 
 LEARNING_RATE = 1e-4
-# google/switch-base-8 (config.json), and a tiny model of the same form for smoke runs.
+# Switch Base with 8 experts (Flaxformer's switch_base.gin sizes; HF's expert_capacity 64), and a
+# tiny model of the same form for smoke runs.
 SHAPES = {
     "base-8": dict(
         vocab_size=32128,

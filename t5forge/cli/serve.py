@@ -48,6 +48,8 @@ _SETTING_FLAGS = {
     "allow_new_beam_shapes": "compile beam search for any (num_beams, max_new_tokens) a request "
     "asks for (each new pair stalls every request for seconds while it compiles); without it "
     "only the warmed pair (--warmup_num_beams, --max_new_tokens) runs and others get 422",
+    "tokens_per_tick": "tokens each continuous-batching slot makes per device call while no "
+    "request waits (one per call whenever one does; 1: always one)",
     "header_timeout_s": "close a connection that has not sent a complete request head this many "
     "seconds after it opened or after its last response (idle sockets cannot pile up)",
     "compile_cache": "directory where the server keeps its compiled programs (DIR/serving/, "
