@@ -23,6 +23,9 @@ def config_from_gin() -> T5Config:
 
 def config_from_gin_file(path) -> T5Config:
     """The T5Config a model gin file (or a run's config.gin) binds, for `t5forge.load(...,
-    config=file)`; bindings of names not registered with gin are skipped."""
-    gin.parse_config_file(str(path), skip_unknown=True)
+    config=file)`; bindings of names not registered with gin are skipped. A run in the same
+    process finalizes (locks) gin's config; reading a model file is not a run, so it parses
+    whatever the lock says."""
+    with gin.unlock_config():
+        gin.parse_config_file(str(path), skip_unknown=True)
     return config_from_gin()

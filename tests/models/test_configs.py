@@ -152,6 +152,27 @@ def test_a_written_config_gin_reads_back(tmp_path):
         gin.clear_config()
 
 
+def test_a_model_gin_file_reads_after_a_run_locked_gin(tmp_path):
+    """A run in this process (t5forge.train from Python, a notebook) finalizes gin's config;
+    `t5forge.load(config=<gin file>)` afterwards reads the file all the same."""
+    tiny = PRESETS["t5_1_1/tiny"]
+    (tmp_path / "tiny.gin").write_text(
+        "".join(
+            f"T5Config.{field.name} = {getattr(tiny, field.name)!r}\n"
+            for field in dataclasses.fields(tiny)
+        )
+    )
+    gin.clear_config()
+    gin.finalize()
+    try:
+        assert config_from_gin_file(tmp_path / "tiny.gin") == tiny
+        assert gin.config_is_locked(), "the run's lock stays as it was"
+    finally:
+        with gin.unlock_config():
+            gin.clear_config()
+        gin.config._set_config_is_locked(False)
+
+
 def test_gin_files_and_presets_are_the_same_set():
     on_disk = {str(p.relative_to(GIN_ROOT).with_suffix("")) for p in GIN_ROOT.rglob("*.gin")}
     assert on_disk == set(PRESETS)
