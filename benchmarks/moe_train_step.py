@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import harness  # noqa: E402  (same directory)
 import same_weights  # noqa: E402  (same directory)
 from isolated import IsolatedSide, run_sides  # noqa: E402  (same directory)
+from train_step import forge_step, torch_step  # noqa: E402  (same directory)
 
 from t5forge.interop.huggingface import save_hf_dir  # noqa: E402
 from t5forge.models.configs import T5Config  # noqa: E402
@@ -84,24 +85,9 @@ def switch_config(shape: str) -> T5Config:
 
 def forge_side(params_path: str, config: T5Config, batch: dict):
     """One t5forge train step (AdamW) on one device per call (the state is donated)."""
-    import jax
+    from t5forge.training import optimizers
 
-    from t5forge.models.model import build_model
-    from t5forge.training import optimizers, partitioning
-    from t5forge.training.trainer import Trainer, metrics_to_host
-
-    trainer = Trainer(
-        build_model(config),
-        optimizers.adamw(LEARNING_RATE),
-        partitioning.PjitPartitioner(devices=jax.devices()[:1]),
-    )
-    holder = {"state": trainer.state_from_params(same_weights.read_params(params_path))}
-
-    def step():
-        holder["state"], metrics = trainer.train_step(holder["state"], batch)
-        return metrics_to_host(metrics)  # waits for the step
-
-    return step
+    return forge_step(build_model(config), optimizers.adamw(LEARNING_RATE), params_path, batch)
 
 
 def hf_side(hf_dir: str, batch: dict):
@@ -114,17 +100,14 @@ def hf_side(hf_dir: str, batch: dict):
     inputs = torch.from_numpy(batch["encoder_input_tokens"].astype(np.int64))
     labels = torch.from_numpy(batch["decoder_target_tokens"].astype(np.int64))
     mask = torch.ones_like(inputs)
-
-    def step():
-        loss = model(
-            input_ids=inputs, attention_mask=mask, labels=labels, output_router_logits=True
-        ).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return loss.item()  # waits for the step
-
-    return step
+    return torch_step(
+        model,
+        optimizer,
+        input_ids=inputs,
+        attention_mask=mask,
+        labels=labels,
+        output_router_logits=True,
+    )
 
 
 def main() -> int:

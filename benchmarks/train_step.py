@@ -55,12 +55,9 @@ def _optimizers(text: str) -> tuple[str, ...]:
 
 def forge_side(params_path: str, config_name: str, optimizer: str, batch: dict):
     """One t5forge train step on one device per call (the state is donated)."""
-    import jax
-
     from t5forge.models.configs import get_config
     from t5forge.models.model import build_model
-    from t5forge.training import optimizers, partitioning
-    from t5forge.training.trainer import Trainer, metrics_to_host
+    from t5forge.training import optimizers
 
     model = build_model(get_config(config_name, dtype="float32", dropout_rate=0.0))
     tx = (
@@ -68,6 +65,17 @@ def forge_side(params_path: str, config_name: str, optimizer: str, batch: dict):
         if optimizer == "adamw"
         else optimizers.adafactor(LEARNING_RATE, param_logical_axes=model.param_logical_axes())
     )
+    return forge_step(model, tx, params_path, batch)
+
+
+def forge_step(model, tx, params_path: str, batch: dict):
+    """A call that runs one t5forge train step of `model` under `tx` from the weights at
+    `params_path` on one device (the state is donated) and waits for it."""
+    import jax
+
+    from t5forge.training import partitioning
+    from t5forge.training.trainer import Trainer, metrics_to_host
+
     trainer = Trainer(model, tx, partitioning.PjitPartitioner(devices=jax.devices()[:1]))
     holder = {"state": trainer.state_from_params(same_weights.read_params(params_path))}
 
@@ -88,9 +96,15 @@ def hf_side(hf_dir: str, batch: dict):
     inputs = torch.from_numpy(batch["encoder_input_tokens"].astype(np.int64)).to(device)
     labels = torch.from_numpy(batch["decoder_target_tokens"].astype(np.int64)).to(device)
     mask = torch.ones_like(inputs)
+    return torch_step(model, optimizer, input_ids=inputs, attention_mask=mask, labels=labels)
+
+
+def torch_step(model, optimizer, **inputs):
+    """A call that runs one transformers train step of `model` on `inputs` (its loss is the
+    model's own) and waits for it."""
 
     def step():
-        loss = model(input_ids=inputs, attention_mask=mask, labels=labels).loss
+        loss = model(**inputs).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
