@@ -6,6 +6,7 @@ model, vocabulary and the bundled en_de_lohelp slice (the `tiny_runs` fixture of
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -63,6 +64,18 @@ def python(*args, env=None, timeout=600, check=False, **kwargs) -> subprocess.Co
             f"{result.stderr[-3000:]}"
         )
     return result
+
+
+def eight_device_report(script: Path, timeout: float = 600) -> dict:
+    """The JSON a multi-device check script prints last, run in its own process on 8 virtual
+    CPU devices. -O0 halves XLA's CPU compile time; every layout compiles the same way, so the
+    comparison between layouts is unaffected."""
+    env = command_env(
+        PYTHONPATH=REPO,
+        XLA_FLAGS="--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0",
+    )
+    result = python(script, env=env, timeout=timeout, check=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def python_popen(*args, env=None, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE):

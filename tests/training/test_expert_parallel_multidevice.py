@@ -1,12 +1,11 @@
 """A tokens-choose top-2 sparse T5 trains on 8 virtual devices with an expert axis of 4 as on
 one device (issue 41's done-when), experts and their Adafactor slots split over 'expert'."""
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-from commands import REPO, command_env, python
+from commands import eight_device_report
 
 CHECK_SCRIPT = Path(__file__).with_name("multidevice_expert_check.py")
 pytestmark = pytest.mark.slow
@@ -14,12 +13,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def report():
-    env = command_env(
-        PYTHONPATH=REPO,
-        XLA_FLAGS="--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0",
-    )
-    result = python(CHECK_SCRIPT, env=env, timeout=600, check=True)
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return eight_device_report(CHECK_SCRIPT)
 
 
 @pytest.mark.parametrize("layout", ["data2_expert4", "expert4_model2"])

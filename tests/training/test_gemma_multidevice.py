@@ -1,11 +1,10 @@
 """T5Gemma and T5Gemma 2 networks train on 8 devices (model parallel, FSDP) as on one."""
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-from commands import REPO, command_env, python
+from commands import eight_device_report
 
 CHECK_SCRIPT = Path(__file__).with_name("multidevice_gemma_check.py")
 pytestmark = pytest.mark.slow
@@ -13,12 +12,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def report():
-    env = command_env(
-        PYTHONPATH=REPO,
-        XLA_FLAGS="--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0",
-    )
-    result = python(CHECK_SCRIPT, env=env, timeout=600, check=True)
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return eight_device_report(CHECK_SCRIPT)
 
 
 @pytest.mark.parametrize("family", ["t5gemma", "t5gemma2"])

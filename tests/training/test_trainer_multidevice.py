@@ -1,31 +1,23 @@
 """The real Trainer and a real T5 give 1-device losses on 8 devices, model parallel and FSDP."""
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-from commands import REPO, command_env, python
+from commands import eight_device_report
 
 CHECK_SCRIPT = Path(__file__).with_name("multidevice_trainer_check.py")
 
 
 @pytest.fixture(scope="module")
-def eight_device_report():
-    # -O0 halves XLA's CPU compile time; every layout compiles the same way, so the comparison
-    # between layouts is unaffected.
-    env = command_env(
-        PYTHONPATH=REPO,
-        XLA_FLAGS="--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0",
-    )
-    result = python(CHECK_SCRIPT, env=env, timeout=300, check=True)
-    return json.loads(result.stdout.strip().splitlines()[-1])
+def report():
+    return eight_device_report(CHECK_SCRIPT, timeout=300)
 
 
 @pytest.mark.parametrize("layout", ["data4_model2", "fsdp"])
-def test_first_five_losses_match_one_device(eight_device_report, layout):
-    single = eight_device_report["single"]
-    sharded = eight_device_report[layout]
+def test_first_five_losses_match_one_device(report, layout):
+    single = report["single"]
+    sharded = report[layout]
     assert (single["devices"], sharded["devices"]) == (1, 8)
     assert len(sharded["losses"]) == 5
     # Step 1's loss is the sharded forward pass against the unsharded one: equal to rounding.
@@ -41,16 +33,16 @@ def test_first_five_losses_match_one_device(eight_device_report, layout):
     assert sharded["compilations"] == 1
 
 
-def test_model_parallel_splits_heads_mlp_and_vocab(eight_device_report):
-    specs = eight_device_report["data4_model2"]["specs"]
+def test_model_parallel_splits_heads_mlp_and_vocab(report):
+    specs = report["data4_model2"]["specs"]
     layer = ".params['encoder']['layers_0']"
     assert specs[f"{layer}['attention']['query']['kernel']"] == "P(None, 'model')"
     assert specs[f"{layer}['mlp']['wo']['kernel']"] == "P('model', None)"
     assert specs[".params['token_embedder']['embedding']"] == "P('model', None)"
 
 
-def test_fsdp_also_splits_params_and_adafactor_slots_over_data(eight_device_report):
-    specs = eight_device_report["fsdp"]["specs"]
+def test_fsdp_also_splits_params_and_adafactor_slots_over_data(report):
+    specs = report["fsdp"]["specs"]
     kernel = "['encoder']['layers_0']['mlp']['wi_0']['kernel']"
     assert specs[f".params{kernel}"] == "P('data', 'model')"
     assert specs[".params['token_embedder']['embedding']"] == "P('model', 'data')"
