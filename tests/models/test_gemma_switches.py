@@ -12,6 +12,7 @@ import dataclasses
 import jax
 import numpy as np
 import pytest
+from packed_rows import assert_packed_rows_match_separate
 
 from t5forge.errors import ConfigError
 from t5forge.models.configs import SLIDING_ATTENTION, T5Config, get_config
@@ -92,15 +93,7 @@ def test_packed_batch_matches_segments_run_separately(family):
     params = jax.device_get(model.init_params(jax.random.PRNGKey(0)))
     rng = np.random.RandomState(3)
     singles = [_batch(rng, n, m) for n, m in ((4, 3), (5, 6))]
-    packed = {
-        key: np.concatenate([s[key] for s in singles] + [np.zeros((1, 1), np.int32)], axis=1)
-        for key in singles[0]
-    }
-    packed["encoder_segment_ids"] = np.array([[1] * 4 + [2] * 5 + [0]], np.int32)
-    packed["decoder_segment_ids"] = np.array([[1] * 3 + [2] * 6 + [0]], np.int32)
-    logits = np.asarray(model.logits(params, packed))
-    np.testing.assert_allclose(logits[0, :3], model.logits(params, singles[0])[0], atol=1e-5)
-    np.testing.assert_allclose(logits[0, 3:9], model.logits(params, singles[1])[0], atol=1e-5)
+    assert_packed_rows_match_separate(model, params, singles)
 
 
 def test_scanned_stack_computes_the_per_layer_one():

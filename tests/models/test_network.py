@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from packed_rows import assert_packed_rows_match_separate
 
 from t5forge.models import param_names
 from t5forge.models.configs import get_config
@@ -151,17 +152,7 @@ def test_packed_batch_matches_segments_run_separately(tiny):
     model, params = tiny
     rng = np.random.RandomState(3)
     singles = [_encdec_batch(rng, batch=1, inputs=n, targets=m) for n, m in ((4, 3), (5, 4))]
-    packed = {
-        key: np.concatenate([s[key] for s in singles] + [np.zeros((1, 1), np.int32)], axis=1)
-        for key in singles[0]
-    }
-    packed["encoder_segment_ids"] = np.array([[1] * 4 + [2] * 5 + [0]], np.int32)
-    packed["decoder_segment_ids"] = np.array([[1] * 3 + [2] * 4 + [0]], np.int32)
-    packed_logits = np.asarray(model.logits(params, packed))
-    np.testing.assert_allclose(packed_logits[0, :3], model.logits(params, singles[0])[0], atol=1e-5)
-    np.testing.assert_allclose(
-        packed_logits[0, 3:7], model.logits(params, singles[1])[0], atol=1e-5
-    )
+    assert_packed_rows_match_separate(model, params, singles)
 
 
 def test_packed_decoder_only_matches_segments():
