@@ -71,7 +71,8 @@ def eight_device_report(script: Path, timeout: float = 600) -> dict:
     CPU devices. -O0 halves XLA's CPU compile time; every layout compiles the same way, so the
     comparison between layouts is unaffected."""
     env = command_env(
-        PYTHONPATH=REPO,
+        # tests/ too: check scripts import the suite's helper modules as the suite does.
+        PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests")]),
         XLA_FLAGS="--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0",
     )
     result = python(script, env=env, timeout=timeout, check=True)
