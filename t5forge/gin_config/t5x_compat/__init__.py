@@ -3,7 +3,8 @@
 T5X's files start with `from __gin__ import dynamic_registration` and import `seqio`,
 `t5x.utils`, `t5x.models`, ..., `__main__ as train_script`. While gin parses, those module
 names resolve to stand-ins holding t5forge's implementation of each configurable
-(modules.py); the table of names and what happens to each parameter is names.py; after the
+(modules.py); the table of names and what happens to each parameter is names.py (joining
+run_names.py, training_names.py, model_names.py and moe_names.py); after the
 parse, translate.py moves the bindings onto t5forge's configurables and reports, by file and
 line, what t5forge ignores or refuses. gin_flags.parse_gin drives the three. Flaxformer's
 model files (`from flaxformer.components import dense`, ...) parse the same way: their names

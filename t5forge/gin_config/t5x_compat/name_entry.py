@@ -1,5 +1,6 @@
-"""One T5X or Flaxformer gin name and the rule for each of its parameters (the entries of
-names.py and flaxformer_names.py)."""
+"""One T5X or Flaxformer gin name and the rule for each of its parameters (the entries
+names.py joins: run_names.py, training_names.py, model_names.py, moe_names.py and
+flaxformer_names.py)."""
 
 from __future__ import annotations
 

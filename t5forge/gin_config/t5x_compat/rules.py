@@ -17,6 +17,10 @@ from typing import Any
 import gin
 import gin.config
 
+# Reasons more than one table of T5X names gives.
+FLOAT32 = "t5forge keeps parameters in float32 and computes in T5Config.dtype"
+TF_ONLY = "it is a TensorFlow/T5X code path t5forge does not have"
+
 
 def _always(value) -> bool:
     return True
@@ -79,9 +83,11 @@ def move(
     unless: Callable[[Any], bool] | None = None,
     warn: str = "",
     refuse: str = "",
+    feature: str = "",
 ) -> Rule:
     """Moved to t5forge's side: `to` is 'selector.param'; empty means the twin's same name.
-    `unless(value)` true drops the value with `warn` or refuses it with `refuse`."""
+    `unless(value)` true drops the value with `warn` or refuses it with `refuse`; `feature`
+    names the model feature the target belongs to (see Rule.feature)."""
     accepts = (lambda v: not unless(v)) if unless else _always
     return Rule(
         move_to=to or ".",
@@ -89,6 +95,7 @@ def move(
         convert=convert,
         refuse=bool(refuse),
         reason=refuse or warn,
+        feature=feature,
     )
 
 
@@ -114,6 +121,11 @@ def field(
         reason=refuse,
         summary=summary + (f"; otherwise {otherwise_text(True, refuse)}" if refuse else ""),
     )
+
+
+def refused(reason: str) -> Rule:
+    """Refused whatever the value: a knob of a path t5forge does not have."""
+    return Rule(refuse=True, accepts=lambda v: False, reason=reason)
 
 
 def keep() -> Rule:
