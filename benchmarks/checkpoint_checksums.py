@@ -28,8 +28,8 @@ from t5forge.checkpoints import (
     checkpointer,
     integrity,  # noqa: E402
 )
-from t5forge.models.configs import get_config  # noqa: E402
 from t5forge.models.model import build_model  # noqa: E402
+from t5forge.models.presets import get_config  # noqa: E402
 from t5forge.training import optimizers, partitioning  # noqa: E402
 from t5forge.training.trainer import Trainer  # noqa: E402
 

@@ -85,8 +85,8 @@ def forge_train_side(
     os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", MEMORY_FRACTION)
     import jax
 
-    from t5forge.models.configs import get_config
     from t5forge.models.model import build_model
+    from t5forge.models.presets import get_config
     from t5forge.training import optimizers, partitioning
     from t5forge.training.trainer import Trainer, metrics_to_host
 
@@ -158,7 +158,7 @@ def _hf_model(config_name: str, dtype: str):
     import transformers
 
     from t5forge.interop.huggingface import config_to_hf
-    from t5forge.models.configs import get_config
+    from t5forge.models.presets import get_config
 
     transformers.utils.logging.set_verbosity_error()
     config = get_config(config_name, dtype="bfloat16")
@@ -222,8 +222,8 @@ def forge_decode_side(config_name: str):
     import jax.numpy as jnp
 
     from t5forge.api import Model
-    from t5forge.models.configs import get_config
     from t5forge.models.model import build_model
+    from t5forge.models.presets import get_config
 
     config = get_config(config_name, dtype="bfloat16")
     params = same_weights.never_eos(build_model(config).init_params(jax.random.PRNGKey(0)))
@@ -311,7 +311,7 @@ def _train_side(phases: Phases, args, name: str, factory: str, **kwargs):
 
 
 def _train(phases: Phases, args, config_name: str, first_batch: int) -> None:
-    from t5forge.models.configs import get_config
+    from t5forge.models.presets import get_config
     from t5forge.training.flops import mfu, model_flops_per_step, peak_flops_per_device
 
     settings = ", ".join(f"{key}={value}" for key, value in args.train_overrides.items())
@@ -375,7 +375,7 @@ def _accelerator() -> str:
 
 
 def _decode(phases: Phases, args, config_name: str) -> None:
-    from t5forge.models.configs import get_config
+    from t5forge.models.presets import get_config
 
     vocab_size = get_config(config_name, dtype="bfloat16").vocab_size
     rows = np.random.default_rng(0).integers(

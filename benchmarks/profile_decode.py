@@ -136,8 +136,8 @@ def main() -> int:
     import jax.numpy as jnp
 
     from t5forge.api import Model
-    from t5forge.models.configs import get_config
     from t5forge.models.model import build_model
+    from t5forge.models.presets import get_config
 
     compiles = []
     jax.monitoring.register_event_duration_secs_listener(

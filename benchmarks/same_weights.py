@@ -62,7 +62,7 @@ def read_params(params_path: str):
 def load_forge(params_path: str, config_name: str):
     """t5forge's `Model` (float32) on the params `write_params` wrote."""
     from t5forge.api import Model
-    from t5forge.models.configs import get_config
+    from t5forge.models.presets import get_config
 
     return Model(get_config(config_name, dtype="float32"), read_params(params_path))
 

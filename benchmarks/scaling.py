@@ -171,8 +171,8 @@ def main() -> int:
 
     import jax
 
-    from t5forge.models.configs import get_config
     from t5forge.models.model import build_model
+    from t5forge.models.presets import get_config
 
     bench = harness.Benchmark.from_args("scaling", args)
     config = get_config(CONFIG, dtype="float32")

@@ -59,7 +59,7 @@ GOAL_CONCURRENCY = 32
 
 
 def _config(name: str):
-    from t5forge.models.configs import get_config
+    from t5forge.models.presets import get_config
 
     if name == "t5_1_1_small":
         return get_config("t5_1_1/small", dtype="float32")

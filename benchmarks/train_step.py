@@ -28,8 +28,8 @@ import harness  # noqa: E402  (same directory)
 import same_weights  # noqa: E402  (same directory)
 from isolated import IsolatedSide, run_sides  # noqa: E402  (same directory)
 
-from t5forge.models.configs import get_config  # noqa: E402
 from t5forge.models.model import build_model  # noqa: E402
+from t5forge.models.presets import get_config  # noqa: E402
 from t5forge.training.flops import local_peak_flops, mfu, model_flops_per_step  # noqa: E402
 
 LEARNING_RATE = 1e-4
@@ -55,8 +55,8 @@ def _optimizers(text: str) -> tuple[str, ...]:
 
 def forge_side(params_path: str, config_name: str, optimizer: str, batch: dict):
     """One t5forge train step on one device per call (the state is donated)."""
-    from t5forge.models.configs import get_config
     from t5forge.models.model import build_model
+    from t5forge.models.presets import get_config
     from t5forge.training import optimizers
 
     model = build_model(get_config(config_name, dtype="float32", dropout_rate=0.0))

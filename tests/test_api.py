@@ -15,8 +15,8 @@ from t5forge.api import Model
 from t5forge.data import SentencePieceVocabulary
 from t5forge.errors import CheckpointError, ConfigError, DataError
 from t5forge.interop.huggingface import save_hf_dir
-from t5forge.models.configs import get_config
 from t5forge.models.model import build_model
+from t5forge.models.presets import get_config
 
 CONFIG = get_config("t5_1_1/tiny", vocab_size=32, dtype="float32")
 TEXTS = ["this is a test", "a test"]

@@ -23,8 +23,9 @@ from t5forge.checkpoints import formats, remote_model_dir
 from t5forge.data.vocabularies import SentencePieceVocabulary
 from t5forge.errors import CheckpointError, ConfigError
 from t5forge.interop import hf_t5gemma, hub, huggingface
-from t5forge.models.configs import PRESETS, T5Config, get_config
+from t5forge.models.configs import T5Config
 from t5forge.models.model import build_model
+from t5forge.models.presets import PRESETS, get_config
 
 SPIECE = "spiece.model"
 # transformers' T5Tokenizer appends 100 sentinels to spiece.model unless told otherwise.

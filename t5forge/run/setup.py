@@ -15,8 +15,9 @@ import jax
 from t5forge.checkpoints import reader
 from t5forge.data.feature_converters import converter_for
 from t5forge.errors import CheckpointError, ConfigError
-from t5forge.models.configs import T5Config, get_config
+from t5forge.models.configs import T5Config
 from t5forge.models.model import BaseModel, build_model
+from t5forge.models.presets import get_config
 from t5forge.run import output_identity
 from t5forge.run.dataset_and_checkpoint_configs import DatasetConfig, RestoreCheckpointConfig
 from t5forge.training import optimizers

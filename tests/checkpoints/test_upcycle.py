@@ -11,8 +11,8 @@ from t5forge.checkpoints.checkpointer import Checkpointer
 from t5forge.checkpoints.upcycle import UpcycleCheckpointer
 from t5forge.errors import CheckpointError, ConfigError
 from t5forge.interop.huggingface import save_hf_dir
-from t5forge.models.configs import get_config
 from t5forge.models.model import build_model
+from t5forge.models.presets import get_config
 from t5forge.training.optimizers import adafactor
 from t5forge.training.train_state import TrainState
 

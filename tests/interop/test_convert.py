@@ -8,7 +8,7 @@ from commands import t5forge_in_process
 
 import t5forge
 from t5forge.errors import T5ForgeError
-from t5forge.models.configs import get_config
+from t5forge.models.presets import get_config
 
 
 @pytest.fixture(scope="module")

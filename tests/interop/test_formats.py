@@ -12,8 +12,8 @@ from t5forge.checkpoints import formats
 from t5forge.checkpoints.checkpointer import Checkpointer
 from t5forge.checkpoints.step_dir import read_metadata
 from t5forge.errors import CheckpointError, ConfigError
-from t5forge.models.configs import get_config
 from t5forge.models.model import build_model
+from t5forge.models.presets import get_config
 from t5forge.run import setup
 
 

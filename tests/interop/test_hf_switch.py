@@ -20,9 +20,9 @@ from t5forge.errors import ConfigError  # noqa: E402
 from t5forge.interop import hf_switch  # noqa: E402
 from t5forge.interop import huggingface as hf  # noqa: E402
 from t5forge.interop.t5x import infer_config, load_t5x_checkpoint  # noqa: E402
-from t5forge.models.configs import get_config  # noqa: E402
 from t5forge.models.model import build_model  # noqa: E402
 from t5forge.models.moe import router_losses  # noqa: E402
+from t5forge.models.presets import get_config  # noqa: E402
 from tests.interop.test_hf_t5gemma import assert_beams_match_up_to_t5x_rules  # noqa: E402
 from tests.interop.test_huggingface import _hf_generate  # noqa: E402
 

@@ -24,8 +24,8 @@ from t5forge.data import SentencePieceVocabulary  # noqa: E402
 from t5forge.errors import ConfigError  # noqa: E402
 from t5forge.interop import hf_t5gemma  # noqa: E402
 from t5forge.interop import huggingface as hf  # noqa: E402
-from t5forge.models.configs import get_config  # noqa: E402
 from t5forge.models.model import build_model  # noqa: E402
+from t5forge.models.presets import get_config  # noqa: E402
 from tests.interop.test_huggingface import _hf_generate  # noqa: E402
 
 VOCAB = 16

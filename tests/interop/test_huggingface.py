@@ -22,7 +22,7 @@ transformers = pytest.importorskip("transformers")
 import t5forge  # noqa: E402
 from t5forge.errors import CheckpointError, ConfigError  # noqa: E402
 from t5forge.interop import huggingface as hf  # noqa: E402
-from t5forge.models.configs import get_config  # noqa: E402
+from t5forge.models.presets import get_config  # noqa: E402
 
 VOCAB = 16
 DIMS = dict(

@@ -104,8 +104,8 @@ def test_a_scanned_model_is_written_stacked(tiny, tmp_path):
     hold them, and read back layer by layer."""
     import dataclasses
 
-    from t5forge.models.configs import get_config
     from t5forge.models.param_layout import stack_layers
+    from t5forge.models.presets import get_config
 
     config = dataclasses.replace(get_config("t5_1_1/tiny"), scan_layers=True)
     written = save_t5x_checkpoint(stack_layers(tiny, config), tmp_path)

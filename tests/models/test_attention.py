@@ -21,7 +21,6 @@ from t5forge.models.attention import (
     explicit_attention,
     slot_attention,
 )
-from t5forge.models.configs import get_config
 from t5forge.models.layers import (
     decoder_self_mask,
     mask_to_bias,
@@ -29,6 +28,7 @@ from t5forge.models.layers import (
     relative_position_bucket,
 )
 from t5forge.models.model import build_model
+from t5forge.models.presets import get_config
 
 HEADS, HEAD_DIM, BATCH = 3, 4, 2
 CPU = Platform("cpu")

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 from jax.ad_checkpoint import print_saved_residuals
 
-from t5forge.models.configs import REMAT_POLICIES, get_config
+from t5forge.models.configs import REMAT_POLICIES
 from t5forge.models.model import build_model
+from t5forge.models.presets import get_config
 
 VOCAB = 64
 

@@ -12,8 +12,9 @@ import pytest
 import t5forge
 from t5forge.errors import ConfigError
 from t5forge.interop.gin_model_config import config_from_gin, config_from_gin_file
-from t5forge.models.configs import PRESETS, T5Config, get_config
+from t5forge.models.configs import T5Config
 from t5forge.models.model import build_model
+from t5forge.models.presets import PRESETS, get_config
 
 GIN_ROOT = Path(t5forge.__file__).parent / "configs" / "models"
 

@@ -15,9 +15,10 @@ import pytest
 from packed_rows import assert_packed_rows_match_separate
 
 from t5forge.errors import ConfigError
-from t5forge.models.configs import SLIDING_ATTENTION, T5Config, get_config
+from t5forge.models.configs import SLIDING_ATTENTION, T5Config
 from t5forge.models.model import build_model
 from t5forge.models.param_layout import stack_layers
+from t5forge.models.presets import get_config
 
 SLIDING, FULL = SLIDING_ATTENTION, "full_attention"
 GEMMA = dict(

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from t5forge.errors import ConfigError
-from t5forge.models.configs import get_config
 from t5forge.models.model import build_model
+from t5forge.models.presets import get_config
 
 VOCAB = 64
 LABELS = np.array([11, 23, 42], np.int32)

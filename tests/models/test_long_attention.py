@@ -16,10 +16,11 @@ import pytest
 from packed_rows import assert_packed_rows_match_separate
 
 from t5forge.errors import ConfigError
-from t5forge.models.configs import SLIDING_ATTENTION, get_config
+from t5forge.models.configs import SLIDING_ATTENTION
 from t5forge.models.long_attention import global_blocks
 from t5forge.models.model import build_model
 from t5forge.models.param_layout import stack_layers
+from t5forge.models.presets import get_config
 
 
 def _long(encoder_attention: str, **overrides):

@@ -7,9 +7,9 @@ import pytest
 
 from t5forge.errors import CheckpointError, ConfigError, DataError
 from t5forge.models import decoding
-from t5forge.models.configs import get_config
 from t5forge.models.model import DecoderOnlyModel, EncoderDecoderModel, build_model
 from t5forge.models.network import build_network
+from t5forge.models.presets import get_config
 
 VOCAB = 64
 

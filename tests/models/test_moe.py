@@ -14,11 +14,11 @@ import pytest
 
 from t5forge.errors import ConfigError
 from t5forge.models import routing
-from t5forge.models.configs import PRESETS, get_config
 from t5forge.models.model import build_model
 from t5forge.models.moe import SparseMlp
 from t5forge.models.param_layout import stack_layers
 from t5forge.models.param_names import named_leaves
+from t5forge.models.presets import PRESETS, get_config
 from t5forge.models.sparse_layout import sparse_layer_flags
 from t5forge.models.weights_dtype import with_weights_dtype
 

@@ -11,8 +11,8 @@ from server_helpers import TINY_CONFIG, running_server
 
 import t5forge
 from t5forge.interop.huggingface import save_hf_dir
-from t5forge.models.configs import get_config
 from t5forge.models.model import build_model
+from t5forge.models.presets import get_config
 
 TEXTS = ["Click the Save button.", "Deletes the selected rows in the table.", "a"]
 CONFIGS = {

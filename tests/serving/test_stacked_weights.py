@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from t5forge.api import Model
-from t5forge.models.configs import get_config
 from t5forge.models.layers import stack_projections, stacked_name
 from t5forge.models.model import build_model
+from t5forge.models.presets import get_config
 
 GROUPED = {"num_heads": 4, "num_kv_heads": 2}
 

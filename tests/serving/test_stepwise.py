@@ -7,8 +7,8 @@ import pytest
 from t5forge.api import Model
 from t5forge.data.buckets import Buckets
 from t5forge.errors import DataError
-from t5forge.models.configs import get_config
 from t5forge.models.model import build_model
+from t5forge.models.presets import get_config
 from t5forge.serving.engine import length_buckets
 from t5forge.serving.stepwise import RowOptions, StepDecoder
 from tests.models.test_gemma_switches import GEMMA, GEMMA_3

@@ -24,7 +24,7 @@ from t5forge.gin_config.gin_registry import config_from_gin
 from t5forge.gin_config.t5x_compat.flaxformer_names import LONGT5 as LONGT5_FEATURE
 from t5forge.gin_config.t5x_compat.flaxformer_names import MOE as MOE_FEATURE
 from t5forge.gin_config.t5x_compat.translate import MissingModelFeature, missing_parameters
-from t5forge.models.configs import get_config
+from t5forge.models.presets import get_config
 
 pytestmark = pytest.mark.skipif(
     not FLAXFORMER_GIN.is_dir(), reason=f"Flaxformer's gin files not found at {FLAXFORMER_GIN}"

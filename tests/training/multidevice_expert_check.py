@@ -12,8 +12,8 @@ import jax
 from multidevice_trainer_check import VOCAB, make_batches, run
 
 from t5forge.errors import ConfigError
-from t5forge.models.configs import get_config
 from t5forge.models.model import build_model
+from t5forge.models.presets import get_config
 from t5forge.training.moe_trainer import MoeTrainer
 from t5forge.training.optimizers import adafactor
 from t5forge.training.partitioning import MoePjitPartitioner

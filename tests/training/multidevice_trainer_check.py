@@ -13,8 +13,8 @@ import json
 import numpy as np
 from multidevice_layouts import eight_device_layouts, partition_specs
 
-from t5forge.models.configs import get_config
 from t5forge.models.model import build_model
+from t5forge.models.presets import get_config
 from t5forge.training.optimizers import adafactor
 from t5forge.training.trainer import Trainer, metrics_to_host
 

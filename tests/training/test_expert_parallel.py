@@ -8,8 +8,8 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from t5forge.errors import ConfigError
-from t5forge.models.configs import get_config
 from t5forge.models.model import build_model
+from t5forge.models.presets import get_config
 from t5forge.training import partitioning
 from t5forge.training.moe_trainer import MoeTrainer
 from t5forge.training.optimizers import adafactor, factor_plan

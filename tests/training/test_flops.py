@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 from t5forge.errors import ConfigError
-from t5forge.models.configs import T5Config, get_config
+from t5forge.models.configs import T5Config
 from t5forge.models.model import build_model
+from t5forge.models.presets import get_config
 from t5forge.training.flops import (
     local_peak_flops,
     mfu,

@@ -5,8 +5,8 @@ import jax
 import numpy as np
 import optax
 
-from t5forge.models.configs import get_config
 from t5forge.models.model import build_model
+from t5forge.models.presets import get_config
 from t5forge.training import partitioning
 from t5forge.training.trainer import Trainer
 
