@@ -10,7 +10,7 @@ Rows, for each --shapes entry M,K,N:
 - int8, x[M,K] @ w[K,N] -> int32: XLA's integer dot, the extension (scaled, float32 out), and
   torch._int_mm.
 PyTorch runs in a process of its own (benchmarks/isolated.py: two OpenMP runtimes in one
-process disturb each other). Timing and the results file are benchmarks/harness.py's.
+process disturb each other) and times its calls there, after the other sides. Timing and the results file are benchmarks/harness.py's.
 
 Smoke run:   python benchmarks/native_products.py --shapes 256,256,256 --settle_seconds 0
 Idle run:    python benchmarks/native_products.py --runs 7
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,11 @@ from isolated import IsolatedSide  # noqa: E402  (same directory)
 # T5 1.1 small's widest weight gradient (d_model 512 x d_ff 1024 over batch 8 x 512 tokens)
 # beside the issue's square product.
 DEFAULT_SHAPES = ["2048,2048,2048", "512,4096,1024"]
+FORM_LABELS = {
+    "forward": "bf16 forward",
+    "weight_gradient": "bf16 weight gradient x^T g",
+    "int8": "int8 x int8",
+}
 
 
 def operands(m: int, k: int, n: int) -> dict[str, np.ndarray]:
@@ -48,7 +54,9 @@ def operands(m: int, k: int, n: int) -> dict[str, np.ndarray]:
 
 
 def torch_side(m: int, k: int, n: int):
-    """The PyTorch call for one row, in its worker: `run(form)` times nothing, returns None."""
+    """PyTorch's product of one form, timed inside its worker: `run(form, repeats)` gives
+    (wall seconds, CPU seconds) per call after a warm-up, so the pipe's round trip (tens of ms
+    on a busy machine) is not counted."""
     import torch
 
     torch.set_num_threads(os.cpu_count())
@@ -60,8 +68,15 @@ def torch_side(m: int, k: int, n: int):
         "int8": lambda: torch._int_mm(data["x_q"], data["w_q"]),
     }
 
-    def run(form):
+    def run(form, repeats):
+        samples = harness.Samples()
         calls[form]()
+        for _ in range(repeats):
+            wall, cpu = time.perf_counter(), time.process_time()
+            calls[form]()
+            samples.seconds.append(time.perf_counter() - wall)
+            samples.cpu_seconds.append(time.process_time() - cpu)
+        return samples.seconds, samples.cpu_seconds
 
     return run
 
@@ -143,25 +158,27 @@ def measure(bench: harness.Benchmark, shape: str, runs: int) -> None:
     from t5forge.models import native_products
 
     m, k, n = (int(size) for size in shape.split(","))
+    size = f"{m}x{k}x{n}"
     torch = IsolatedSide("native_products:torch_side", m=m, k=k, n=n)
     try:
         for form, sides in jax_sides(m, k, n).items():
-            print(f"{form}, M,K,N = {shape}", flush=True)
-            calls = {f"{form} {shape}: {name}": call for name, call in sides.items()}
-            torch_name = f"{form} {shape}: torch"
-            calls[torch_name] = torch.bind(form=form)
-            outputs = bench.run(calls, runs, work=2 * m * k * n / 1e9, unit="GFLOP/s")
+            row = f"{FORM_LABELS[form]}, {size}"
+            print(row, flush=True)
+            calls = {f"{row}: {name}": call for name, call in sides.items()}
+            work = 2 * m * k * n / 1e9
+            outputs = bench.run(calls, runs, work=work, unit="GFLOP/s")
+            torch_name = f"{row}: torch"
+            seconds, cpu_seconds = torch(form=form, repeats=runs)
+            bench.record(torch_name, harness.Samples(seconds, cpu_seconds), work, "GFLOP/s")
             print(f"  results agree to {agreement(outputs):.1e} (relative)", flush=True)
             ours = [name for name in calls if "oneDNN" in name]
             xla = [name for name in calls if ": XLA" in name]
             best_xla = max(xla, key=lambda name: bench.sides[name]["throughput"])
             for side in ours:
-                bench.compare(f"{form} {shape}", side, best_xla, peer_label="XLA's best form")
-                bench.compare(f"{form} {shape}", side, torch_name, peer_label="PyTorch")
+                bench.compare(row, side, best_xla, peer_label="XLA's best form")
+                bench.compare(row, side, torch_name, peer_label="PyTorch")
             if not ours:
-                bench.peer_missing(
-                    f"{form} {shape}", "oneDNN", best_xla, "t5forge_kernels not built"
-                )
+                bench.peer_missing(row, "oneDNN", best_xla, "t5forge_kernels not built")
     finally:
         torch.close()
     print(f"oneDNN {native_products.onednn_version()}", flush=True)
