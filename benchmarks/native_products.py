@@ -7,8 +7,8 @@ Rows, for each --shapes entry M,K,N:
 - bf16 weight gradient, x[K,M]^T @ g[K,N] (the backward's form): XLA's transposed-operand dot
   with float32 accumulation, XLA behind a materialised transpose, the extension in one call
   (contract_a=0), torch's `x.t() @ g`;
-- int8, x[M,K] @ w[K,N] -> int32: XLA's integer dot, the extension (scaled, float32 out), and
-  torch._int_mm.
+- int8, x[M,K] @ w[K,N] -> int32: XLA's integer dot, the extension (scaled, float32 out; its
+  weights plain and packed once), and torch._int_mm.
 PyTorch runs in a process of its own (benchmarks/isolated.py: two OpenMP runtimes in one
 process disturb each other) and times its calls there, after the other sides. Timing and the results file are benchmarks/harness.py's.
 
@@ -137,11 +137,15 @@ def jax_sides(m: int, k: int, n: int) -> dict[str, dict]:
         forms["weight_gradient"]["oneDNN one call"] = ready(
             lambda a, g: bf16(a, g, contract_a=0, contract_b=0, out_dtype=f32), x_t, w
         )
+        int8 = native_products.int8_matmul
         forms["int8"]["oneDNN int8, scaled"] = ready(
-            lambda a, xs, b, ws: native_products.int8_matmul(a, xs, b, ws, f32),
+            lambda a, xs, b, ws: int8(a, xs, b, ws, f32), x_q, ones_m, w_q, ones_n
+        )
+        forms["int8"]["oneDNN int8, packed weights"] = ready(
+            lambda a, xs, b, ws: int8(a, xs, b, ws, f32),
             x_q,
             ones_m,
-            w_q,
+            native_products.pack_int8_weights(w_q),
             ones_n,
         )
     return forms

@@ -1,7 +1,8 @@
 // XLA FFI handlers for the products XLA:CPU runs slowly or not at all, on oneDNN's matmul:
 // bf16 x bf16 with float32 accumulation (either operand stored transposed, so the weight
 // gradient aT @ g needs no transposed copy) and int8 x int8 -> int32 with per-row and
-// per-column scales (VNNI; oneDNN compensates signed int8 sources itself).
+// per-column scales (VNNI; oneDNN compensates signed int8 sources itself), its weights either
+// plain [K, N] or packed once into oneDNN's blocked layout (pack_int8_weights).
 #include "onednn_products.h"
 
 #include <cstring>
@@ -17,7 +18,7 @@ namespace {
 namespace ffi = xla::ffi;
 using dnnl::memory;
 
-enum ProductKind { kBf16 = 0, kInt8 = 1 };
+enum ProductKind { kBf16 = 0, kInt8 = 1, kInt8Packed = 2 };
 
 // A compiled primitive with the scratchpad size it asks for (the scratchpad is the caller's,
 // so one primitive runs on several XLA threads at once).
@@ -42,11 +43,22 @@ memory::desc matrix(int64_t rows, int64_t cols, memory::data_type type, bool tra
   return memory::desc({rows, cols}, type, strides);
 }
 
+// The layout oneDNN's int8 matmul wants its [k, n] weights in on this CPU: the same for every
+// M (checked over M = 1..8192 for T5's shapes), so weights are packed once for all of them.
+memory::desc packed_int8_weights(int64_t k, int64_t n) {
+  memory::desc any({k, n}, memory::data_type::s8, memory::format_tag::any);
+  dnnl::matmul::primitive_desc pd(cpu_engine(), matrix(1, k, memory::data_type::s8, false), any,
+                                  memory::desc({1, n}, memory::data_type::s32, memory::dims{n, 1}));
+  return pd.weights_desc();
+}
+
+// `b` is the weights' layout: row-major (or transposed) unless the key is kInt8Packed.
 std::shared_ptr<const CompiledProduct> compiled(const ProductKey& key, memory::data_type in_type,
                                                 memory::data_type out_type) {
   return cache().get(key, [&] {
     memory::desc a = matrix(key.m, key.k, in_type, key.a_transposed);
-    memory::desc b = matrix(key.k, key.n, in_type, key.b_transposed);
+    memory::desc b = key.kind == kInt8Packed ? packed_int8_weights(key.k, key.n)
+                                             : matrix(key.k, key.n, in_type, key.b_transposed);
     memory::desc out({key.m, key.n}, out_type, memory::dims{key.n, 1});
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -136,34 +148,29 @@ void scale_rows(const int32_t* acc, const float* x_scale, const float* w_scale, 
   }
 }
 
-ffi::Error Int8MatmulImpl(ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::F32> x_scale,
-                          ffi::Buffer<ffi::S8> w, ffi::Buffer<ffi::F32> w_scale,
-                          ffi::Result<ffi::AnyBuffer> out) {
-  if (auto error = check_matrix("x_q", x.dimensions()); error.failure()) return error;
-  if (auto error = check_matrix("w_q", w.dimensions()); error.failure()) return error;
-  int64_t m = x.dimensions()[0], k = x.dimensions()[1], n = w.dimensions()[1];
-  if (w.dimensions()[0] != k) {
-    return ffi::Error::InvalidArgument("x_q " + shape_text(x.dimensions()) + " and w_q " +
-                                       shape_text(w.dimensions()) + " do not contract");
-  }
-  if (x_scale.element_count() != static_cast<size_t>(m) ||
-      w_scale.element_count() != static_cast<size_t>(n)) {
-    return ffi::Error::InvalidArgument("x_scale must have M elements and w_scale N elements");
-  }
-  ProductKey key{kInt8, m, k, n, false, false, static_cast<int>(memory::data_type::s32)};
+// int8 [m, k] @ weights (`weights_bytes` long) -> int32, then scaled into `out` (float32 or
+// bfloat16).
+ffi::Error scaled_int8_product(ProductKind kind, ffi::Buffer<ffi::S8>& x, void* weights,
+                               size_t weights_bytes, int64_t n, const float* xs,
+                               const float* ws, ffi::Result<ffi::AnyBuffer>& out) {
+  int64_t m = x.dimensions()[0], k = x.dimensions()[1];
+  ProductKey key{kind, m, k, n, false, false, static_cast<int>(memory::data_type::s32)};
   auto product = compiled(key, memory::data_type::s8, memory::data_type::s32);
-  const float* xs = x_scale.typed_data();
-  const float* ws = w_scale.typed_data();
+  if (weights_bytes != product->b.get_size()) {
+    return ffi::Error::InvalidArgument(
+        "packed weights do not fit x_q " + shape_text(x.dimensions()) + " and " +
+        std::to_string(n) + " outputs: pack them with pack_int8_weights on this machine");
+  }
   if (out->element_type() == ffi::F32) {
     // The int32 sums fit the float32 output's own bytes, scaled in place.
     auto* result = static_cast<float*>(out->untyped_data());
-    run(*product, x.untyped_data(), w.untyped_data(), result);
+    run(*product, x.untyped_data(), weights, result);
     const auto* acc = reinterpret_cast<const int32_t*>(result);
     scale_rows(acc, xs, ws, m, n, [&](int64_t at, float value) { result[at] = value; });
   } else if (out->element_type() == ffi::BF16) {
     thread_local std::vector<int32_t> acc;
     acc.resize(static_cast<size_t>(m * n));
-    run(*product, x.untyped_data(), w.untyped_data(), acc.data());
+    run(*product, x.untyped_data(), weights, acc.data());
     auto* result = static_cast<uint16_t*>(out->untyped_data());
     scale_rows(acc.data(), xs, ws, m, n,
                [&](int64_t at, float value) { result[at] = to_bf16(value); });
@@ -171,6 +178,40 @@ ffi::Error Int8MatmulImpl(ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::F32> x_scale,
     return ffi::Error::InvalidArgument("int8_matmul's output must be float32 or bfloat16");
   }
   return ffi::Error::Success();
+}
+
+ffi::Error check_scales(ffi::Buffer<ffi::S8>& x, ffi::Buffer<ffi::F32>& x_scale,
+                        ffi::Buffer<ffi::F32>& w_scale, int64_t n) {
+  if (auto error = check_matrix("x_q", x.dimensions()); error.failure()) return error;
+  if (x_scale.element_count() != static_cast<size_t>(x.dimensions()[0]) ||
+      w_scale.element_count() != static_cast<size_t>(n)) {
+    return ffi::Error::InvalidArgument("x_scale must have M elements and w_scale N elements");
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error Int8MatmulImpl(ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::F32> x_scale,
+                          ffi::Buffer<ffi::S8> w, ffi::Buffer<ffi::F32> w_scale,
+                          ffi::Result<ffi::AnyBuffer> out) {
+  if (auto error = check_matrix("w_q", w.dimensions()); error.failure()) return error;
+  if (auto error = check_scales(x, x_scale, w_scale, w.dimensions()[1]); error.failure()) {
+    return error;
+  }
+  if (w.dimensions()[0] != x.dimensions()[1]) {
+    return ffi::Error::InvalidArgument("x_q " + shape_text(x.dimensions()) + " and w_q " +
+                                       shape_text(w.dimensions()) + " do not contract");
+  }
+  return scaled_int8_product(kInt8, x, w.untyped_data(), w.element_count(), w.dimensions()[1],
+                             x_scale.typed_data(), w_scale.typed_data(), out);
+}
+
+ffi::Error PackedInt8MatmulImpl(ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::F32> x_scale,
+                                ffi::Buffer<ffi::U8> packed, ffi::Buffer<ffi::F32> w_scale,
+                                ffi::Result<ffi::AnyBuffer> out) {
+  int64_t n = static_cast<int64_t>(w_scale.element_count());
+  if (auto error = check_scales(x, x_scale, w_scale, n); error.failure()) return error;
+  return scaled_int8_product(kInt8Packed, x, packed.untyped_data(), packed.element_count(), n,
+                             x_scale.typed_data(), w_scale.typed_data(), out);
 }
 
 }  // namespace
@@ -190,6 +231,26 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Int8Matmul, Int8MatmulImpl,
                                   .Arg<ffi::Buffer<ffi::S8>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::AnyBuffer>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PackedInt8Matmul, PackedInt8MatmulImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::S8>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::U8>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::AnyBuffer>());
+
+size_t packed_int8_size(int64_t k, int64_t n) { return packed_int8_weights(k, n).get_size(); }
+
+void pack_int8_weights(const int8_t* weights, int64_t k, int64_t n, uint8_t* packed) {
+  dnnl::engine& engine = cpu_engine();
+  memory plain(matrix(k, n, memory::data_type::s8, false), engine,
+               const_cast<int8_t*>(weights));
+  memory blocked(packed_int8_weights(k, n), engine, packed);
+  dnnl::stream stream(engine);
+  dnnl::reorder(plain, blocked).execute(stream, plain, blocked);
+  stream.wait();
+}
 
 std::string onednn_version() {
   const dnnl_version_t* version = dnnl_version();

@@ -3,7 +3,9 @@
 The compiled module `t5forge_kernels` (kernels/, built by `make install` when a C++ compiler is
 present) holds two XLA custom calls: a bf16 matmul with float32 accumulation whose operands may
 each be stored transposed (so the weight gradient aT @ g is one call, no transposed copy), and
-int8 x int8 -> int32 with per-row and per-column scales. Both trace like any jax op: under jit,
+int8 x int8 -> int32 with per-row and per-column scales, its weights plain or packed once at load
+(`pack_int8_weights`: oneDNN's blocked layout, so no call reorders them). They trace like any
+jax op: under jit,
 lax.scan, jax.checkpoint, and vmap (one call per batch element). `bf16_matmul` has a gradient
 (its two backward products are the same call); `int8_matmul` is for inference.
 
@@ -13,6 +15,7 @@ failed to load, or T5FORGE_NATIVE_PRODUCTS=0 turns it off (docs/cpu-kernels.md).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from typing import Any
@@ -150,17 +153,47 @@ def _bf16_product_backward(contract_a, contract_b, _out_dtype, residuals, g):
 _bf16_product.defvjp(_bf16_product_forward, _bf16_product_backward)
 
 
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["data"], meta_fields=["shape"])
+@dataclasses.dataclass(frozen=True)
+class PackedInt8Weights:
+    """int8 [K, N] weights in oneDNN's blocked layout for this CPU (uint8 bytes, the signed
+    compensation included). Made at load by `pack_int8_weights`; never saved: another CPU may
+    want another layout."""
+
+    data: jax.Array
+    shape: tuple[int, int]
+
+
+def pack_int8_weights(w_q: Any) -> PackedInt8Weights:
+    """int8 [K, N] weights packed once for every `int8_matmul` on them (outside jit)."""
+    _require()
+    try:
+        weights = np.ascontiguousarray(np.asarray(w_q))
+    except jax.errors.TracerArrayConversionError:
+        raise ConfigError("pack_int8_weights runs at load time, outside jit") from None
+    _check_matrix("w_q", weights, np.int8)
+    packed = _load().pack_int8_weights(weights)
+    return PackedInt8Weights(jnp.asarray(packed), tuple(weights.shape))
+
+
 def int8_matmul(
-    x_q: jax.Array, x_scale: jax.Array, w_q: jax.Array, w_scale: jax.Array, out_dtype: Any
+    x_q: jax.Array,
+    x_scale: jax.Array,
+    w_q: jax.Array | PackedInt8Weights,
+    w_scale: jax.Array,
+    out_dtype: Any,
 ) -> jax.Array:
     """(x_q @ w_q) * x_scale[:, None] * w_scale[None, :], summed exactly in int32.
 
-    x_q int8 [M, K] with float32 per-row scales [M]; w_q int8 [K, N] with float32 per-column
-    scales [N]; the result [M, N] in out_dtype (float32 or bfloat16).
+    x_q int8 [M, K] with float32 per-row scales [M]; w_q int8 [K, N] (or the same packed by
+    `pack_int8_weights`) with float32 per-column scales [N]; the result [M, N] in out_dtype
+    (float32 or bfloat16).
     """
     _require()
     _check_matrix("x_q", x_q, jnp.int8)
-    _check_matrix("w_q", w_q, jnp.int8)
+    packed = isinstance(w_q, PackedInt8Weights)
+    if not packed:
+        _check_matrix("w_q", w_q, jnp.int8)
     (m, k), (k_w, n) = x_q.shape, w_q.shape
     if k != k_w:
         raise ConfigError(f"int8_matmul: x_q {x_q.shape} and w_q {w_q.shape} do not contract")
@@ -172,7 +205,6 @@ def int8_matmul(
     dtype = _check_out_dtype(out_dtype)
     if 0 in (m, k, n):
         return jnp.zeros((m, n), dtype)
-    call = jax.ffi.ffi_call(
-        "t5forge_int8_matmul", jax.ShapeDtypeStruct((m, n), dtype), vmap_method="sequential"
-    )
-    return call(x_q, x_scale, w_q, w_scale)
+    target = "t5forge_packed_int8_matmul" if packed else "t5forge_int8_matmul"
+    call = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct((m, n), dtype), vmap_method="sequential")
+    return call(x_q, x_scale, w_q.data if packed else w_q, w_scale)

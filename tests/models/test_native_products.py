@@ -1,5 +1,6 @@
 """The compiled oneDNN products equal XLA's plain dot: bf16 (float32 accumulation, every
-transposed form) within bf16 rounding, int8 exactly on the int32 sums; under jit, lax.scan,
+transposed form) within bf16 rounding, int8 exactly on the int32 sums (weights plain or packed
+once); under jit, lax.scan,
 jax.checkpoint (with gradients) and vmap; bad input is one clear error. `make install` builds
 the extension where a C++ compiler is present (CI does); without it these tests skip."""
 
@@ -141,6 +142,43 @@ def test_int8_matmul_sums_exactly_then_scales(m, k, n):
 
 
 @needs_extension
+@pytest.mark.parametrize(("k", "n"), [(77, 300), (512, 1024), (1, 61)])
+def test_weights_packed_once_serve_every_row_count(k, n):
+    """oneDNN's blocked layout does not depend on M: one packing, products of any row count."""
+    rng = np.random.default_rng(k + n)
+    _, w = int8_operands(rng, 1, k, n)
+    packed = native_products.pack_int8_weights(w)
+    assert packed.shape == (k, n) and packed.data.dtype == jnp.uint8
+    w_scale = jnp.asarray(rng.random(n) + 0.01, jnp.float32)
+    product = jax.jit(native_products.int8_matmul, static_argnums=4)
+    for m in (1, 8, 37, 300):
+        x, _ = int8_operands(rng, m, k, 1)
+        x_scale = jnp.asarray(rng.random(m) + 0.01, jnp.float32)
+        for out_dtype in (jnp.float32, jnp.bfloat16):
+            np.testing.assert_array_equal(
+                np.asarray(product(x, x_scale, packed, w_scale, out_dtype), np.float32),
+                np.asarray(product(x, x_scale, w, w_scale, out_dtype), np.float32),
+            )
+
+
+@needs_extension
+def test_packing_checks_its_input():
+    with pytest.raises(ConfigError, match="outside jit"):
+        jax.jit(native_products.pack_int8_weights)(jnp.ones((4, 5), jnp.int8))
+    with pytest.raises(ConfigError, match="w_q must be a 2-D int8"):
+        native_products.pack_int8_weights(np.ones((4, 5), np.float32))
+    packed = native_products.pack_int8_weights(np.ones((4, 5), np.int8))
+    with pytest.raises(ConfigError, match="do not contract"):
+        native_products.int8_matmul(
+            jnp.ones((2, 6), jnp.int8),
+            jnp.ones((2,), jnp.float32),
+            packed,
+            jnp.ones((5,), jnp.float32),
+            jnp.float32,
+        )
+
+
+@needs_extension
 def test_int8_matmul_extremes_do_not_saturate():
     """-128 x -128 over a long contraction: VNNI's u8 x s8 path must compensate, not clip."""
     k = 1027
@@ -205,6 +243,12 @@ def test_the_custom_call_itself_rejects_mismatched_shapes_without_crashing():
     a, b = jnp.ones((4, 6), jnp.bfloat16), jnp.ones((7, 5), jnp.bfloat16)
     with pytest.raises(Exception, match="contracting sizes differ"):
         call(a, b, contract_a=np.int64(1), contract_b=np.int64(0)).block_until_ready()
+    packed_call = jax.ffi.ffi_call(
+        "t5forge_packed_int8_matmul", jax.ShapeDtypeStruct((4, 5), jnp.float32)
+    )
+    x, scales = jnp.ones((4, 6), jnp.int8), jnp.ones((4,), jnp.float32)
+    with pytest.raises(Exception, match="packed weights do not fit"):
+        packed_call(x, scales, jnp.ones((7,), jnp.uint8), scales[:1].repeat(5)).block_until_ready()
 
 
 def test_the_switch_turns_the_products_off(monkeypatch):
