@@ -28,8 +28,8 @@ install-test: $(VENV)/.installed-test
 	@$(MAKE) --no-print-directory kernels
 
 # The compiled CPU products (kernels/, docs/cpu-kernels.md), built into the venv after jax is
-# there. Without a C++ compiler, or when the build fails, one line says so and t5forge runs
-# XLA's products. The stamp is rebuilt when kernels/ changes; a missing compiler leaves no
+# there. Without a C++ compiler, or when the build fails (an older build is then removed), one
+# line says so and t5forge runs XLA's products. The stamp is rebuilt when kernels/ changes; a missing compiler leaves no
 # stamp, so a later run with one builds. onednn-devel carries only headers: --no-deps keeps
 # its SYCL runtime (hundreds of MB, not used) out.
 KERNEL_SOURCES := kernels/pyproject.toml kernels/CMakeLists.txt $(wildcard kernels/src/*)
@@ -48,6 +48,7 @@ $(VENV)/.installed-kernels: $(KERNEL_SOURCES) | $(VENV)/bin/python
 	  touch $@; \
 	else \
 	  echo "t5forge_kernels: build failed (see $(KERNEL_LOG)); t5forge runs XLA's CPU products"; \
+	  $(PIP) uninstall -q -y t5forge-kernels >>$(KERNEL_LOG) 2>&1; \
 	  touch $@; \
 	fi
 
