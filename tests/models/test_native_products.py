@@ -7,11 +7,13 @@ the extension where a C++ compiler is present (CI does); without it these tests 
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from commands import eight_device_report
 
 from t5forge.errors import ConfigError
 from t5forge.models import native_products
@@ -249,6 +251,16 @@ def test_the_custom_call_itself_rejects_mismatched_shapes_without_crashing():
     x, scales = jnp.ones((4, 6), jnp.int8), jnp.ones((4,), jnp.float32)
     with pytest.raises(Exception, match="packed weights do not fit"):
         packed_call(x, scales, jnp.ones((7,), jnp.uint8), scales[:1].repeat(5)).block_until_ready()
+
+
+@needs_extension
+def test_products_run_per_device_on_a_mesh():
+    """Inside shard_map each device calls its own product; a plain jit over sharded operands
+    runs it on gathered ones (no sharding rule is registered). All equal XLA's dot."""
+    report = eight_device_report(Path(__file__).with_name("multidevice_native_products_check.py"))
+    assert len(report) == 4
+    for check, difference in report.items():
+        assert difference < 1e-4, check
 
 
 def test_the_switch_turns_the_products_off(monkeypatch):
