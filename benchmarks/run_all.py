@@ -18,6 +18,7 @@ SCRIPTS = (
     "serve",
     "cache_tasks",
     "checkpoint_checksums",
+    "native_products",
 )
 
 
