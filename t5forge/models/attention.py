@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from t5forge.errors import ConfigError
+from t5forge.models.products import einsum_product
 
 CUDNN_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 # cuDNN's fused attention needs Ampere (8.0); head_dim up to 256 from Hopper (9.0), else 128.
@@ -113,14 +114,14 @@ def explicit_attention(query, key, value, bias, dropout=None, softcap=None, with
 
     `with_lse` also returns the logits' log-sum-exp [b, q, h] (see merge_attention_parts).
     """
-    logits = jnp.einsum("bhqd,bhkd->bhqk", query, key, preferred_element_type=jnp.float32)
+    logits = einsum_product("bhqd,bhkd->bhqk", query, key, jnp.float32)
     logits = soft_cap(logits, softcap)
     if bias is not None:
         logits = logits + bias.astype(jnp.float32)
     weights = jax.nn.softmax(logits).astype(value.dtype)
     if dropout is not None:
         weights = dropout(weights)
-    context = jnp.einsum("bhqk,bhkd->bqhd", weights, value)
+    context = einsum_product("bhqk,bhkd->bqhd", weights, value, value.dtype)
     if with_lse:
         return context, jax.nn.logsumexp(logits, axis=-1).transpose(0, 2, 1)
     return context
@@ -153,20 +154,18 @@ def cached_attention(query, key, value, bias, softcap=None, with_lse=False):
         return explicit_attention(query, key, value, bias, softcap=softcap, with_lse=with_lse)
     batch, heads, queries, head_dim = query.shape
     flat = (batch * heads, -1, head_dim)
-    logits = jax.lax.dot_general(
-        query.reshape(flat),
-        key.reshape(flat),
-        (((2,), (2,)), ((0,), (0,))),
-        preferred_element_type=jnp.float32,
+    logits = einsum_product(
+        "bqd,bkd->bqk", query.reshape(flat), key.reshape(flat), jnp.float32
     ).reshape(batch, heads, queries, -1)
     logits = soft_cap(logits, softcap)
     if bias is not None:
         logits = logits + bias.astype(jnp.float32)
     weights = jax.nn.softmax(logits).astype(value.dtype)
-    context = jax.lax.dot_general(
+    context = einsum_product(
+        "bqk,bkd->bqd",
         weights.reshape(batch * heads, queries, -1),
         value.reshape(flat),
-        (((2,), (1,)), ((0,), (0,))),
+        value.dtype,
     )
     context = context.reshape(batch, heads, queries, head_dim).transpose(0, 2, 1, 3)
     if with_lse:
@@ -194,19 +193,16 @@ def slot_attention(query, key, value, bias, softcap=None, with_lse=False):
     length = key.shape[2]
     flat = (groups * slots * heads, -1, head_dim)
     query = jnp.broadcast_to(query[:, None], (groups, slots, heads, queries, head_dim))
-    logits = jax.lax.dot_general(
-        query.reshape(flat),
-        key.reshape(flat),
-        (((2,), (2,)), ((0,), (0,))),
-        preferred_element_type=jnp.float32,
+    logits = einsum_product(
+        "bqd,bkd->bqk", query.reshape(flat), key.reshape(flat), jnp.float32
     ).reshape(groups, slots, heads, queries, length)
     logits = soft_cap(logits, softcap) + bias.astype(jnp.float32)
     weights = jax.nn.softmax(logits, axis=(1, 4))
-    context = jax.lax.dot_general(
+    context = einsum_product(
+        "bqk,bkd->bqd",
         weights.astype(value.dtype).reshape(groups * slots * heads, queries, length),
         value.reshape(flat),
-        (((2,), (1,)), ((0,), (0,))),
-        preferred_element_type=jnp.float32,
+        jnp.float32,
     ).reshape(groups, slots, heads, queries, head_dim)
     context = jnp.sum(context, axis=1).astype(value.dtype).transpose(0, 2, 1, 3)
     if with_lse:

@@ -24,6 +24,7 @@ from t5forge.models.attention import (
     merge_attention_parts,
     slot_attention,
 )
+from t5forge.models.products import dense_product
 from t5forge.models.rope import apply_rope
 
 # Large enough to zero a softmax weight, small enough to stay finite in bfloat16.
@@ -75,25 +76,9 @@ class Dropout(nn.Module):
         return jnp.where(keep, x / (1.0 - self.rate), jnp.zeros_like(x)).astype(x.dtype)
 
 
-def weight_matmul(x, kernel, dtype):
-    """x [..., in] @ kernel [in, ...] in `dtype`, or in the kernel's dtype where it is stored
-    narrower (bfloat16 weights loaded for inference, `t5forge.load(weights_dtype=...)`):
-    multiplying in bfloat16 reads half the bytes, and the result still comes out in `dtype`.
-    """
-    compute = dtype
-    if jnp.finfo(kernel.dtype).bits < jnp.finfo(dtype).bits:
-        compute = kernel.dtype
-    return jax.lax.dot_general(
-        x.astype(compute),
-        kernel.astype(compute),
-        (((x.ndim - 1,), (0,)), ((), ())),
-        preferred_element_type=dtype,
-    )
-
-
 class Dense(nn.Module):
     """x @ kernel with a 2-D float32 kernel [in, out], computed in `dtype` (see
-    weight_matmul for a kernel stored narrower)."""
+    products.dense_product for a kernel stored narrower)."""
 
     features: int
     axes: tuple[str, str]
@@ -108,7 +93,7 @@ class Dense(nn.Module):
             (x.shape[-1], self.features),
             jnp.float32,
         )
-        return weight_matmul(x, kernel, jnp.dtype(self.dtype))
+        return dense_product(x, kernel, jnp.dtype(self.dtype))
 
 
 def fused_projections(module: nn.Module, x, denses: dict[str, nn.Module], dtype) -> list:
@@ -129,7 +114,7 @@ def fused_projections(module: nn.Module, x, denses: dict[str, nn.Module], dtype)
     kernel = params.get(stacked_name(denses))
     if kernel is None:
         kernel = _stack([nn.unbox(params[name]["kernel"]) for name in denses])
-    fused = weight_matmul(x, nn.unbox(kernel), jnp.dtype(dtype))
+    fused = dense_product(x, nn.unbox(kernel), jnp.dtype(dtype))
     if fused.ndim == x.ndim:  # grouped-query attention: narrower keys/values, side by side
         widths = [dense.features for dense in denses.values()]
         return jnp.split(fused, [sum(widths[: i + 1]) for i in range(len(widths) - 1)], -1)

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 from t5forge.models.attention import soft_cap
 from t5forge.models.configs import TRANSIENT_GLOBAL_ATTENTION
 from t5forge.models.layers import MultiHeadAttention, RMSNorm, mask_to_bias
+from t5forge.models.products import einsum_product
 from t5forge.models.rope import segment_positions
 
 # Flaxformer's name for the norm of the global tokens (an unnamed T5LayerNorm in the attention).
@@ -164,13 +165,11 @@ class LongSelfAttention(MultiHeadAttention):
             three_block_window(split_blocks(self._all_heads(x), block_len, 2), 2)
             for x in (key, value)
         )
-        logits = jnp.einsum("bhnqd,bhnkd->bhnqk", query, key, preferred_element_type=jnp.float32)
+        logits = einsum_product("bhnqd,bhnkd->bhnqk", query, key, jnp.float32)
         biases = [bias.local]
         if bias.side is not None:
             side_key, side_value = self._global_keys(inputs, bias)
-            side_logits = jnp.einsum(
-                "bhnqd,bhgd->bhnqg", query, side_key, preferred_element_type=jnp.float32
-            )
+            side_logits = einsum_product("bhnqd,bhgd->bhnqg", query, side_key, jnp.float32)
             logits = jnp.concatenate([logits, side_logits], axis=-1)
             biases.append(bias.side)
         logits = soft_cap(logits, self.softcap)
@@ -182,9 +181,11 @@ class LongSelfAttention(MultiHeadAttention):
         if not deterministic and self.dropout_rate > 0.0:
             weights = self.dropout(weights, deterministic=False)
         window = 3 * block_len
-        context = jnp.einsum("bhnqk,bhnkd->bnqhd", weights[..., :window], value)
+        context = einsum_product("bhnqk,bhnkd->bnqhd", weights[..., :window], value, value.dtype)
         if bias.side is not None:
-            context += jnp.einsum("bhnqg,bhgd->bnqhd", weights[..., window:], side_value)
+            context += einsum_product(
+                "bhnqg,bhgd->bnqhd", weights[..., window:], side_value, value.dtype
+            )
         context = context.reshape(context.shape[0], -1, self.num_heads * self.head_dim)
         return self._project_context(context[:, :length])
 
@@ -193,6 +194,6 @@ class LongSelfAttention(MultiHeadAttention):
         sums of each block's inputs (padding in none of them)."""
         num_globals = bias.side.shape[-1]
         members = jax.nn.one_hot(bias.block_ids, num_globals, dtype=inputs.dtype)  # -1: none
-        sums = jnp.einsum("btd,btg->bgd", inputs, members)
+        sums = einsum_product("btd,btg->bgd", inputs, members, inputs.dtype)
         key, value = self._heads(self.global_norm(sums), ("key", "value"))
         return self._all_heads(key), self._all_heads(value)
