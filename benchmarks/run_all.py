@@ -13,6 +13,7 @@ SCRIPTS = (
     "train_step",
     "moe_train_step",
     "decode",
+    "t5gemma_decode",
     "scaling",
     "data_pipeline",
     "serve",

@@ -68,8 +68,9 @@ def load_forge(params_path: str, config_name: str):
 
 
 def load_hf(hf_dir: str):
-    """transformers' model from the directory `hf_model(...).save_pretrained` wrote, quietly."""
+    """transformers' model from the directory `hf_model(...).save_pretrained` wrote, quietly;
+    the class its config.json names (T5, or T5Gemma for benchmarks/t5gemma_decode.py)."""
     import transformers
 
     transformers.utils.logging.set_verbosity_error()
-    return transformers.T5ForConditionalGeneration.from_pretrained(hf_dir).eval()
+    return transformers.AutoModelForSeq2SeqLM.from_pretrained(hf_dir).eval()

@@ -12,6 +12,7 @@ import difflib
 
 from t5forge.errors import ConfigError
 from t5forge.models.configs import T5Config
+from t5forge.models.t5gemma_presets import T5GEMMA_PRESET_FIELDS
 
 _T5_1_1 = dict(
     vocab_size=32128, head_dim=64, mlp_activations=("gelu", "linear"), logits_via_embedding=False
@@ -92,6 +93,8 @@ def _build_presets() -> dict[str, T5Config]:
                 remat_policy="minimal",
                 relative_attention_per_layer=True,
             )
+    for name, fields in T5GEMMA_PRESET_FIELDS.items():
+        presets[name] = T5Config(**fields)
     return dict(sorted(presets.items()))
 
 

@@ -119,7 +119,9 @@ def test_every_family_has_its_sizes():
     assert all(PRESETS[f"decoder_only/{s}"].num_encoder_layers == 0 for s in t5_sizes)
 
 
-@pytest.mark.parametrize("name", sorted(PRESETS))
+# T5Gemma's gin files are checked against their published counts in test_t5gemma_presets.py;
+# formula_count knows T5's layout only.
+@pytest.mark.parametrize("name", sorted(n for n in PRESETS if not n.startswith("t5gemma/")))
 def test_gin_file_binds_exactly_the_preset(name):
     path = GIN_ROOT / f"{name}.gin"
     text = path.read_text()
