@@ -161,6 +161,7 @@ def _refuse_unexportable(config: T5Config) -> None:
         # T5Gemma 2's switches
         "qk_norm": False,
         "rope_local_theta": None,
+        "rope_linear_factor": None,
         "encoder_window": "symmetric",
         "merged_attention": False,
         "eoi_token_id": None,

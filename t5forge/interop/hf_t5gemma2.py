@@ -39,19 +39,26 @@ _WIDTHS = {
 _logger = logging.getLogger(__name__)
 
 
-def _thetas(stack: dict) -> tuple[float, float]:
-    """(full layers' RoPE base, sliding layers' one) of a Gemma 3 sub-config."""
+def _rope(stack: dict) -> tuple[float, float, float | None]:
+    """(full layers' RoPE base, sliding layers' one, full layers' linear scaling factor or
+    None) of a Gemma 3 sub-config; the published checkpoints scale full layers linearly."""
     rope = stack.get("rope_parameters") or {}
     full, local = rope.get("full_attention") or {}, rope.get("sliding_attention") or {}
-    for kind in (full, local):
-        if kind.get("rope_type", "default") != "default":
+    supported = (
+        ("full_attention", full, ("default", "linear")),
+        ("sliding_attention", local, ("default",)),
+    )
+    for name, kind, types in supported:
+        if kind.get("rope_type", "default") not in types:
             raise ConfigError(
-                f"T5Gemma 2 rope_type {kind['rope_type']!r} is not supported; t5forge runs "
-                "the default RoPE only"
+                f"T5Gemma 2 {name} rope_type {kind['rope_type']!r} is not supported; t5forge "
+                f"runs {' or '.join(map(repr, types))} there"
             )
+    factor = float(full["factor"]) if full.get("rope_type") == "linear" else None
     return (
         float(full.get("rope_theta", stack.get("rope_theta", 1_000_000.0))),
         float(local.get("rope_theta", stack.get("rope_local_base_freq", 10_000.0))),
+        factor,
     )
 
 
@@ -79,9 +86,11 @@ def config_from_hf(hf_config: dict) -> T5Config:
                 f"T5Gemma 2 encoder.text_config.{key} ({text.get(key)}) differs from "
                 f"decoder.{key} ({decoder.get(key)}); t5forge holds one value for both"
             )
-    if _thetas(text) != _thetas(decoder):
-        raise ConfigError("T5Gemma 2 encoder and decoder RoPE bases differ; t5forge holds one")
-    full_theta, local_theta = _thetas(decoder)
+    if _rope(text) != _rope(decoder):
+        raise ConfigError(
+            "T5Gemma 2 encoder and decoder RoPE parameters differ; t5forge holds one set"
+        )
+    full_theta, local_theta, linear_factor = _rope(decoder)
     layer_types = {"encoder": tuple(text["layer_types"]), "decoder": tuple(decoder["layer_types"])}
     sliding = any(SLIDING_ATTENTION in kinds for kinds in layer_types.values())
     widths, encoder_widths = _widths(decoder), _widths(text)
@@ -100,6 +109,7 @@ def config_from_hf(hf_config: dict) -> T5Config:
         dtype="float32",
         rope_theta=full_theta,
         rope_local_theta=local_theta,
+        rope_linear_factor=linear_factor,
         query_pre_attn_scalar=decoder["query_pre_attn_scalar"],
         # transformers' T5Gemma 2 attention passes no soft-cap, whatever the config says.
         final_logit_softcap=decoder.get("final_logit_softcapping"),
@@ -258,6 +268,16 @@ def _refuse_unexportable(config: T5Config) -> None:
         )
 
 
+def _full_rope_to_hf(config: T5Config) -> dict:
+    if config.rope_linear_factor is None:
+        return {"rope_type": "default", "rope_theta": config.rope_theta}
+    return {
+        "rope_type": "linear",
+        "factor": config.rope_linear_factor,
+        "rope_theta": config.rope_theta,
+    }
+
+
 def _stack_to_hf(config: T5Config, stack: str) -> dict:
     widths = config.encoder_config() if stack == "encoder" else config
     local = config.rope_theta if config.rope_local_theta is None else config.rope_local_theta
@@ -273,7 +293,7 @@ def _stack_to_hf(config: T5Config, stack: str) -> dict:
         "hidden_activation": "gelu_pytorch_tanh",
         "rms_norm_eps": config.layer_norm_epsilon,
         "rope_parameters": {
-            "full_attention": {"rope_type": "default", "rope_theta": config.rope_theta},
+            "full_attention": _full_rope_to_hf(config),
             "sliding_attention": {"rope_type": "default", "rope_theta": local},
         },
         "attention_bias": False,

@@ -40,6 +40,7 @@ GEMMA_SWITCHES = (
     "encoder_overrides",
     "qk_norm",
     "rope_local_theta",
+    "rope_linear_factor",
     "encoder_window",
     "merged_attention",
     "eoi_token_id",
@@ -133,11 +134,14 @@ class T5Config:
     # above are the decoder's); the decoder's cross-attention projects the encoder's width.
     encoder_overrides: tuple[tuple[str, int], ...] = ()
     # T5Gemma 2's (Gemma 3's) switches: RMSNorms over head_dim on queries and keys; another RoPE
-    # base for sliding layers (None: rope_theta); the encoder window's shape (ENCODER_WINDOWS);
+    # base for sliding layers (None: rope_theta); full-attention layers' positions divided by
+    # rope_linear_factor (Gemma 3's 'linear' RoPE scaling: 8 in the published T5Gemma 2
+    # checkpoints; None: not scaled); the encoder window's shape (ENCODER_WINDOWS);
     # the decoder attending to its own positions and the encoder's in one softmax with one set
     # of projections; a token (end of image) embedded by a learned vector of its own.
     qk_norm: bool = False
     rope_local_theta: float | None = None
+    rope_linear_factor: float | None = None
     encoder_window: str = "symmetric"
     merged_attention: bool = False
     eoi_token_id: int | None = None
@@ -267,6 +271,7 @@ class T5Config:
         for name in (
             "rope_theta",
             "rope_local_theta",
+            "rope_linear_factor",
             "query_pre_attn_scalar",
             "attn_logit_softcap",
             "final_logit_softcap",
@@ -351,6 +356,8 @@ class T5Config:
             )
         if self.rope_local_theta is not None and self.rope_theta is None:
             raise ConfigError("T5Config.rope_local_theta needs rope_theta (the full layers' base)")
+        if self.rope_linear_factor is not None and self.rope_theta is None:
+            raise ConfigError("T5Config.rope_linear_factor scales RoPE: it needs rope_theta")
         if self.encoder_overrides:
             self.encoder_config()  # validates the encoder's widths
         if self.num_experts:

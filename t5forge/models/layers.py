@@ -329,7 +329,8 @@ class MultiHeadAttention(nn.Module):
 
     Gemma's switches: `num_kv_heads` key/value heads shared by groups of query heads (the cache
     holds only those), `query_scale` multiplying the queries, `softcap` on the logits, and
-    `rope_theta` rotating queries and keys by the `positions` a self-attention call is given.
+    `rope_theta` rotating queries and keys by the `positions` a self-attention call is given
+    (divided by `rope_linear_factor` where set).
     """
 
     emb_dim: int
@@ -343,6 +344,7 @@ class MultiHeadAttention(nn.Module):
     query_scale: float | None = None
     softcap: float | None = None
     rope_theta: float | None = None
+    rope_linear_factor: float | None = None
     qk_norm: bool = False  # RMSNorms over head_dim on queries and keys (T5Gemma 2)
     norm_epsilon: float = LAYER_NORM_EPSILON
     zero_centered_norm: bool = False
@@ -389,7 +391,9 @@ class MultiHeadAttention(nn.Module):
             heads[0] = heads[0] * jnp.asarray(scale, heads[0].dtype)
         if self.rope_theta is not None and positions is not None:
             heads = [
-                apply_rope(h, positions, self.rope_theta) if name in ("query", "key") else h
+                apply_rope(h, positions, self.rope_theta, self.rope_linear_factor)
+                if name in ("query", "key")
+                else h
                 for name, h in zip(names, heads, strict=True)
             ]
         return heads

@@ -76,12 +76,15 @@ def _attention(
     **module_fields,
 ) -> MultiHeadAttention:
     """An attention layer of a `kind` layer; `rotary` False for cross-attention, which RoPE
-    leaves alone. Sliding layers rotate by rope_local_theta where it is set. `module` (with
+    leaves alone. Sliding layers rotate by rope_local_theta where it is set; full ones scale
+    by rope_linear_factor. `module` (with
     its own `module_fields`) is MultiHeadAttention or a subclass of it."""
     scalar = config.query_pre_attn_scalar
-    theta = config.rope_theta
-    if kind == SLIDING_ATTENTION and config.rope_local_theta is not None:
-        theta = config.rope_local_theta
+    theta, linear_factor = config.rope_theta, config.rope_linear_factor
+    if kind == SLIDING_ATTENTION:
+        linear_factor = None
+        if config.rope_local_theta is not None:
+            theta = config.rope_local_theta
     return module(
         config.emb_dim,
         config.num_heads,
@@ -94,6 +97,7 @@ def _attention(
         query_scale=None if scalar is None else scalar**-0.5,
         softcap=config.attn_logit_softcap,
         rope_theta=theta if rotary else None,
+        rope_linear_factor=linear_factor if rotary else None,
         qk_norm=config.qk_norm,
         norm_epsilon=config.layer_norm_epsilon,
         zero_centered_norm=config.zero_centered_norm,

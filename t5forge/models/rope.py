@@ -26,8 +26,9 @@ def segment_positions(segment_ids):
     return index - lax.cummax(jnp.where(starts, index, 0), axis=segment_ids.ndim - 1)
 
 
-def apply_rope(x, positions, theta: float):
-    """x [B, heads, L, head_dim] rotated by its positions ([L] or [B, L]), in x's dtype.
+def apply_rope(x, positions, theta: float, linear_factor: float | None = None):
+    """x [B, heads, L, head_dim] rotated by its positions ([L] or [B, L]), in x's dtype;
+    `linear_factor` divides the frequencies (positions / factor: 'linear' RoPE scaling).
 
     The angles are computed in float32 (as transformers does) whatever x's dtype.
     """
@@ -35,6 +36,8 @@ def apply_rope(x, positions, theta: float):
     inverse_frequency = 1.0 / (
         theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / jnp.float32(head_dim))
     )
+    if linear_factor is not None:
+        inverse_frequency = inverse_frequency / jnp.float32(linear_factor)
     positions = jnp.asarray(positions, jnp.float32)
     if positions.ndim == 1:
         positions = positions[None]

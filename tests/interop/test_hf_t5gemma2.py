@@ -42,7 +42,12 @@ VISION = dict(
 )
 
 
-def _stack(layer_types: list[str], kv_heads: int) -> dict:
+def _stack(layer_types: list[str], kv_heads: int, linear_factor: float | None = None) -> dict:
+    """A Gemma 3 stack; `linear_factor` scales the full layers' RoPE as the published
+    checkpoints do (rope_type 'linear', factor 8)."""
+    full = {"rope_type": "default", "rope_theta": 1000.0}
+    if linear_factor is not None:
+        full = {"rope_type": "linear", "factor": linear_factor, "rope_theta": 1000.0}
     return dict(
         vocab_size=16,
         hidden_size=12,
@@ -56,7 +61,7 @@ def _stack(layer_types: list[str], kv_heads: int) -> dict:
         layer_types=layer_types,
         final_logit_softcapping=3.0,
         rope_parameters={
-            FULL: {"rope_type": "default", "rope_theta": 1000.0},
+            FULL: full,
             SLIDING: {"rope_type": "default", "rope_theta": 50.0},
         },
     )
@@ -65,7 +70,7 @@ def _stack(layer_types: list[str], kv_heads: int) -> dict:
 # (encoder text stack, decoder stack, tie_word_embeddings, seed)
 LAYOUTS = {
     "tied": (_stack([SLIDING, FULL, SLIDING], 2), _stack([SLIDING, FULL], 2), True, 0),
-    "untied": (_stack([FULL, SLIDING], 1), _stack([SLIDING, SLIDING, FULL], 1), False, 1),
+    "untied": (_stack([FULL, SLIDING], 1, 8.0), _stack([SLIDING, SLIDING, FULL], 1, 8.0), False, 1),
 }
 
 
@@ -102,6 +107,7 @@ def test_config_reads_every_switch(converted):
     config = forge.config
     assert config.merged_attention and config.qk_norm and config.encoder_window == "split"
     assert (config.rope_theta, config.rope_local_theta) == (1000.0, 50.0)
+    assert config.rope_linear_factor == (None if layout == "tied" else 8.0)
     assert config.eoi_token_id == EOI
     # Tied: one embedding for both stacks and the head; untied: each its own.
     assert config.logits_via_embedding == LAYOUTS[layout][2] != config.separate_embeddings
