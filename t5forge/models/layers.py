@@ -24,6 +24,7 @@ from t5forge.models.attention import (
     merge_attention_parts,
     slot_attention,
 )
+from t5forge.models.quantized import Int8Kernel, int8_product
 from t5forge.models.rope import apply_rope
 
 # Large enough to zero a softmax weight, small enough to stay finite in bfloat16.
@@ -79,7 +80,10 @@ def weight_matmul(x, kernel, dtype):
     """x [..., in] @ kernel [in, ...] in `dtype`, or in the kernel's dtype where it is stored
     narrower (bfloat16 weights loaded for inference, `t5forge.load(weights_dtype=...)`):
     multiplying in bfloat16 reads half the bytes, and the result still comes out in `dtype`.
+    An int8 kernel (`weights_dtype='int8'`) multiplies in int8 (quantized.int8_product).
     """
+    if isinstance(kernel, Int8Kernel):
+        return int8_product(x, kernel, dtype)
     compute = dtype
     if jnp.finfo(kernel.dtype).bits < jnp.finfo(dtype).bits:
         compute = kernel.dtype
@@ -143,10 +147,11 @@ def stacked_name(names) -> str:
 
 def _stack(kernels: list) -> jnp.ndarray:
     """Kernels [..., in, out] of one input as one: [..., in, n, out], or [..., in, sum(out)]
-    if widths differ (a leading axis is scanned layers')."""
+    if widths differ (a leading axis is scanned layers'); an Int8Kernel's values and scales
+    alike."""
     if len({kernel.shape[-1] for kernel in kernels}) > 1:
-        return jnp.concatenate(kernels, axis=-1)
-    return jnp.stack(kernels, axis=-2)
+        return jax.tree.map(lambda *parts: jnp.concatenate(parts, axis=-1), *kernels)
+    return jax.tree.map(lambda *parts: jnp.stack(parts, axis=-2), *kernels)
 
 
 # The groups of projections fused_projections is called with (attention's and the MLP's).
