@@ -32,7 +32,7 @@ from t5forge.errors import CheckpointError, ConfigError, DataError
 from t5forge.interop import hub, huggingface
 from t5forge.models.configs import T5Config
 from t5forge.models.model import PREDICT_METHODS, build_model
-from t5forge.models.weights_dtype import with_weights_dtype
+from t5forge.models.weights_dtype import is_int8, with_weights_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -380,6 +380,11 @@ class Model:
             raise ConfigError(
                 f"save_hf takes a directory path (str or os.PathLike), got "
                 f"{type(path).__name__} {path!r:.40}"
+            )
+        if is_int8(self.params):
+            raise ConfigError(
+                "save_hf writes float weights, and this model's Dense kernels are int8 "
+                "(weights_dtype='int8'); save from a model loaded without it"
             )
         vocab_path, extra_ids = None, 0
         if isinstance(self.vocabulary, SentencePieceVocabulary):

@@ -50,3 +50,9 @@ def with_weights_dtype(params: dict, weights_dtype) -> dict:
     return jax.tree_util.tree_map_with_path(
         convert, params, is_leaf=lambda leaf: isinstance(leaf, Int8Kernel)
     )
+
+
+def is_int8(params) -> bool:
+    """Whether any kernel of `params` is an Int8Kernel (weights_dtype='int8')."""
+    leaves = jax.tree.leaves(params, is_leaf=lambda leaf: isinstance(leaf, Int8Kernel))
+    return any(isinstance(leaf, Int8Kernel) for leaf in leaves)

@@ -18,7 +18,7 @@ from t5forge.models.quantized import (
     quantize_rows,
     xla_int8_matmul,
 )
-from t5forge.models.weights_dtype import with_weights_dtype
+from t5forge.models.weights_dtype import is_int8, with_weights_dtype
 
 
 def _normal(shape, seed=0, scale=1.0):
@@ -102,6 +102,7 @@ def test_int8_kernels_are_the_dense_kernels_only_and_the_router_stays_float32():
             assert leaf.dtype == np.float32, path
     expert = kinds["['encoder']['layers_1']['mlp']['expert']['wo']['kernel']"]
     assert expert.scale.shape == (2, 1, config.emb_dim)  # per expert and output channel
+    assert is_int8(quantized) and not is_int8(params)
     again = with_weights_dtype(quantized, "int8")  # int8 again: unchanged
     for before, after in zip(jax.tree.leaves(quantized), jax.tree.leaves(again), strict=True):
         np.testing.assert_array_equal(before, after)

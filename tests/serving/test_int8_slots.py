@@ -8,6 +8,7 @@ import pytest
 import t5forge
 from t5forge.models.layers import stack_projections
 from t5forge.models.quantized import Int8Kernel
+from t5forge.models.weights_dtype import is_int8
 from t5forge.serving.slots import SlotDecoder
 from t5forge.serving.stepwise import RowOptions
 
@@ -16,10 +17,7 @@ from t5forge.serving.stepwise import RowOptions
 def test_int8_slots_decode_as_the_int8_models_generate(tiny_hf_dir):
     model = t5forge.load(tiny_hf_dir, weights_dtype="int8")
     params = stack_projections(model.params)  # what the serving engine multiplies by
-    assert any(
-        isinstance(leaf, Int8Kernel)
-        for leaf in jax.tree.leaves(params, is_leaf=lambda leaf: isinstance(leaf, Int8Kernel))
-    )
+    assert is_int8(params)
     rows = [[5, 9, 3, 12, 7, 1], [14, 3, 1]]
     slots = SlotDecoder(model.t5x_model, slots=2, cache_length=8, encoder_width=8)
     pool = slots.empty_pool(params)
@@ -49,3 +47,5 @@ def test_serve_loads_the_weights_dtype_and_activation_dtype_it_is_given(tiny_hf_
     assert isinstance(kernel, Int8Kernel)
     with pytest.raises(ConfigError, match="dtype= applies when loading; pass it to t5forge.load"):
         load_for_serving(tiny_model, dtype="bfloat16")
+    with pytest.raises(ConfigError, match="Dense kernels are int8 .*; save from a model loaded"):
+        model.save_hf(tiny_hf_dir / "not_written")
