@@ -14,9 +14,9 @@ script checks that no row emitted EOS. Each side runs in a process of its own
 timing is benchmarks/harness.py's (median of --runs after a warm-up that includes t5forge's
 compilation), CPU-seconds are each side's own process. New tokens/s = batch * new tokens /
 seconds (beams are not counted). Without ctranslate2 its column says how to install it.
-t5forge also runs with its Dense kernels in bfloat16 (`weights_dtype='bfloat16'`), in rows of
-its own: its tokens differ from float32's, and benchmarks/weights_dtype_bleu.py measures what
-that costs in BLEU.
+t5forge also runs with its Dense kernels in bfloat16 and in int8 (`weights_dtype='bfloat16'`,
+`'int8'`), in rows of its own: their tokens differ from float32's, and
+benchmarks/weights_dtype_bleu.py measures what that costs in BLEU.
 """
 
 from __future__ import annotations
@@ -43,6 +43,9 @@ CT2_MISSING = "not installed (pip install -e .[bench])"
 # numbers than float32's, so compared with the peers in rows of its own, as CTranslate2 int8
 # is; its BLEU against float32 is benchmarks/weights_dtype_bleu.py's.
 BF16_WEIGHTS = "t5forge bfloat16 weights"
+# t5forge with int8 Dense kernels (weights_dtype='int8': per-channel scales, inputs quantised
+# per token), the peer of CTranslate2 int8.
+INT8_WEIGHTS = "t5forge int8 weights"
 
 
 def token_names(vocab_size: int) -> list[str]:
@@ -162,6 +165,9 @@ def _start_sides(params, hf_model, vocab_size: int, work_dir: Path) -> dict[str,
         BF16_WEIGHTS: IsolatedSide(
             "decode:forge_side", params_path=str(params_path), weights_dtype="bfloat16"
         ),
+        INT8_WEIGHTS: IsolatedSide(
+            "decode:forge_side", params_path=str(params_path), weights_dtype="int8"
+        ),
         "transformers": IsolatedSide("decode:hf_side", hf_dir=str(hf_dir)),
     }
     for compute_type in CT2_COMPUTE_TYPES if ct2_dir else ():
@@ -258,7 +264,11 @@ def _measure(bench, args, sides: dict[str, IsolatedSide], inputs: np.ndarray) ->
             {side.split(": ")[1]: out for side, out in outputs.items()}, len(rows), args.new_tokens
         ):
             return 1
-        for ours, ours_row in (("t5forge", row), (BF16_WEIGHTS, f"{row}, {BF16_WEIGHTS}")):
+        for ours, ours_row in (
+            ("t5forge", row),
+            (BF16_WEIGHTS, f"{row}, {BF16_WEIGHTS}"),
+            (INT8_WEIGHTS, f"{row}, {INT8_WEIGHTS}"),
+        ):
             for peer in ("transformers", *(f"ctranslate2 {kind}" for kind in CT2_COMPUTE_TYPES)):
                 if f"{prefix}: {peer}" in bench.sides:
                     bench.compare(ours_row, f"{prefix}: {ours}", f"{prefix}: {peer}", metric, peer)

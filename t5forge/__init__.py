@@ -18,11 +18,11 @@ _LAZY_FUNCTIONS = {
 }
 
 
-def load(path, config=None, weights_dtype=None):
+def load(path, config=None, weights_dtype=None, dtype=None):
     """Loads a model from a t5forge, T5X or Hugging Face checkpoint (see t5forge.api.load)."""
     from t5forge.api import load as _load
 
-    return _load(path, config=config, weights_dtype=weights_dtype)
+    return _load(path, config=config, weights_dtype=weights_dtype, dtype=dtype)
 
 
 def serve(checkpoint, **options):

@@ -32,7 +32,7 @@ from t5forge.errors import CheckpointError, ConfigError, DataError
 from t5forge.interop import hub, huggingface
 from t5forge.models.configs import T5Config
 from t5forge.models.model import PREDICT_METHODS, build_model
-from t5forge.models.weights_dtype import with_weights_dtype
+from t5forge.models.weights_dtype import is_int8, with_weights_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -104,8 +104,8 @@ class Model:
         self.max_output_length = int(max_output_length)
 
     def set_weights_dtype(self, weights_dtype) -> None:
-        """Stores every Dense kernel in `weights_dtype` ('float32' or 'bfloat16'), for
-        inference; see `load(weights_dtype=...)`."""
+        """Stores every Dense kernel in `weights_dtype` ('float32', 'bfloat16' or 'int8'), for
+        inference; see `load(weights_dtype=...)`. Int8 is one-way: load again to undo it."""
         self.params = with_weights_dtype(self.params, weights_dtype)
 
     @property
@@ -381,6 +381,11 @@ class Model:
                 f"save_hf takes a directory path (str or os.PathLike), got "
                 f"{type(path).__name__} {path!r:.40}"
             )
+        if is_int8(self.params):
+            raise ConfigError(
+                "save_hf writes float weights, and this model's Dense kernels are int8 "
+                "(weights_dtype='int8'); save from a model loaded without it"
+            )
         vocab_path, extra_ids = None, 0
         if isinstance(self.vocabulary, SentencePieceVocabulary):
             vocab_path, extra_ids = self.vocabulary.path, self.vocabulary.extra_ids
@@ -403,7 +408,7 @@ class Model:
 # ---------------------------------------------------------------------- loading
 
 
-def load(path, config=None, weights_dtype=None) -> Model:
+def load(path, config=None, weights_dtype=None, dtype=None) -> Model:
     """Loads a Hugging Face model dir or hub id, a t5forge, T5X or Mesh TF checkpoint as a Model.
 
     A hub id (`'google/t5-v1_1-small'`, `'org/name@revision'`, or `hf://...`) that is no local
@@ -418,7 +423,11 @@ def load(path, config=None, weights_dtype=None) -> Model:
     `weights_dtype='bfloat16'` stores the matmul weights (every Dense kernel) in bfloat16 for
     inference, as transformers' `torch_dtype`: greedy decoding on a CPU with AVX-512 BF16 ran
     ~20% faster (docs/performance.md), and outputs may differ slightly from float32's.
-    Embeddings, norms and the relative-position tables stay float32, and so do activations.
+    `weights_dtype='int8'` stores them as int8 with a float32 scale per output channel and
+    quantises each product's input per token (models/quantized.py; a Switch router stays
+    float32). Embeddings, norms and the relative-position tables stay float32 either way.
+    `dtype` ('float32' or 'bfloat16') is the activation dtype the network computes in,
+    replacing the checkpoint config's (T5Config.dtype); docs/inference-dtypes.md compares them.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise CheckpointError(
@@ -427,8 +436,11 @@ def load(path, config=None, weights_dtype=None) -> Model:
             f"directory, a t5forge checkpoint or a T5X checkpoint"
         )
     checkpoint = reader.read(hub.local_path(path, bare_ids=True), config)
+    model_config = checkpoint.config
+    if dtype is not None:  # T5Config refuses what is not one of its DTYPES, in one line
+        model_config = dataclasses.replace(model_config, dtype=getattr(dtype, "__name__", dtype))
     model = Model(
-        checkpoint.config,
+        model_config,
         checkpoint.params,
         checkpoint.vocabulary,
         max_input_length=checkpoint.feature_lengths.get("inputs"),

@@ -328,7 +328,17 @@ def test_bfloat16_weights_are_the_kernels_only_and_compute_in_bfloat16(model, hf
     assert len(narrow.generate(TEXTS, max_length=6)) == len(TEXTS)
 
 
-@pytest.mark.parametrize("dtype", ["float16", "int8", "bfloat17"])
+def test_activation_dtype_is_chosen_at_load(model, hf_dir):
+    half = t5forge.load(hf_dir, dtype=jax.numpy.bfloat16)
+    assert (model.config.dtype, half.config.dtype) == ("float32", "bfloat16")
+    inputs, targets = np.array([[3, 4, 5, 1], [6, 7, 1, 0]]), np.array([[0, 3, 4], [0, 5, 6]])
+    exact = np.asarray(model.logits(inputs, targets))
+    np.testing.assert_allclose(half.logits(inputs, targets), exact, rtol=0, atol=0.1)
+    with pytest.raises(ConfigError, match="T5Config.dtype must be one of"):
+        t5forge.load(hf_dir, dtype="float16")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "int4", "bfloat17"])
 def test_unsupported_weights_dtype_is_one_line(hf_dir, dtype):
     with pytest.raises(ConfigError, match=f"weights_dtype='{dtype}' is not supported; use one of"):
         t5forge.load(hf_dir, weights_dtype=dtype)

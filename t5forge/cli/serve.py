@@ -16,6 +16,8 @@ import os
 from t5forge import compile_cache
 from t5forge.api import INPUT_LENGTH_POLICIES
 from t5forge.cli.commands import COMMANDS
+from t5forge.models.configs import DTYPES
+from t5forge.models.weights_dtype import WEIGHTS_DTYPES
 from t5forge.serving.settings import API_KEY_MIN_LENGTH, SCHEDULERS, ServerSettings
 
 HELP = COMMANDS["serve"].summary
@@ -85,6 +87,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--extra_ids", type=int, default=100, help="sentinel ids of --vocab")
     parser.add_argument(
+        "--weights_dtype",
+        choices=WEIGHTS_DTYPES,
+        help="store the Dense kernels in this dtype for inference: bfloat16 halves their "
+        "bytes, int8 quarters them (per-channel scales, inputs quantised per token); "
+        "default: as stored (docs/inference-dtypes.md)",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        help="the activation dtype the network computes in (default: the checkpoint config's)",
+    )
+    parser.add_argument(
         "--api_key",
         default=os.environ.get("T5FORGE_API_KEY"),
         help=f"require 'Authorization: Bearer KEY' on /v1/* and /metrics; at least "
@@ -123,6 +137,8 @@ def main(argv: list[str]) -> int:
         vocab=args.vocab,
         extra_ids=args.extra_ids,
         config=args.config,
+        weights_dtype=args.weights_dtype,
+        dtype=args.dtype,
         settings=settings,
         log_level=args.log_level,
     )

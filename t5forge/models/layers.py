@@ -128,10 +128,11 @@ def stacked_name(names) -> str:
 
 def _stack(kernels: list) -> jnp.ndarray:
     """Kernels [..., in, out] of one input as one: [..., in, n, out], or [..., in, sum(out)]
-    if widths differ (a leading axis is scanned layers')."""
+    if widths differ (a leading axis is scanned layers'); an Int8Kernel's values and scales
+    alike."""
     if len({kernel.shape[-1] for kernel in kernels}) > 1:
-        return jnp.concatenate(kernels, axis=-1)
-    return jnp.stack(kernels, axis=-2)
+        return jax.tree.map(lambda *parts: jnp.concatenate(parts, axis=-1), *kernels)
+    return jax.tree.map(lambda *parts: jnp.stack(parts, axis=-2), *kernels)
 
 
 # The groups of projections fused_projections is called with (attention's and the MLP's).

@@ -22,6 +22,7 @@ from flax import traverse_util
 from t5forge.models import axes, routing
 from t5forge.models.configs import SEQUENCE_GROUPS, TOKENS_CHOOSE, T5Config
 from t5forge.models.layers import Dense, Dropout, activation_fn, constrain
+from t5forge.models.quantized import Int8Kernel, int8_product
 
 # Flaxformer's router initializer (routing.default_kernel_init).
 ROUTER_INIT = nn.initializers.normal(stddev=2e-2)
@@ -51,7 +52,9 @@ class ExpertDense(nn.Module):
             jnp.float32,
         )
         dtype = jnp.dtype(self.dtype)
-        # As layers.weight_matmul: a kernel stored narrower (weights_dtype) multiplies in its
+        if isinstance(kernel, Int8Kernel):  # weights_dtype='int8': each expert's own product
+            return jax.vmap(lambda rows, own: int8_product(rows, own, dtype))(x, kernel)
+        # As products.dense_product: a kernel stored narrower (weights_dtype) multiplies in its
         # own dtype, the result in `dtype`.
         compute = kernel.dtype if jnp.finfo(kernel.dtype).bits < jnp.finfo(dtype).bits else dtype
         return jax.lax.dot_general(

@@ -10,12 +10,17 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from t5forge.models.quantized import Int8Kernel, int8_product
+
 
 def dense_product(x, kernel, dtype):
     """x [..., in] @ kernel [in, ...] in `dtype`, or in the kernel's dtype where it is stored
     narrower (bfloat16 weights loaded for inference, `t5forge.load(weights_dtype=...)`):
     multiplying in bfloat16 reads half the bytes, and the result still comes out in `dtype`.
+    An int8 kernel (`weights_dtype='int8'`) multiplies in int8 (quantized.int8_product).
     """
+    if isinstance(kernel, Int8Kernel):
+        return int8_product(x, kernel, dtype)
     compute = jnp.dtype(dtype)
     if jnp.finfo(kernel.dtype).bits < jnp.finfo(dtype).bits:
         compute = kernel.dtype

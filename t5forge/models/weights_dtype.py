@@ -1,10 +1,12 @@
 """The dtype a model's matmul weights are stored in for inference (`load(weights_dtype=...)`).
 
-Only the Dense kernels change: layers.weight_matmul multiplies a kernel stored narrower than
+Only the Dense kernels change: products.dense_product multiplies a kernel stored narrower than
 the compute dtype in its own dtype, so bfloat16 kernels read half the bytes per decoding step,
-while embeddings, norms and relative-position tables keep float32. A mixture of experts'
-router keeps float32 too: Switch routes in float32 on purpose ("selective precision"), and a
-narrower router could send tokens to other experts.
+while embeddings, norms and relative-position tables keep float32. 'int8' stores each kernel
+as int8 with a float32 scale per output channel (models/quantized.py), and its products
+quantise their inputs per token. A mixture of experts' router keeps float32 too: Switch routes
+in float32 on purpose ("selective precision"), and a narrower router could send tokens to
+other experts.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ from __future__ import annotations
 import jax
 
 from t5forge.errors import ConfigError
+from t5forge.models.quantized import Int8Kernel, quantize_kernel
 
-WEIGHTS_DTYPES = ("float32", "bfloat16")
+WEIGHTS_DTYPES = ("float32", "bfloat16", "int8")
 
 
 def with_weights_dtype(params: dict, weights_dtype) -> dict:
-    """`params` with every Dense kernel cast to `weights_dtype` (one of WEIGHTS_DTYPES)."""
+    """`params` with every Dense kernel stored in `weights_dtype` (one of WEIGHTS_DTYPES)."""
     try:
         name = jax.numpy.dtype(weights_dtype).name
     except TypeError:
@@ -28,9 +31,28 @@ def with_weights_dtype(params: dict, weights_dtype) -> dict:
             f"{', '.join(WEIGHTS_DTYPES)}"
         )
 
-    def cast(path, leaf):
+    def convert(path, leaf):
         keys = [getattr(key, "key", None) for key in path]
-        narrowed = keys[-1] == "kernel" and "router" not in keys
-        return leaf.astype(name) if narrowed else leaf
+        if isinstance(leaf, Int8Kernel):
+            if name != "int8":
+                raise ConfigError(
+                    f"the Dense kernels are already int8 and cannot become {name} again; "
+                    f"load the checkpoint again with weights_dtype={name!r}"
+                )
+            return leaf
+        if keys[-1] != "kernel" or "router" in keys:
+            return leaf
+        if name == "int8":
+            # An expert kernel is [experts, (layers,) in, out]; a Dense kernel [in, ...].
+            return quantize_kernel(leaf, contracting_axis=-2 if "expert" in keys else 0)
+        return leaf.astype(name)
 
-    return jax.tree_util.tree_map_with_path(cast, params)
+    return jax.tree_util.tree_map_with_path(
+        convert, params, is_leaf=lambda leaf: isinstance(leaf, Int8Kernel)
+    )
+
+
+def is_int8(params) -> bool:
+    """Whether any kernel of `params` is an Int8Kernel (weights_dtype='int8')."""
+    leaves = jax.tree.leaves(params, is_leaf=lambda leaf: isinstance(leaf, Int8Kernel))
+    return any(isinstance(leaf, Int8Kernel) for leaf in leaves)

@@ -27,13 +27,25 @@ logger = logging.getLogger(__name__)
 GRACEFUL_SHUTDOWN_S = 60
 
 
-def load_for_serving(checkpoint, vocab=None, extra_ids: int = 100, config=None):
-    """A Model from anything `t5forge.load` reads; `vocab` (a SentencePiece model with
-    `extra_ids` sentinels) replaces or supplies its vocabulary."""
+def load_for_serving(
+    checkpoint, vocab=None, extra_ids: int = 100, config=None, weights_dtype=None, dtype=None
+):
+    """A Model from anything `t5forge.load` reads (with its `weights_dtype` and activation
+    `dtype`); `vocab` (a SentencePiece model with `extra_ids` sentinels) replaces or supplies
+    its vocabulary."""
     from t5forge.api import Model, load
     from t5forge.data.vocabularies import SentencePieceVocabulary
 
-    model = checkpoint if isinstance(checkpoint, Model) else load(checkpoint, config=config)
+    if isinstance(checkpoint, Model):
+        if dtype is not None:
+            raise ConfigError(
+                "dtype= applies when loading; pass it to t5forge.load, or serve a path"
+            )
+        model = checkpoint
+        if weights_dtype is not None:
+            model.set_weights_dtype(weights_dtype)
+    else:
+        model = load(checkpoint, config=config, weights_dtype=weights_dtype, dtype=dtype)
     if vocab is not None:
         model.vocabulary = SentencePieceVocabulary(vocab, extra_ids=extra_ids)
     return model
@@ -45,6 +57,8 @@ def serve(
     vocab=None,
     extra_ids: int = 100,
     config=None,
+    weights_dtype=None,
+    dtype=None,
     settings: ServerSettings | None = None,
     log_level: str = "info",
     **setting_values,
@@ -52,7 +66,8 @@ def serve(
     """Serves a model over HTTP until stopped (SIGTERM/SIGINT drain in-flight requests).
 
     `checkpoint` is a path `t5forge.load` accepts or an already loaded `t5forge.api.Model`;
-    `config` as for `t5forge.load` (T5X checkpoints need it); `vocab` replaces or supplies its
+    `config`, `weights_dtype` ('float32', 'bfloat16' or 'int8') and `dtype` (the activation
+    dtype) as for `t5forge.load` (T5X checkpoints need a config); `vocab` replaces or supplies its
     vocabulary; any ServerSettings field may be given as a keyword (host, port,
     max_batch_size, api_key...).
     """
@@ -66,7 +81,8 @@ def serve(
     # (serving/executables.py), loaded without tracing; JAX's cache is off, since what it
     # hands back cannot be stored again.
     compile_cache.use("")
-    service = InferenceService(load_for_serving(checkpoint, vocab, extra_ids, config), settings)
+    model = load_for_serving(checkpoint, vocab, extra_ids, config, weights_dtype, dtype)
+    service = InferenceService(model, settings)
     server_config = uvicorn_config(create_app(service), settings, log_level)
     logger.info("serving on http://%s:%d (docs at /docs)", settings.host, settings.port)
     with _sigterm_after_drain_is_success():

@@ -1,0 +1,94 @@
+"""Int8 Dense kernels for inference: per-output-channel quantisation and the int8 product.
+
+`load(weights_dtype='int8')` replaces each Dense kernel by an `Int8Kernel`: int8 values of the
+kernel's shape and a float32 scale per output channel (the largest |weight| of that column over
+the contracting axis, / 127), kept with the contracting axis as size 1 so that scanned layers'
+axis 1 and fused kernels' [in, n, out] slice, stack and scan exactly as the float kernel did.
+The product quantises its input per row (per token) the same way, multiplies int8 by int8 and
+scales the sums back: (x_q @ w_q) * x_scale[:, None] * w_scale[None, :].
+
+XLA:CPU has no fast int8 dot (int8 x int8 -> int32 ran at ~30 GFLOP/s on a 1024-row prefill,
+a tenth of bfloat16's; docs/inference-dtypes.md has the table), so `xla_int8_matmul` computes
+the same integer sums on XLA's fast path: int8 values are exact in bfloat16, and bfloat16
+operands with float32 accumulation run on XLA's YNNPACK fusion. A compiled int8 matmul with the
+same signature (t5forge.models.native_products.int8_matmul) can take its place in
+`int8_product` without changing any number beyond float32 rounding of the sums.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from t5forge.models import native_products
+
+INT8_MAX = 127
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Int8Kernel:
+    """A Dense kernel stored as int8 `values` (the kernel's shape) times a float32 `scale` (the
+    kernel's shape with its contracting axis 1). A pytree of those two arrays, so it rides
+    through flax's variables, jit, scan and tree maps wherever the float kernel did."""
+
+    values: jax.Array
+    scale: jax.Array
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.values.shape
+
+
+def _symmetric_int8(x, axis: int):
+    """(int8 values, float32 scale with `axis` kept as 1): x ~ values * scale, per slice along
+    `axis`; an all-zero slice gets scale 1 (its values are 0)."""
+    x = jnp.asarray(x, jnp.float32)
+    scale = jnp.max(jnp.abs(x), axis=axis, keepdims=True) / INT8_MAX
+    scale = jnp.where(scale == 0, 1.0, scale)
+    values = jnp.clip(jnp.round(x / scale), -INT8_MAX, INT8_MAX).astype(jnp.int8)
+    return values, scale
+
+
+def quantize_kernel(kernel, contracting_axis: int = 0) -> Int8Kernel:
+    """`kernel` as an Int8Kernel, one scale per output channel (per slice along
+    `contracting_axis`: 0 for a Dense kernel [in, ...], -2 for experts' [experts, ..., in, out])."""
+    values, scale = _symmetric_int8(kernel, contracting_axis)
+    return Int8Kernel(values, scale)
+
+
+def dequantize_kernel(kernel: Int8Kernel) -> jax.Array:
+    """The float32 kernel an Int8Kernel stands for."""
+    return kernel.values.astype(jnp.float32) * kernel.scale
+
+
+def quantize_rows(x):
+    """(int8 x_q [M, K], float32 x_scale [M]): each row of x [M, K] quantised on its own."""
+    values, scale = _symmetric_int8(x, -1)
+    return values, scale[:, 0]
+
+
+def xla_int8_matmul(x_q, x_scale, w_q, w_scale, out_dtype):
+    """(x_q [M, K] @ w_q [K, N]) * x_scale[:, None] * w_scale[None, :], in `out_dtype`, on
+    XLA's fast path: the int8 operands widened exactly to bfloat16, summed in float32."""
+    sums = jax.lax.dot_general(
+        x_q.astype(jnp.bfloat16),
+        w_q.astype(jnp.bfloat16),
+        (((1,), (0,)), ((), ())),
+        preferred_element_type=jnp.float32,
+    )
+    return (sums * x_scale[:, None] * w_scale[None, :]).astype(out_dtype)
+
+
+def int8_product(x, kernel: Int8Kernel, dtype):
+    """x [..., in] @ kernel [in, ...] in `dtype`, x quantised per row (per token)."""
+    rows = x.reshape(-1, x.shape[-1])
+    out_shape = kernel.values.shape[1:]
+    x_q, x_scale = quantize_rows(rows)
+    w_q = kernel.values.reshape(kernel.values.shape[0], -1)
+    # oneDNN's int8 product (VNNI) where the compiled kernels are built, else XLA's widened one.
+    matmul = native_products.int8_matmul if native_products.available() else xla_int8_matmul
+    product = matmul(x_q, x_scale, w_q, kernel.scale.reshape(-1), dtype)
+    return product.reshape(*x.shape[:-1], *out_shape)

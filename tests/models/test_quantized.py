@@ -1,0 +1,154 @@
+"""Int8 inference (`weights_dtype='int8'`, models/quantized.py): quantisation error bounds, the
+int8 product against the float one, and a tiny model decoding with int8 kernels."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t5forge.api import Model
+from t5forge.errors import ConfigError
+from t5forge.models.layers import stack_projections
+from t5forge.models.model import build_model
+from t5forge.models.presets import get_config
+from t5forge.models.products import dense_product
+from t5forge.models.quantized import (
+    Int8Kernel,
+    dequantize_kernel,
+    quantize_kernel,
+    quantize_rows,
+    xla_int8_matmul,
+)
+from t5forge.models.weights_dtype import is_int8, with_weights_dtype
+
+
+def _normal(shape, seed=0, scale=1.0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32) * scale
+
+
+@pytest.mark.parametrize("shape", [(37, 19), (37, 3, 19), (1, 5)])
+def test_kernel_round_trip_is_within_half_a_step_per_output_channel(shape):
+    kernel = _normal(shape)
+    kernel[:, ..., 0] = 0.0  # an all-zero output channel
+    quantized = quantize_kernel(kernel)
+    assert quantized.values.dtype == jnp.int8 and quantized.shape == shape
+    assert quantized.scale.shape == (1, *shape[1:])
+    step = np.asarray(quantized.scale)
+    largest = np.abs(kernel).max(axis=0, keepdims=True)
+    np.testing.assert_allclose(step, np.where(largest == 0, 1.0, largest / 127), rtol=1e-6)
+    error = np.abs(np.asarray(dequantize_kernel(quantized)) - kernel)
+    assert (error <= step / 2 * (1 + 1e-6)).all()
+    assert (np.asarray(dequantize_kernel(quantized))[:, ..., 0] == 0).all()
+
+
+def test_int8_sums_on_xlas_path_are_the_exact_integer_sums():
+    x_q, x_scale = quantize_rows(jnp.asarray(_normal((13, 301), seed=1)))
+    w = quantize_kernel(_normal((301, 29), seed=2))
+    w_scale = w.scale.reshape(-1)
+    exact = jax.lax.dot(x_q, w.values, preferred_element_type=jnp.int32)
+    np.testing.assert_allclose(
+        xla_int8_matmul(x_q, x_scale, w.values, w_scale, jnp.float32),
+        np.asarray(exact, np.float64) * np.asarray(x_scale)[:, None] * np.asarray(w_scale),
+        rtol=1e-6,
+    )
+
+
+@pytest.mark.parametrize(
+    "x_shape, kernel_shape",
+    [((3, 5, 37), (37, 19)), ((1, 37), (37, 2, 11)), ((2, 1, 64), (64, 3, 7))],
+    ids=["rows", "batch-1-stacked", "one-token-stacked"],
+)
+def test_int8_product_is_within_the_quantisation_bound_of_the_float_product(x_shape, kernel_shape):
+    x, kernel = _normal(x_shape, seed=3), _normal(kernel_shape, seed=4, scale=0.1)
+    quantized = quantize_kernel(kernel)
+    result = np.asarray(dense_product(jnp.asarray(x), quantized, jnp.float32))
+    exact = np.tensordot(x.astype(np.float64), kernel, axes=(-1, 0))
+    # |x.w - x'.w'| <= sum|x| * w_step/2 + sum|w'| * x_step/2 per output, x' and w' the
+    # dequantised operands (each off by at most half its step).
+    x_step = np.abs(x).max(axis=-1) / 127
+    w_step = np.asarray(quantized.scale)[0]
+    rows_abs = np.abs(x).sum(axis=-1)
+    columns_abs = np.abs(np.asarray(dequantize_kernel(quantized))).sum(axis=0)
+    bound = (
+        rows_abs[(...,) + (None,) * w_step.ndim] * w_step / 2
+        + x_step[(...,) + (None,) * w_step.ndim] * columns_abs / 2
+    )
+    assert result.shape == exact.shape
+    assert (np.abs(result - exact) <= bound * 1.001 + 1e-5).all()
+    assert np.abs(result - exact).max() < 0.05 * np.abs(exact).max()
+
+
+def test_int8_product_in_bfloat16_comes_out_in_bfloat16():
+    quantized = quantize_kernel(_normal((16, 8)))
+    result = dense_product(jnp.ones((2, 16), jnp.bfloat16), quantized, jnp.bfloat16)
+    assert result.dtype == jnp.bfloat16
+
+
+def _tiny(**overrides):
+    config = get_config("t5_1_1/tiny", vocab_size=64, dtype="float32", **overrides)
+    return config, jax.device_get(build_model(config).init_params(jax.random.PRNGKey(0)))
+
+
+def test_int8_kernels_are_the_dense_kernels_only_and_the_router_stays_float32():
+    config, params = _tiny(num_experts=2, num_sparse_encoder_layers=1)
+    quantized = with_weights_dtype(params, "int8")
+    leaves = jax.tree_util.tree_leaves_with_path(
+        quantized, is_leaf=lambda leaf: isinstance(leaf, Int8Kernel)
+    )
+    kinds = {jax.tree_util.keystr(path): leaf for path, leaf in leaves}
+    for path, leaf in kinds.items():
+        quantizable = path.endswith("['kernel']") and "router" not in path
+        assert isinstance(leaf, Int8Kernel) == quantizable, path
+        if not quantizable:
+            assert leaf.dtype == np.float32, path
+    expert = kinds["['encoder']['layers_1']['mlp']['expert']['wo']['kernel']"]
+    assert expert.scale.shape == (2, 1, config.emb_dim)  # per expert and output channel
+    assert is_int8(quantized) and not is_int8(params)
+    again = with_weights_dtype(quantized, "int8")  # int8 again: unchanged
+    for before, after in zip(jax.tree.leaves(quantized), jax.tree.leaves(again), strict=True):
+        np.testing.assert_array_equal(before, after)
+    with pytest.raises(ConfigError, match="already int8 and cannot become bfloat16 again; load"):
+        with_weights_dtype(quantized, "bfloat16")
+
+
+ROWS = [[5, 9, 3, 12, 7, 1], [14, 3, 1], [20, 21, 22, 23, 1]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"num_heads": 4, "num_kv_heads": 2, "scan_layers": True}, {"num_experts": 2}],
+    ids=["t5_1_1", "grouped-scanned", "experts"],
+)
+def test_int8_model_stays_near_float32_in_logits_and_greedy_tokens(overrides):
+    if "num_experts" in overrides:
+        overrides = {**overrides, "num_sparse_encoder_layers": 1, "num_sparse_decoder_layers": 1}
+    config, params = _tiny(**overrides)
+    exact, int8 = Model(config, params), Model(config, params)
+    int8.set_weights_dtype("int8")
+    inputs, targets = np.array([[3, 4, 5, 1], [6, 7, 1, 0]]), np.array([[0, 3, 4], [0, 5, 6]])
+    exact_logits = np.asarray(exact.logits(inputs, targets))
+    int8_logits = np.asarray(int8.logits(inputs, targets))
+    assert np.abs(int8_logits - exact_logits).max() < 0.03 * np.abs(exact_logits).max()
+    greedy = int8.generate(ROWS, max_length=8)
+    assert (greedy == exact.generate(ROWS, max_length=8)).mean() >= 0.75
+    # The kernels stacked ahead of time (what a server multiplies by) change no token.
+    features, _ = int8.predict_features(ROWS, 8, 4)
+    stacked = int8.t5x_model.predict_batch_with_aux(
+        stack_projections(int8.params),
+        features,
+        jax.random.PRNGKey(0),
+        method="greedy",
+        max_decode_length=8,
+    )[0]
+    np.testing.assert_array_equal(np.asarray(stacked)[: len(ROWS)], greedy)
+
+
+@pytest.mark.slow
+def test_int8_beam_search_runs_and_keeps_its_best_beam_near_float32():
+    config, params = _tiny()
+    exact, int8 = Model(config, params), Model(config, params)
+    int8.set_weights_dtype("int8")
+    beams = int8.generate(ROWS, max_length=8, method="beam", num_beams=3)
+    assert beams.shape == (len(ROWS), 8)
+    assert (beams == exact.generate(ROWS, max_length=8, method="beam", num_beams=3)).mean() >= 0.75
