@@ -32,7 +32,7 @@ DENSE_SHAPES = [
 EINSUMS = [
     ("bhqd,bhkd->bhqk", (2, 3, 5, 8), (2, 3, 7, 8), jnp.float32),
     ("bhqk,bhkd->bqhd", (1, 3, 5, 7), (1, 3, 7, 8), jnp.bfloat16),
-    # XLA:CPU could not run JAX's form of this one's backward pass ("DotThunk"):
+    # One jnp.einsum per gradient (float32 accumulation) failed to run here ("DotThunk"):
     ("bhqk,bhkd->bqhd", (4, 4, 11, 11), (4, 4, 11, 16), jnp.bfloat16),
     ("bqd,bkd->bqk", (6, 1, 8), (6, 9, 8), jnp.float32),
     ("bqk,bkd->bqd", (6, 3, 9), (6, 9, 8), jnp.float32),
