@@ -10,7 +10,8 @@ in float32 (`preferred_element_type=float32`, which XLA hands to YNNPACK) and ca
 a bfloat16-output dot is converted to float32 and multiplied there at a third of the speed.
 JAX's transpose of that form would multiply a float32 cotangent by a bfloat16 operand (a
 float32 product again), so the backward pass is written out (`jax.custom_vjp`) in the same
-fast form, the weight gradient through `bf16_weight_gradient`.
+fast form, the weight gradient through `bf16_weight_gradient`. Elsewhere (GPUs, TPUs) XLA's
+own bfloat16 dots already accumulate in float32, and the products stay the plain ones.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def dense_product(x, kernel, dtype):
     compute = dtype
     if jnp.finfo(kernel.dtype).bits < jnp.finfo(dtype).bits:
         compute = jnp.dtype(kernel.dtype)
-    if compute == BFLOAT16:
+    if _fast_forms_apply(compute):
         product = _bf16_dense(x.astype(BFLOAT16), kernel.astype(BFLOAT16), dtype)
         return checkpoint_name(product, DENSE_PRODUCT)
     return jax.lax.dot_general(
@@ -56,9 +57,14 @@ def einsum_product(spec: str, a, b, dtype):
     `dtype` (float32 logits from bfloat16 queries and keys, say). Every axis of an operand
     appears in the other operand or in the result, as in any product."""
     dtype = jnp.dtype(dtype)
-    if a.dtype == BFLOAT16 and b.dtype == BFLOAT16:
+    if a.dtype == b.dtype and _fast_forms_apply(a.dtype):
         return checkpoint_name(_bf16_einsum(spec, a, b, dtype), EINSUM_PRODUCT)
     return jnp.einsum(spec, a, b, preferred_element_type=dtype)
+
+
+def _fast_forms_apply(compute_dtype) -> bool:
+    """Whether a product multiplying in `compute_dtype` takes the fast forms: bfloat16 on CPU."""
+    return jnp.dtype(compute_dtype) == BFLOAT16 and jax.default_backend() == "cpu"
 
 
 def bf16_weight_gradient(x, grad):
