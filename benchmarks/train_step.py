@@ -1,10 +1,13 @@
 """Training speed: t5forge `Trainer.train_step` (jitted JAX) vs Hugging Face PyTorch.
 
-T5 1.1 small (float32, dropout 0), batch 8, 512 input and 114 target tokens, no padding. Both
+T5 1.1 small (dropout 0), batch 8, 512 input and 114 target tokens, no padding. Both
 sides start from the very same weights (converted with t5forge.interop.huggingface) and train
 on the same batch: t5forge with AdamW and with Adafactor (--optimizers) through the real
 Trainer, transformers' T5ForConditionalGeneration with torch.optim.AdamW; one row per t5forge
-optimizer, each side in a process of its own (benchmarks/isolated.py). Timing is
+optimizer and compute dtype (--dtypes), each side in a process of its own
+(benchmarks/isolated.py). In bfloat16 t5forge runs T5X's default policy (bfloat16
+activations, float32 master weights) and transformers runs under torch.autocast(bfloat16),
+its float32 weights likewise the master copy. Timing is
 benchmarks/harness.py's in blocks: each side's --warmup steps (t5forge's include compilation)
 then its --steps (alias --runs) timed steps back to back, as a training loop runs them, one side
 after the other (harness.time_in_blocks says why not in turns); median/min/max. Tokens/s counts inputs + targets of
@@ -34,17 +37,22 @@ from t5forge.training.flops import local_peak_flops, mfu, model_flops_per_step  
 
 LEARNING_RATE = 1e-4
 OPTIMIZERS = ("adamw", "adafactor")
+DTYPES = ("float32", "bfloat16")
 
 
-def _optimizers(text: str) -> tuple[str, ...]:
-    """argparse type of --optimizers: some of OPTIMIZERS."""
-    names = tuple(text.split(","))
-    unknown = sorted(set(names) - set(OPTIMIZERS))
-    if unknown:
-        raise argparse.ArgumentTypeError(
-            f"unknown optimizer {', '.join(unknown)}; choose from {', '.join(OPTIMIZERS)}"
-        )
-    return names
+def _choices(kind: str, allowed: tuple[str, ...]):
+    """argparse type of a comma-separated subset of `allowed` (--optimizers, --dtypes)."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        names = tuple(text.split(","))
+        unknown = sorted(set(names) - set(allowed))
+        if unknown:
+            raise argparse.ArgumentTypeError(
+                f"unknown {kind} {', '.join(unknown)}; choose from {', '.join(allowed)}"
+            )
+        return names
+
+    return parse
 
 
 # Factories of the sides, each called in its own worker (benchmarks/isolated.py), as in
@@ -53,13 +61,16 @@ def _optimizers(text: str) -> tuple[str, ...]:
 # see harness.time_in_blocks). Each returns a call running one train step.
 
 
-def forge_side(params_path: str, config_name: str, optimizer: str, batch: dict):
-    """One t5forge train step on one device per call (the state is donated)."""
+def forge_side(
+    params_path: str, config_name: str, optimizer: str, batch: dict, dtype: str = "float32"
+):
+    """One t5forge train step on one device per call (the state is donated), activations in
+    `dtype` (the weights stay float32)."""
     from t5forge.models.model import build_model
     from t5forge.models.presets import get_config
     from t5forge.training import optimizers
 
-    model = build_model(get_config(config_name, dtype="float32", dropout_rate=0.0))
+    model = build_model(get_config(config_name, dtype=dtype, dropout_rate=0.0))
     tx = (
         optimizers.adamw(LEARNING_RATE)
         if optimizer == "adamw"
@@ -86,8 +97,9 @@ def forge_step(model, tx, params_path: str, batch: dict):
     return step
 
 
-def hf_side(hf_dir: str, batch: dict):
-    """One transformers train step (torch.optim.AdamW) per call."""
+def hf_side(hf_dir: str, batch: dict, dtype: str = "float32"):
+    """One transformers train step (torch.optim.AdamW) per call, under bfloat16 autocast
+    where `dtype` is bfloat16."""
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -96,21 +108,46 @@ def hf_side(hf_dir: str, batch: dict):
     inputs = torch.from_numpy(batch["encoder_input_tokens"].astype(np.int64)).to(device)
     labels = torch.from_numpy(batch["decoder_target_tokens"].astype(np.int64)).to(device)
     mask = torch.ones_like(inputs)
-    return torch_step(model, optimizer, input_ids=inputs, attention_mask=mask, labels=labels)
+    return torch_step(
+        model,
+        optimizer,
+        autocast_bf16=dtype == "bfloat16",
+        input_ids=inputs,
+        attention_mask=mask,
+        labels=labels,
+    )
 
 
-def torch_step(model, optimizer, **inputs):
+def torch_step(model, optimizer, autocast_bf16: bool = False, **inputs):
     """A call that runs one transformers train step of `model` on `inputs` (its loss is the
-    model's own) and waits for it."""
+    model's own) and waits for it; its forward pass under bfloat16 autocast if asked."""
+    import torch
+
+    device_type = next(model.parameters()).device.type
 
     def step():
-        loss = model(**inputs).loss
+        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=autocast_bf16):
+            loss = model(**inputs).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return loss.item()  # waits for the step
 
     return step
+
+
+_SHORT = {"float32": "fp32", "bfloat16": "bf16"}
+
+
+def _side_names(dtype: str, optimizers: tuple[str, ...]) -> tuple[dict[str, str], str]:
+    """({optimizer: t5forge side's name}, transformers side's name) of one dtype's rows; the
+    float32 rows keep their names of before the bfloat16 rows came."""
+    if dtype == "float32":
+        return {o: f"t5forge ({o})" for o in optimizers}, "transformers (adamw)"
+    return (
+        {o: f"t5forge bf16 ({o})" for o in optimizers},
+        "transformers bf16 autocast (adamw)",
+    )
 
 
 def main() -> int:
@@ -129,9 +166,15 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument(
         "--optimizers",
-        type=_optimizers,
+        type=_choices("optimizer", OPTIMIZERS),
         default=OPTIMIZERS,
         help="t5forge's optimizers, comma-separated (transformers always runs AdamW)",
+    )
+    parser.add_argument(
+        "--dtypes",
+        type=_choices("dtype", DTYPES),
+        default=DTYPES,
+        help="compute dtypes, comma-separated: a row of each side per dtype",
     )
     harness.add_arguments(parser, "train_step")
     args = parser.parse_args()
@@ -155,32 +198,32 @@ def main() -> int:
     device = jax.devices()[0]
     torch_device = "cuda" if torch.cuda.is_available() else "cpu"
     print(
-        f"{args.config} float32, batch {args.batch}, {args.input_length}/{args.target_length} "
+        f"{args.config} {'/'.join(args.dtypes)}, batch {args.batch}, {args.input_length}/{args.target_length} "
         f"tokens, {args.steps} timed steps after {args.warmup} | jax {jax.__version__} on "
         f"{device.device_kind} | torch {torch.__version__} on {torch_device}, "
         f"{torch.get_num_threads()} threads"
     )
 
     tokens = args.batch * (args.input_length + args.target_length)
-    peer = "transformers (adamw)"
-    ours = {optimizer: f"t5forge ({optimizer})" for optimizer in args.optimizers}
+    rows = {dtype: _side_names(dtype, args.optimizers) for dtype in args.dtypes}
     with tempfile.TemporaryDirectory(prefix="t5forge-bench-train-") as scratch:
         params_path = same_weights.write_params(params, Path(scratch))
         hf_dir = Path(scratch) / "hf"
         same_weights.hf_model(config, params).save_pretrained(hf_dir)
-        sides = {
-            **{
-                name: IsolatedSide(
+        sides = {}
+        for dtype, (ours, peer) in rows.items():
+            for optimizer, name in ours.items():
+                sides[name] = IsolatedSide(
                     "train_step:forge_side",
                     params_path=str(params_path),
                     config_name=args.config,
                     optimizer=optimizer,
                     batch=batch,
+                    dtype=dtype,
                 )
-                for optimizer, name in ours.items()
-            },
-            peer: IsolatedSide("train_step:hf_side", hf_dir=str(hf_dir), batch=batch),
-        }
+            sides[peer] = IsolatedSide(
+                "train_step:hf_side", hf_dir=str(hf_dir), batch=batch, dtype=dtype
+            )
         outputs = run_sides(
             bench,
             sides,
@@ -190,34 +233,35 @@ def main() -> int:
             warmup=args.warmup,
             blocks=True,
         )
-    losses = ", ".join(
-        f"{name} {outputs[name]['cross_ent_loss_per_all_target_tokens']:.4f}"
-        for name in ours.values()
-    )
-    print(f"  loss/token after the last step: {losses}, transformers {outputs[peer]:.4f}")
-    for optimizer, name in ours.items():
-        bench.compare(
-            f"train step, {args.config}, batch {args.batch}, "
-            f"{args.input_length}/{args.target_length}, fp32, t5forge {optimizer}",
-            name,
-            peer,
-        )
     flops = model_flops_per_step(config, args.batch, args.input_length, args.target_length)
-    peak = local_peak_flops(config.dtype)
-    if peak is None:
-        print(
-            f"MFU n/a: no peak FLOP/s known for {device.device_kind!r} ({flops / 1e12:.2f} "
-            "model TFLOP per step)"
+    for dtype, (ours, peer) in rows.items():
+        losses = ", ".join(
+            f"{name} {outputs[name]['cross_ent_loss_per_all_target_tokens']:.4f}"
+            for name in ours.values()
         )
-    else:
-        figures = " | ".join(
-            f"{name} {mfu(flops, bench.sides[name]['median_s'], peak):.1%}"
-            for name in (*ours.values(), peer)
-        )
-        print(
-            f"MFU {figures} ({flops / 1e12:.2f} model TFLOP per step, "
-            f"peak {peak / 1e12:.0f} TFLOP/s per device)"
-        )
+        print(f"  {dtype} loss/token after the last step: {losses}, {peer} {outputs[peer]:.4f}")
+        for optimizer, name in ours.items():
+            bench.compare(
+                f"train step, {args.config}, batch {args.batch}, "
+                f"{args.input_length}/{args.target_length}, {_SHORT[dtype]}, t5forge {optimizer}",
+                name,
+                peer,
+            )
+        peak = local_peak_flops(dtype)
+        if peak is None:
+            print(
+                f"MFU n/a: no {dtype} peak FLOP/s known for {device.device_kind!r} "
+                f"({flops / 1e12:.2f} model TFLOP per step)"
+            )
+        else:
+            figures = " | ".join(
+                f"{name} {mfu(flops, bench.sides[name]['median_s'], peak):.1%}"
+                for name in (*ours.values(), peer)
+            )
+            print(
+                f"MFU {figures} ({flops / 1e12:.2f} model TFLOP per step, "
+                f"peak {peak / 1e12:.0f} TFLOP/s per device)"
+            )
     bench.finish()
     return 0
 

@@ -11,12 +11,16 @@ packing mask as an additive -1e10. Three implementations compute it (T5Config
               exposes the attention weights, so attention dropout (T5's fine-tuning default)
               always runs it, whatever was asked for.
 
-'auto' (the default) picks cuDNN where it can run the shapes and XLA everywhere else; a
-single-query call (choose_implementation with query_length 1) gets XLA, since a fused kernel
-has nothing to fuse there. Decoding steps do not come here at all: `cached_attention` and
-`slot_attention` read the cache where it lies. Inputs are heads-major ([batch, heads, length, head_dim], the layout
-of the decoding cache); the output is [batch, length, heads, head_dim]. Logits are
-accumulated and softmaxed in float32 whatever the compute dtype.
+'auto' (the default) picks cuDNN where it can run the shapes, the explicit form for
+bfloat16 on CPU and XLA everywhere else; a single-query call (choose_implementation with
+query_length 1) gets XLA, since a fused kernel has nothing to fuse there. On CPU in bfloat16
+the explicit form's products are products.einsum_product's fast forms, forward and backward,
+where jax's XLA implementation multiplies the weights by the values with a bfloat16 result
+(a form XLA:CPU runs in float32 at a third of the speed, docs/cpu-products.md).
+Decoding steps do not come here at all: `cached_attention` and `slot_attention` read the
+cache where it lies. Inputs are heads-major ([batch, heads, length, head_dim], the layout of
+the decoding cache); the output is [batch, length, heads, head_dim]. Logits are accumulated
+and softmaxed in float32 whatever the compute dtype.
 """
 
 from __future__ import annotations
@@ -91,6 +95,8 @@ def choose_implementation(
         return requested
     if query_length == 1:
         return "xla"
+    if requested == "auto" and platform.name == "cpu" and jnp.dtype(dtype) == jnp.bfloat16:
+        return "explicit"
     reason = cudnn_unsupported_reason(platform, dtype, head_dim, query_length, key_length)
     if reason is None:
         return "cudnn"

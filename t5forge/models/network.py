@@ -16,7 +16,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from t5forge.models import axes
+from t5forge.models import axes, products
 from t5forge.models.attention import soft_cap
 from t5forge.models.configs import (
     FULL_ATTENTION,
@@ -50,10 +50,19 @@ CROSS_ATTENTION = "encoder_decoder_attention"
 # What a rematerialized layer saves for the backward pass (the rest is recomputed):
 # 'minimal' keeps the weight matmuls' outputs (not the attention logits, which have batch dims),
 # 'proj' only the q/k/v projections, 'dots_saveable' every matmul output, 'full' nothing.
+# bfloat16 products on CPU are custom_vjp calls that jax's dot policies cannot see
+# (products.py); their outputs are named, and the dot policies save those names too.
+_policies = jax.checkpoint_policies
 _REMAT_SAVE_POLICIES = {
-    "minimal": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
-    "proj": jax.checkpoint_policies.save_only_these_names("query_proj", "key_proj", "value_proj"),
-    "dots_saveable": jax.checkpoint_policies.dots_saveable,
+    "minimal": _policies.save_from_both_policies(
+        _policies.checkpoint_dots_with_no_batch_dims,
+        _policies.save_only_these_names(products.DENSE_PRODUCT),
+    ),
+    "proj": _policies.save_only_these_names("query_proj", "key_proj", "value_proj"),
+    "dots_saveable": _policies.save_from_both_policies(
+        _policies.dots_saveable,
+        _policies.save_only_these_names(products.DENSE_PRODUCT, products.EINSUM_PRODUCT),
+    ),
     "full": None,
 }
 

@@ -175,7 +175,8 @@ def test_dropout_forces_the_explicit_formulation():
 @pytest.mark.parametrize(
     "requested,platform,dtype,head_dim,lengths,chosen",
     [
-        ("auto", CPU, jnp.bfloat16, 64, (512, 512), "xla"),
+        ("auto", CPU, jnp.bfloat16, 64, (512, 512), "explicit"),  # products.py's fast forms
+        ("auto", CPU, jnp.float32, 64, (512, 512), "xla"),
         ("auto", Platform("tpu"), jnp.bfloat16, 64, (512, 512), "xla"),
         ("auto", H100, jnp.bfloat16, 64, (512, 114), "cudnn"),
         ("auto", H100, jnp.float16, 128, (114, 114), "cudnn"),
