@@ -98,8 +98,9 @@ def forge_side(params_path: str, config: T5Config, batch: dict):
 
 def _return_freed_memory() -> None:
     """Hands what glibc's malloc keeps of freed memory back to the system: building the train
-    state frees the weights as read and their device copy (4.6 GB at Switch base), which
-    otherwise stay resident beside the step's own peak."""
+    state frees the weights as read and their device copy (4.6 GB at Switch base), and the
+    measuring process its weights once written, which otherwise stay resident beside the
+    step's own peak."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
@@ -165,6 +166,7 @@ def main() -> int:
         hf_dir = Path(scratch) / "hf"
         save_hf_dir(params, config, hf_dir)  # model_type 'switch_transformers'
         del params  # 2.5 GB at Switch base: each worker reads its own copy
+        _return_freed_memory()
         sides = {
             ours: lambda: IsolatedSide(
                 "moe_train_step:forge_side",
