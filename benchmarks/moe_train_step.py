@@ -10,12 +10,16 @@ through the real Trainer with AdamW, transformers' SwitchTransformersForConditio
 with torch.optim.AdamW; each side in a process of its own (benchmarks/isolated.py), timed in
 blocks as benchmarks/train_step.py (harness.time_in_blocks): --warmup steps (t5forge's include
 compilation), then --steps timed ones; median/min/max, CPU-seconds, and the load average before
-the run. Tokens/s counts inputs + targets of every row.
+the run. Tokens/s counts inputs + targets of every row. Only one side's worker lives at a time
+and the measuring process drops its copy of the weights once written: at batch 8 t5forge's step
+peaks at 18 GB (XLA's memory analysis: 7.4 GB of AdamW state, 10.7 GB temporaries, docs/moe.md),
+which fits a 24 GB machine only alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import sys
 import tempfile
 from pathlib import Path
@@ -87,7 +91,18 @@ def forge_side(params_path: str, config: T5Config, batch: dict):
     """One t5forge train step (AdamW) on one device per call (the state is donated)."""
     from t5forge.training import optimizers
 
-    return forge_step(build_model(config), optimizers.adamw(LEARNING_RATE), params_path, batch)
+    step = forge_step(build_model(config), optimizers.adamw(LEARNING_RATE), params_path, batch)
+    _return_freed_memory()
+    return step
+
+
+def _return_freed_memory() -> None:
+    """Hands what glibc's malloc keeps of freed memory back to the system: building the train
+    state frees the weights as read and their device copy (4.6 GB at Switch base), and the
+    measuring process its weights once written, which otherwise stay resident beside the
+    step's own peak."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def hf_side(hf_dir: str, batch: dict):
@@ -150,24 +165,30 @@ def main() -> int:
         params_path = same_weights.write_params(params, Path(scratch))
         hf_dir = Path(scratch) / "hf"
         save_hf_dir(params, config, hf_dir)  # model_type 'switch_transformers'
+        del params  # 2.5 GB at Switch base: each worker reads its own copy
+        _return_freed_memory()
         sides = {
-            ours: IsolatedSide(
+            ours: lambda: IsolatedSide(
                 "moe_train_step:forge_side",
                 params_path=str(params_path),
                 config=config,
                 batch=batch,
             ),
-            peer: IsolatedSide("moe_train_step:hf_side", hf_dir=str(hf_dir), batch=batch),
+            peer: lambda: IsolatedSide("moe_train_step:hf_side", hf_dir=str(hf_dir), batch=batch),
         }
-        outputs = run_sides(
-            bench,
-            sides,
-            args.steps,
-            work=tokens,
-            unit="tokens/s",
-            warmup=args.warmup,
-            blocks=True,
-        )
+        outputs = {}
+        # One worker alive at a time: a side's train state (7.4 GB with AdamW at Switch base)
+        # must not sit beside the other side's step on a 24 GB machine.
+        for name, start in sides.items():
+            outputs |= run_sides(
+                bench,
+                {name: start()},
+                args.steps,
+                work=tokens,
+                unit="tokens/s",
+                warmup=args.warmup,
+                blocks=True,
+            )
     print(
         f"  loss/token after the last step: t5forge "
         f"{outputs[ours]['cross_ent_loss_per_all_target_tokens']:.4f}, transformers "
