@@ -11,8 +11,8 @@ AdamW state (3x the params) when it does not.
 import jax
 import numpy as np
 
-from t5forge.models.configs import get_config
 from t5forge.models.model import build_model
+from t5forge.models.presets import get_config
 from t5forge.training import optimizers, partitioning
 from t5forge.training.trainer import Trainer
 
