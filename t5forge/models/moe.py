@@ -22,6 +22,7 @@ from flax import traverse_util
 from t5forge.models import axes, routing
 from t5forge.models.configs import SEQUENCE_GROUPS, TOKENS_CHOOSE, T5Config
 from t5forge.models.layers import Dense, Dropout, activation_fn, constrain
+from t5forge.models.products import einsum_product
 from t5forge.models.quantized import Int8Kernel, int8_product
 
 # Flaxformer's router initializer (routing.default_kernel_init).
@@ -57,12 +58,7 @@ class ExpertDense(nn.Module):
         # As products.dense_product: a kernel stored narrower (weights_dtype) multiplies in its
         # own dtype, the result in `dtype`.
         compute = kernel.dtype if jnp.finfo(kernel.dtype).bits < jnp.finfo(dtype).bits else dtype
-        return jax.lax.dot_general(
-            x.astype(compute),
-            kernel.astype(compute),
-            (((2,), (1,)), ((0,), (0,))),
-            preferred_element_type=dtype,
-        )
+        return einsum_product("eni,eio->eno", x.astype(compute), kernel.astype(compute), dtype)
 
 
 class ExpertMlp(nn.Module):
@@ -164,7 +160,7 @@ class SparseMlp(nn.Module):
             dispatch, combine = routing.experts_choose(probs, capacity)
             auxiliary = jnp.float32(0.0)
         dtype = x.dtype
-        slots = jnp.einsum("gsd,gsec->egcd", tokens, dispatch.astype(dtype))
+        slots = einsum_product("gsd,gsec->egcd", tokens, dispatch.astype(dtype), dtype)
         slots = constrain(slots, axes.EXPERT, axes.EXPERT_REPLICAS, axes.LENGTH, axes.EMBED)
         slots_shape = slots.shape
         experts = ExpertMlp(
@@ -179,7 +175,7 @@ class SparseMlp(nn.Module):
         outputs = constrain(
             outputs.reshape(slots_shape), axes.EXPERT, axes.EXPERT_REPLICAS, axes.LENGTH, axes.EMBED
         )
-        y = jnp.einsum("egcd,gsec->gsd", outputs, combine.astype(dtype))
+        y = einsum_product("egcd,gsec->gsd", outputs, combine.astype(dtype), dtype)
         self._sow_diagnostics(logits, auxiliary, dispatch, combine, capacity)
         return constrain(y.reshape(batch, length, width), axes.BATCH, axes.LENGTH, axes.EMBED)
 
