@@ -46,6 +46,10 @@ BF16_WEIGHTS = "t5forge bfloat16 weights"
 # t5forge with int8 Dense kernels (weights_dtype='int8': per-channel scales, inputs quantised
 # per token), the peer of CTranslate2 int8.
 INT8_WEIGHTS = "t5forge int8 weights"
+# bfloat16 end to end on each side (issue 36's row): t5forge's weights and activations in
+# bfloat16 (load(weights_dtype='bfloat16', dtype='bfloat16')), transformers' model in bfloat16.
+BF16 = "t5forge bfloat16"
+HF_BF16 = "transformers bfloat16"
 
 
 def token_names(vocab_size: int) -> list[str]:
@@ -109,16 +113,16 @@ def forge_generate(model):
     return run
 
 
-def forge_side(params_path: str, weights_dtype: str = "float32"):
-    model = same_weights.load_forge(params_path, CONFIG)
+def forge_side(params_path: str, weights_dtype: str = "float32", dtype: str = "float32"):
+    model = same_weights.load_forge(params_path, CONFIG, dtype)
     model.set_weights_dtype(weights_dtype)
     return forge_generate(model)
 
 
-def hf_side(hf_dir: str):
+def hf_side(hf_dir: str, dtype: str = "float32"):
     import torch
 
-    model = same_weights.load_hf(hf_dir)
+    model = same_weights.load_hf(hf_dir).to(getattr(torch, dtype))
 
     def run(rows, new_tokens, beams):
         inputs = torch.from_numpy(rows.astype(np.int64))
@@ -168,7 +172,14 @@ def _start_sides(params, hf_model, vocab_size: int, work_dir: Path) -> dict[str,
         INT8_WEIGHTS: IsolatedSide(
             "decode:forge_side", params_path=str(params_path), weights_dtype="int8"
         ),
+        BF16: IsolatedSide(
+            "decode:forge_side",
+            params_path=str(params_path),
+            weights_dtype="bfloat16",
+            dtype="bfloat16",
+        ),
         "transformers": IsolatedSide("decode:hf_side", hf_dir=str(hf_dir)),
+        HF_BF16: IsolatedSide("decode:hf_side", hf_dir=str(hf_dir), dtype="bfloat16"),
     }
     for compute_type in CT2_COMPUTE_TYPES if ct2_dir else ():
         sides[f"ctranslate2 {compute_type}"] = IsolatedSide(
@@ -268,8 +279,12 @@ def _measure(bench, args, sides: dict[str, IsolatedSide], inputs: np.ndarray) ->
             ("t5forge", row),
             (BF16_WEIGHTS, f"{row}, {BF16_WEIGHTS}"),
             (INT8_WEIGHTS, f"{row}, {INT8_WEIGHTS}"),
+            (BF16, f"{row}, {BF16}"),
         ):
-            for peer in ("transformers", *(f"ctranslate2 {kind}" for kind in CT2_COMPUTE_TYPES)):
+            peers = ("transformers", *(f"ctranslate2 {kind}" for kind in CT2_COMPUTE_TYPES))
+            if ours == BF16:
+                peers = (HF_BF16, *peers[1:])
+            for peer in peers:
                 if f"{prefix}: {peer}" in bench.sides:
                     bench.compare(ours_row, f"{prefix}: {ours}", f"{prefix}: {peer}", metric, peer)
                 else:

@@ -59,12 +59,12 @@ def read_params(params_path: str):
         return pickle.load(f)
 
 
-def load_forge(params_path: str, config_name: str):
-    """t5forge's `Model` (float32) on the params `write_params` wrote."""
+def load_forge(params_path: str, config_name: str, dtype: str = "float32"):
+    """t5forge's `Model` (activations in `dtype`) on the params `write_params` wrote."""
     from t5forge.api import Model
     from t5forge.models.presets import get_config
 
-    return Model(get_config(config_name, dtype="float32"), read_params(params_path))
+    return Model(get_config(config_name, dtype=dtype), read_params(params_path))
 
 
 def load_hf(hf_dir: str):
