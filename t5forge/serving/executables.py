@@ -141,7 +141,7 @@ def _persistent_cache_hits():
 
 def _signature(name: str, arguments: tuple, options: dict) -> str:
     """A program's name, static options and the shapes/dtypes of its arguments after the
-    first (the weights, fixed by the identity). A program called with another tree of the
+    first (the weights, or the slot pool for a program without weights: fixed by the identity). A program called with another tree of the
     same shapes is refused by the executable itself, never run on it."""
     shapes = [(tuple(leaf.shape), str(leaf.dtype)) for leaf in jax.tree.leaves(arguments[1:])]
     return f"{name} {sorted(options.items())} {shapes}"
@@ -233,7 +233,8 @@ class ExecutableStore:
     def run(self, name: str, fn, owner, *arguments, **options):
         """Runs `fn` through its executable for these arguments. The hook every program
         call site takes: `fn` jitted, `owner` its static first argument (None for a plain
-        function), keyword `options` static, `arguments` dynamic, the weights first."""
+        function), keyword `options` static, `arguments` dynamic, the weights (or the slot pool)
+        first."""
         return self.compile(name, fn, owner, *arguments, **options)(*arguments)
 
     def save(self) -> None:
