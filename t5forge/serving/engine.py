@@ -303,11 +303,15 @@ class Engine:
                     name = f"score {batch}x{length} targets {target_length}"
                     score_size = batch * max(length, target_length)
                     shapes.append(WarmupShape(name, score_size, run, before_ready=False))
+        shapes = sorted(shapes, key=lambda shape: (not shape.before_ready, shape.size))
+        # Compactions last of generation's: only rows that ended call for them.
+        generation = sum(shape.before_ready for shape in shapes)
+        moves = []
         if self.slots is not None and self.max_moves():
-            for moves in self.batch_buckets.sizes(self.max_moves()):
-                run = functools.partial(self.compact, [(self.slots.slots - 1, 0)] * moves, True)
-                shapes.append(WarmupShape(f"move {moves}", moves, run))
-        return sorted(shapes, key=lambda shape: (not shape.before_ready, shape.size))
+            for count in self.batch_buckets.sizes(self.max_moves()):
+                run = functools.partial(self.compact, [(self.slots.slots - 1, 0)] * count, True)
+                moves.append(WarmupShape(f"move {count}", count, run))
+        return shapes[:generation] + moves + shapes[generation:]
 
 
 def _until_eos(tokens: list[int], eos_id: int) -> list[int]:
