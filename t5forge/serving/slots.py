@@ -150,11 +150,11 @@ class SlotDecoder:
     def move(self, pool: dict, moves: list[tuple[int, int]], count: int, compile_only=False):
         """The pool with each (source, target) slot's row moved to its target (its caches,
         last token, position and options: the row decodes on exactly as before), for
-        compaction; the pool given is consumed (donated). `count` >= len(moves) is the
-        program's number of moves (a bucket). With `compile_only` the program is compiled,
+        compaction; the pool given is consumed (donated). `count` (>= len(moves), >= 1) is
+        the program's number of moves (a bucket). With `compile_only` the program is compiled,
         not run, and the pool is returned untouched."""
         padding = [(0, self.slots)] * (count - len(moves))
-        sources, targets = zip(*(list(moves) + padding)) if count else ((), ())
+        sources, targets = zip(*(list(moves) + padding))
         arguments = (pool, jnp.asarray(sources, jnp.int32), jnp.asarray(targets, jnp.int32))
         if compile_only:
             self.programs.prepare("move", type(self)._move, self, *arguments)
