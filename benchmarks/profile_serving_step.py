@@ -15,6 +15,7 @@ Variants, each with the previous ones' removals:
   no-scores  no row asked for its log-likelihood (the log-softmax skipped)
   whole      a pool of exactly the occupied slots (no slicing out, no write-back)
   k-tick     no-scores with --ticks tokens per call (a scan in one program), per token
+With --holes, instead: the step with holes below its last row against compacted slots.
 With --static, also the static scheduler's StepDecoder, whole decodes per token: one token
 per call with the trained layout ('static') against --ticks per call, stacked ('static k').
 
@@ -98,6 +99,73 @@ def _slot_step(model, params, inputs, args, slots: int, scored: bool, ticks: int
     return call, executable.as_text()
 
 
+def _hole_steps(model, params, inputs, args, slot_ids: list[int], ticks: int):
+    """A call making `ticks` unscored tokens for rows in `slot_ids` of an --slots pool, the
+    step covering the slots up to the bucket of the last one (as the server's engine does)."""
+    import jax
+
+    from t5forge.data.buckets import Buckets
+    from t5forge.serving.slots import SlotDecoder
+    from t5forge.serving.stepwise import RowOptions
+
+    decoder = SlotDecoder(model.t5x_model, args.slots, args.cache_length, args.width)
+    options = [RowOptions(10_000, scored=False)] * len(slot_ids)
+    pool = decoder.empty_pool(params)
+    pool = decoder.admit(params, pool, {"encoder_input_tokens": inputs}, slot_ids, options)
+    live = np.zeros(Buckets(smallest=2).fit(max(slot_ids) + 1), bool)
+    live[slot_ids] = True
+    state = {"pool": pool}
+
+    def call():
+        state["pool"], tokens, _ = decoder.step(params, state["pool"], live, ticks=ticks)
+        return jax.block_until_ready(tokens)
+
+    def move_back_and_forth():
+        """Two compactions of one row (the last slot to the first hole and back), timed as one."""
+        for moves in ([(args.slots - 1, len(slot_ids) - 1)], [(len(slot_ids) - 1, args.slots - 1)]):
+            state["pool"] = decoder.move(state["pool"], moves, 1)
+        return jax.block_until_ready(state["pool"])
+
+    return call, move_back_and_forth
+
+
+def _holes(model, params, args) -> None:
+    """Per-token step time with a hole pattern (the last row in the pool's last slot, the
+    others at the front: the step covers every slot) against the same rows compacted (at the
+    front: the step covers their bucket), one-token and --ticks calls, and one compaction's
+    cost (a move of one row), median of --rounds."""
+    for rows in args.rows:
+        if rows >= args.slots:
+            print(f"  rows {rows}: a full pool has no holes", flush=True)
+            continue
+        inputs = np.random.default_rng(0).integers(3, 1000, (rows, args.width), np.int32)
+        holes = [*range(rows - 1), args.slots - 1]
+        calls, move = {}, None
+        for ticks in (1, args.ticks):
+            suffix = "" if ticks == 1 else f" x{ticks}"
+            calls[f"holes{suffix}"], move = _hole_steps(model, params, inputs, args, holes, ticks)
+            calls[f"compacted{suffix}"], _ = _hole_steps(
+                model, params, inputs, args, list(range(rows)), ticks
+            )
+        samples = {label: [] for label in [*calls, "one move"]}
+        for call in [*calls.values(), move]:
+            call()
+        for _ in range(args.rounds):
+            for label, call in calls.items():
+                repeats = args.steps // (
+                    1 if label.endswith(("holes", "compacted")) else args.ticks
+                )
+                start = time.perf_counter()
+                for _ in range(repeats):
+                    call()
+                samples[label].append((time.perf_counter() - start) / args.steps * 1000)
+            start = time.perf_counter()
+            move()
+            samples["one move"].append((time.perf_counter() - start) / 2 * 1000)
+        medians = ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in samples.items())
+        print(f"  rows {rows} (last in slot {args.slots - 1}) ms per token: {medians}", flush=True)
+
+
 def _static_decode(model, params, inputs, tokens_per_call: int, new_tokens: int):
     """A greedy StepDecoder.decode (the static scheduler's) of `new_tokens` (compiled now)."""
     from t5forge.serving.stepwise import RowOptions, StepDecoder
@@ -146,6 +214,13 @@ def main() -> int:
         "trained ('static') against --ticks per call with stacked weights ('static k'); per "
         "token of a --steps decode, its encoding included",
     )
+    parser.add_argument(
+        "--holes",
+        action="store_true",
+        help="instead: steps of --rows rows with the last in the pool's last slot (a hole "
+        "pattern: the step covers every slot) against the same rows compacted at the front, "
+        "and one compaction's cost",
+    )
     args = parser.parse_args()
 
     import jax
@@ -156,6 +231,11 @@ def main() -> int:
     for name in args.models:
         model = _model(name)
         stacked = stack_projections(model.params)
+        if args.holes:
+            print(f"{name}: steps with holes against compacted slots", flush=True)
+            _holes(model, stacked, args)
+            jax.clear_caches()
+            continue
         for rows in args.rows:
             inputs = np.random.default_rng(0).integers(3, 1000, (rows, args.width), np.int32)
             built = {

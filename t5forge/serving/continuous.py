@@ -3,8 +3,10 @@
 A static batch runs until its longest row ends: a request that arrives one step after it
 started waits for all of it, and short outputs sit idle beside long ones. Here greedy and
 sampled rows go to the engine's decode slots instead (slots.SlotDecoder). Every tick, on the
-device thread: rows waiting for a free slot are encoded and placed, then every occupied slot
-makes one token. Back on the event loop, tokens are streamed, rows that ended (EOS, their
+device thread: rows waiting for a free slot are encoded and placed in the lowest free slots,
+rows above the live rows' step bucket move down into holes that ended rows left (so a step
+covers the live rows, not the highest slot ever used), then every occupied slot makes one
+token. Back on the event loop, tokens are streamed, rows that ended (EOS, their
 max_new_tokens, or their client left) free their slots and settle their futures, and the next
 tick admits whoever arrived meanwhile. A row's time to first token is its encoding plus one
 step, whatever else is running.
@@ -61,7 +63,7 @@ class ContinuousBatcher(Batcher):
         on_phase: Callable[[str, float], None] | None = None,
     ):
         """`on_tokens(tokens, seconds)` after every tick; `on_phase(phase, seconds)` for each
-        part of a tick (t5forge_tick_seconds' phases: admit, step, multi_step, host)."""
+        part of a tick (t5forge_tick_seconds' phases: compact, admit, step, multi_step, host)."""
         super().__init__(run_batch, engine.slots.slots, max_wait_ms, max_queue, on_batch)
         self._engine = engine
         self._group = continuous_group
@@ -94,7 +96,7 @@ class ContinuousBatcher(Batcher):
             self._free_cancelled()
             admitted = self._admit()
             if admitted or self.running:
-                await self._tick(admitted)
+                await self._tick(admitted, self._compact())
                 continue
             self._device_done = None  # idle time is not a host gap
             await self._until_arrival(None if oldest is None else self._due_in(oldest))
@@ -119,6 +121,15 @@ class ContinuousBatcher(Batcher):
         self._jobs.extend(rest)
         return admitted
 
+    def _compact(self) -> list[tuple[int, int]]:
+        """Moves rows above the live rows' step bucket into the holes below it (rows that
+        ended left them; new rows filled the lowest first): [(from slot, to slot)], which the
+        tick's device call makes on the pool before anything else."""
+        moves = self._engine.compaction(np.array([slot is not None for slot in self._slots]))
+        for source, target in moves:
+            self._slots[target], self._slots[source] = self._slots[source], None
+        return moves
+
     def _ticks(self, admitted: list) -> int:
         """Tokens per slot this tick: one while anyone waits (an admission, a queued job: they
         get their turn after one token) or when every row's budget ends sooner, otherwise the
@@ -133,7 +144,7 @@ class ContinuousBatcher(Batcher):
             return 1
         return many
 
-    async def _tick(self, admitted: list[tuple[int, _Slot]]) -> None:
+    async def _tick(self, admitted: list[tuple[int, _Slot]], moves: list[tuple[int, int]]) -> None:
         live = np.array([slot is not None for slot in self._slots])
         if self._on_batch is not None:
             self._on_batch(self._group, int(live.sum()))
@@ -143,13 +154,17 @@ class ContinuousBatcher(Batcher):
             begun = time.perf_counter()
             if self._device_done is not None:
                 self._on_phase("host", begun - self._device_done)
+            if moves:
+                engine.compact(moves)
+                self._on_phase("compact", time.perf_counter() - begun)
             if admitted:
+                admitting = time.perf_counter()
                 engine.admit(
                     [slot.job.payload[0] for _, slot in admitted],
                     [slot.options for _, slot in admitted],
                     [index for index, _ in admitted],
                 )
-                self._on_phase("admit", time.perf_counter() - begun)
+                self._on_phase("admit", time.perf_counter() - admitting)
             stepping = time.perf_counter()
             if ticks == 1:
                 tokens, log_likelihood = engine.step(live)

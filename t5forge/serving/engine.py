@@ -163,6 +163,31 @@ class Engine:
             self.pool = self.slots.empty_pool(self.params)
         return self.pool
 
+    def compaction(self, live: np.ndarray) -> list[tuple[int, int]]:
+        """(source, target) slot moves that put every occupied slot (`live` bool[slots])
+        inside the step bucket of their count, so that a step covers the live rows and not
+        the holes rows that ended left below the last one; [] when they fit already."""
+        occupied = np.flatnonzero(live)
+        if not len(occupied):
+            return []
+        rows = self.step_buckets.fit(len(occupied))
+        holes = np.flatnonzero(~live[:rows])
+        return [(int(s), int(t)) for s, t in zip(occupied[occupied >= rows], holes)]
+
+    def max_moves(self) -> int:
+        """The most moves one compaction can make with this pool (0: never compacts)."""
+        slots = self.settings.max_batch_size
+        return max(min(n, slots - self.step_buckets.fit(n)) for n in range(1, slots + 1))
+
+    def compact(self, moves: list[tuple[int, int]], compile_only: bool = False) -> None:
+        """Moves slots' rows as `compaction` planned (one device call, its number of moves
+        padded to a batch bucket). `compile_only` compiles the program instead (warm-up)."""
+        count = self.batch_buckets.fit(len(moves))
+        self.pool = self.slots.move(self._slot_pool(), moves, count, compile_only)
+        if not compile_only:
+            for source, target in moves:
+                self.slot_widths[target] = self.slot_widths[source]
+
     def step(self, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One token for every occupied slot (`live` bool[slots]): (tokens, log-likelihoods)
         of the first slots up to the batch bucket holding the last occupied one, reading the
@@ -247,8 +272,9 @@ class Engine:
         requests fit, and the quickest to compile). Before ready: generation's, that is
         continuous batching's step of each (slots, input length) bucket and its admission of
         each (batch, input length) bucket, or static generation's batches under the static
-        scheduler. While serving: beam search with `warmup_num_beams` at the default
-        max_new_tokens, and scoring."""
+        scheduler, and the slots' compaction for each (bucketed) number of moves. While
+        serving: beam search with `warmup_num_beams` at the default max_new_tokens, and
+        scoring."""
         settings, shapes = self.settings, []
         for batch in self.batch_buckets.sizes(settings.max_batch_size):
             for length in self.input_buckets.sizes():
@@ -277,7 +303,15 @@ class Engine:
                     name = f"score {batch}x{length} targets {target_length}"
                     score_size = batch * max(length, target_length)
                     shapes.append(WarmupShape(name, score_size, run, before_ready=False))
-        return sorted(shapes, key=lambda shape: (not shape.before_ready, shape.size))
+        shapes = sorted(shapes, key=lambda shape: (not shape.before_ready, shape.size))
+        # Compactions last of generation's: only rows that ended call for them.
+        generation = sum(shape.before_ready for shape in shapes)
+        moves = []
+        if self.slots is not None and self.max_moves():
+            for count in self.batch_buckets.sizes(self.max_moves()):
+                run = functools.partial(self.compact, [(self.slots.slots - 1, 0)] * count, True)
+                moves.append(WarmupShape(f"move {count}", count, run))
+        return shapes[:generation] + moves + shapes[generation:]
 
 
 def _until_eos(tokens: list[int], eos_id: int) -> list[int]:

@@ -10,8 +10,10 @@ every slot at that slot's own position: the model's one-step function is mapped 
 slots (jax.vmap), so each row sees exactly the positions, masks and relative-position biases
 it would see in a batch of its own, and rows that started at different steps share one
 program. One admission program per (batch, length) bucket of new inputs, one step program per
-(leading slots, encoder width) bucket: the occupied slots are kept at the front, and a step
-reads the encoder outputs only up to the widest occupied row's length bucket. The pool is two
+(leading slots, encoder width) bucket: the occupied slots are kept at the front (new rows take
+the lowest free slots, and when rows that ended leave holes, `move` compacts the rows above
+the live-row bucket into them), and a step reads the encoder outputs only up to the widest
+occupied row's length bucket. The pool is two
 parts so that a step costs what its occupied slots use: what every step rewrites (donated and
 written back) and the cross-attention entries and options that only admissions write (read in
 place; writing them back made every step copy the whole pool).
@@ -138,6 +140,26 @@ class SlotDecoder:
             self.programs.prepare("admit", type(self)._admit, self, *arguments)
             return pool
         return self.programs.run("admit", type(self)._admit, self, *arguments)
+
+    @functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(1,))
+    def _move(self, pool, sources, targets):
+        # Targets past the last slot are padding and dropped; sources and targets are
+        # disjoint, so every row is read before any is written.
+        return jax.tree.map(lambda leaf: leaf.at[targets].set(leaf[sources], mode="drop"), pool)
+
+    def move(self, pool: dict, moves: list[tuple[int, int]], count: int, compile_only=False):
+        """The pool with each (source, target) slot's row moved to its target (its caches,
+        last token, position and options: the row decodes on exactly as before), for
+        compaction; the pool given is consumed (donated). `count` (>= len(moves), >= 1) is
+        the program's number of moves (a bucket). With `compile_only` the program is compiled,
+        not run, and the pool is returned untouched."""
+        padding = [(0, self.slots)] * (count - len(moves))
+        sources, targets = zip(*(list(moves) + padding))
+        arguments = (pool, jnp.asarray(sources, jnp.int32), jnp.asarray(targets, jnp.int32))
+        if compile_only:
+            self.programs.prepare("move", type(self)._move, self, *arguments)
+            return pool
+        return self.programs.run("move", type(self)._move, self, *arguments)
 
     @functools.partial(
         jax.jit,

@@ -126,6 +126,12 @@ def test_changed_xla_flags_or_config_change_the_key_and_an_old_store_is_refused(
     assert "were made for another XLA flags; compiling instead" in caplog.text
     assert flagged.score(PAIRS) == scores
     assert (flagged.programs.loaded, flagged.programs.compiled) == (0, 1)
+    monkeypatch.delenv("XLA_FLAGS")
+    shutil.copy(stored.programs.path, other_model.programs.path)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="t5forge.serving.executables"):
+        assert other_model.programs.load() == 0
+    assert "were made for another model; compiling instead" in caplog.text
 
 
 def test_a_damaged_store_or_entry_is_compiled_anew(tiny_model, tmp_path, caplog):
