@@ -206,12 +206,17 @@ def _check(outputs: dict, rows: int, new_tokens: int) -> bool:
     return True
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_shape_arguments(parser: argparse.ArgumentParser) -> None:
+    """The decoding shape and repeats every decoding benchmark takes (batch 8, 128 in / 64 new)."""
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--input_length", type=int, default=128)
     parser.add_argument("--new_tokens", type=int, default=64)
     parser.add_argument("--runs", type=harness.repeats, default=harness.MIN_REPEATS)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_shape_arguments(parser)
     parser.add_argument(
         "--blocks",
         action="store_true",

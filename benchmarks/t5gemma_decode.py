@@ -82,10 +82,7 @@ def forge_side(params_path: str):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--input_length", type=int, default=128)
-    parser.add_argument("--new_tokens", type=int, default=64)
-    parser.add_argument("--runs", type=harness.repeats, default=harness.MIN_REPEATS)
+    decode.add_shape_arguments(parser)
     harness.add_arguments(parser, "t5gemma_decode")
     args = parser.parse_args()
 

@@ -28,13 +28,17 @@ def _compiled_step(trainer, batch_size=2, length=2):
     return trainer.compile_train_step(trainer.abstract_state(), batch)
 
 
-def test_adamw_step_needs_about_the_gradients_beside_the_state():
-    config = get_config("t5_1_1/tiny", vocab_size=32768, dtype="float32", dropout_rate=0.0)
-    trainer = Trainer(
+def _tiny_adamw_trainer(vocab_size: int) -> Trainer:
+    config = get_config("t5_1_1/tiny", vocab_size=vocab_size, dtype="float32", dropout_rate=0.0)
+    return Trainer(
         build_model(config),
         optimizers.adamw(1e-3),
         partitioning.PjitPartitioner(devices=jax.devices()[:1]),
     )
+
+
+def test_adamw_step_needs_about_the_gradients_beside_the_state():
+    trainer = _tiny_adamw_trainer(vocab_size=32768)
     memory = _compiled_step(trainer).memory_analysis()
     state_bytes = memory.argument_size_in_bytes
     param_bytes = sum(
@@ -48,12 +52,7 @@ def test_adamw_step_needs_about_the_gradients_beside_the_state():
 
 def test_refused_step_still_leaves_the_state_as_it_was():
     """The in-place update runs only for an applied step (a NaN loss keeps every value)."""
-    config = get_config("t5_1_1/tiny", vocab_size=64, dtype="float32", dropout_rate=0.0)
-    trainer = Trainer(
-        build_model(config),
-        optimizers.adamw(1e-3),
-        partitioning.PjitPartitioner(devices=jax.devices()[:1]),
-    )
+    trainer = _tiny_adamw_trainer(vocab_size=64)
     state = trainer.init_state()
     before = jax.device_get(state)
     rng = np.random.default_rng(0)
