@@ -217,14 +217,16 @@ class EnvironmentSentencePieceVocabulary(SentencePieceVocabulary):
         self._processor = None
 
     def _load(self) -> sentencepiece.SentencePieceProcessor:
-        if self._processor is None:
-            path = os.environ.get(self.env_var)
-            if not path:
-                raise DataError(
-                    f"no vocabulary: set {self.env_var}=/path/to/spiece.model (train one with "
-                    "`t5forge vocab train --input ... --vocab_size 8000 --output spiece.model`)"
-                )
-            self.path = path
+        """The model the variable names now: a process that points it elsewhere (`t5forge
+        tasks preview --vocab`, a notebook) reads the new model, not the first one it read."""
+        path = os.environ.get(self.env_var)
+        if not path:
+            raise DataError(
+                f"no vocabulary: set {self.env_var}=/path/to/spiece.model (train one with "
+                "`t5forge vocab train --input ... --vocab_size 8000 --output spiece.model`)"
+            )
+        if path != self.path:
+            self._processor, self.path = None, path
         return super()._load()
 
     def __getstate__(self):

@@ -74,3 +74,14 @@ def test_environment_vocabulary_is_read_on_first_use(monkeypatch, test_spm_path)
     monkeypatch.setenv("T5FORGE_VOCAB", str(test_spm_path))
     assert vocab.vocab_size == 36
     assert pickle.loads(pickle.dumps(vocab)).encode("<extra_id_0>") == [35]
+
+
+def test_environment_vocabulary_follows_the_variable(monkeypatch, test_spm_path, tiny_vocab):
+    """Pointed elsewhere after a first use (`tasks preview --vocab` after a run in the same
+    process), the variable's new model is read, not the one read first."""
+    vocab = EnvironmentSentencePieceVocabulary(extra_ids=10)
+    monkeypatch.setenv("T5FORGE_VOCAB", str(tiny_vocab))
+    first = vocab.vocab_size
+    monkeypatch.setenv("T5FORGE_VOCAB", str(test_spm_path))
+    assert vocab.vocab_size == 36 != first
+    assert vocab.encode("<extra_id_0>") == [35]
