@@ -64,6 +64,13 @@ def available() -> bool:
     return jax.default_backend() == "cpu" and _load() is not None
 
 
+def replaces_xla_here() -> bool:
+    """Whether a network's products should call the compiled ones: available, and the program
+    runs on one device (the custom calls have no sharding rule; a sharded program would gather
+    their operands, so it keeps XLA's products)."""
+    return available() and jax.device_count() == 1
+
+
 def onednn_version() -> str | None:
     """The oneDNN version the compiled module loaded, or None without it."""
     module = _load()

@@ -88,7 +88,7 @@ def int8_product(x, kernel: Int8Kernel, dtype):
     out_shape = kernel.values.shape[1:]
     x_q, x_scale = quantize_rows(rows)
     w_q = kernel.values.reshape(kernel.values.shape[0], -1)
-    # oneDNN's int8 product (VNNI) where the compiled kernels are built, else XLA's widened one.
-    matmul = native_products.int8_matmul if native_products.available() else xla_int8_matmul
+    # oneDNN's int8 product (VNNI) where it replaces XLA's here, else XLA's widened one.
+    matmul = native_products.int8_matmul if native_products.replaces_xla_here() else xla_int8_matmul
     product = matmul(x_q, x_scale, w_q, kernel.scale.reshape(-1), dtype)
     return product.reshape(*x.shape[:-1], *out_shape)
