@@ -29,8 +29,9 @@ import jax
 import jax.numpy as jnp
 
 from t5forge.models.attention import soft_cap
+from t5forge.models.attention_layer import MultiHeadAttention
 from t5forge.models.configs import TRANSIENT_GLOBAL_ATTENTION
-from t5forge.models.layers import MultiHeadAttention, RMSNorm, mask_to_bias
+from t5forge.models.layers import RMSNorm, mask_to_bias
 from t5forge.models.products import einsum_product
 from t5forge.models.rope import segment_positions
 

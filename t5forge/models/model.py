@@ -25,13 +25,8 @@ from t5forge.models import decoding, param_names
 from t5forge.models.configs import T5Config
 from t5forge.models.losses import loss_and_metrics, token_cross_entropy
 from t5forge.models.moe import expert_metrics
-from t5forge.models.network import (
-    CROSS_ATTENTION,
-    DECODE_STEP,
-    INIT_CACHE,
-    PREFILL,
-    build_network,
-)
+from t5forge.models.network import build_network
+from t5forge.models.network_layers import CROSS_ATTENTION, DECODE_STEP, INIT_CACHE, PREFILL
 
 PREDICT_METHODS = ("greedy", "beam", "sample", "labels")
 _TOKEN_FEATURES = ("encoder_input_tokens", "decoder_input_tokens", "decoder_target_tokens")

@@ -9,7 +9,8 @@ import pytest
 from packed_rows import assert_packed_rows_match_separate
 
 from t5forge.models import param_names
-from t5forge.models.layers import MlpBlock, MultiHeadAttention, relative_position_bucket
+from t5forge.models.attention_layer import MultiHeadAttention
+from t5forge.models.layers import MlpBlock, relative_position_bucket
 from t5forge.models.model import build_model
 from t5forge.models.param_layout import stack_layers, unstack_layers
 from t5forge.models.presets import get_config

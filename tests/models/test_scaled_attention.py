@@ -17,7 +17,7 @@ import pytest
 
 from t5forge.errors import ConfigError
 from t5forge.interop.huggingface import load_hf_dir, save_hf_dir
-from t5forge.models.layers import MultiHeadAttention
+from t5forge.models.attention_layer import MultiHeadAttention
 from t5forge.models.model import build_model
 from t5forge.models.presets import get_config
 
