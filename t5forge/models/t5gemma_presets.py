@@ -2,11 +2,12 @@
 
 Google's `google/t5gemma-*` repositories are gated, so each size's numbers come from a public
 copy of its config.json (a fine-tune's, which keeps the architecture, or a published test
-fixture) or, for the 2b and 9b stacks, from Gemma 2's own config.json, which T5Gemma's are; the
+fixture), for the 2b and 9b stacks from Gemma 2's own config.json, which T5Gemma's are, and for
+the l and xl stacks from Google DeepMind's own T5Gemma configs (the `gemma` library's); the
 parameter count each gives is checked against the count published for the checkpoint
 (tests/models/test_t5gemma_presets.py). The UL2, PrefixLM and instruction-tuned checkpoints of a
-size share one architecture, so one preset serves all four. Sizes without a public config.json
-(l-l, xl-xl) are left out rather than guessed (docs/model-families.md).
+size share one architecture, so one preset serves all four. T5Gemma 2's sizes wait for a
+config.json whose source can be named (docs/model-families.md).
 
 Plain field dicts (no T5Config here), so models/configs.py can turn them into presets.
 """
@@ -17,6 +18,9 @@ from __future__ import annotations
 # 256,000-piece vocabulary, RoPE base 10,000, soft-caps 50 (attention) and 30 (output), a
 # 4096-token window on every other layer, (1 + w) RMSNorms with eps 1e-6 before and after each
 # block, separate scaled embeddings, the head tied to the decoder's embedding, start token 2.
+# The l and xl stacks take these too: DeepMind's configs (below) state the same soft-caps, window,
+# post-norms and layer pattern, and pad the Flax table to 256,128 rows; the published parameter
+# counts are the 256,000-row ones.
 _T5GEMMA = dict(
     vocab_size=256000,
     mlp_activations=("gelu", "linear"),
@@ -48,6 +52,13 @@ _STACKS = {
     # oracle/accelerated-data-science@eec364981941aadd89d2a785ee9df608f20740b8,
     # tests/unitary/with_extras/aqua/test_data/recommend/config-json-files/t5gemma-ml-ml-prefixlm.json
     "ml": (1152, 4, 4, 256, 6912, 26, 256),
+    # T5Gemma L and XL: Google DeepMind's T5Gemma configs, google-deepmind/gemma@e552410c50a38edc
+    # df8122f96321373cafe9a252, gemma/research/t5gemma/config.py (GemmaPreset.GEMMA2_LARGE and
+    # GEMMA2_XL: num_layers, embed_dim, hidden_dim, num_heads, head_dim, num_kv_heads; the query
+    # scaled by 1/sqrt(head_dim), so query_pre_attn_scalar is the head dim). The same file holds
+    # the s, b, ml, 2b and 9b stacks above, and agrees with their config.json numbers.
+    "l": (1024, 16, 16, 64, 2816, 24, 64),
+    "xl": (2048, 32, 32, 64, 5120, 24, 64),
     # Gemma 2 2B: google/gemma-2-2b's config.json as its fine-tunes carry it
     # (https://huggingface.co/kemura/gemma-2b-sql-finetuned/blob/main/config.json), the same as
     # T5Gemma 2B-2B's encoder sub-config in NeuroSenko/ComfyUI_LLM_SDXL_Adapter@a05d0909949acbb16f
@@ -63,7 +74,9 @@ _STACKS = {
 SIZES = {
     "s_s": ("s", "s"),
     "b_b": ("b", "b"),
+    "l_l": ("l", "l"),
     "ml_ml": ("ml", "ml"),
+    "xl_xl": ("xl", "xl"),
     "2b_2b": ("2b", "2b"),
     "9b_2b": ("9b", "2b"),
     "9b_9b": ("9b", "9b"),

@@ -2,6 +2,7 @@
 the config transformers reads from them, and one training step from a gin file."""
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 
@@ -27,13 +28,156 @@ GIN_DIR = Path(t5forge.__file__).parent / "configs" / "models" / "t5gemma"
 PUBLISHED = {
     "t5gemma/s_s": 312_517_632,
     "t5gemma/b_b": 591_490_560,
+    "t5gemma/l_l": 1_241_761_792,
     "t5gemma/ml_ml": 2_200_345_344,
+    "t5gemma/xl_xl": 3_766_980_608,
     "t5gemma/2b_2b": 5_596_853_760,
     "t5gemma/9b_2b": 12_292_375_296,
     "t5gemma/9b_9b": 20_333_401_088,
 }
+# google/t5gemma-ml-ml-prefixlm's config.json as published, kept as a test fixture by
+# oracle/accelerated-data-science@eec364981941aadd89d2a785ee9df608f20740b8,
+# tests/unitary/with_extras/aqua/test_data/recommend/config-json-files/t5gemma-ml-ml-prefixlm.json
+# (the one T5Gemma config.json found whose source can be named; the other sizes' numbers come
+# from the sources t5forge/models/t5gemma_presets.py names).
+PUBLISHED_CONFIG_JSON = {
+    "t5gemma/ml_ml": """{
+  "architectures": [
+    "T5GemmaForConditionalGeneration"
+  ],
+  "classifier_dropout_rate": 0.0,
+  "decoder": {
+    "attention_bias": false,
+    "attention_dropout": 0.0,
+    "attn_logit_softcapping": 50.0,
+    "classifier_dropout_rate": 0.0,
+    "cross_attention_hidden_size": 1152,
+    "dropout_rate": 0.0,
+    "final_logit_softcapping": 30.0,
+    "head_dim": 256,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "hidden_size": 1152,
+    "initializer_range": 0.02,
+    "intermediate_size": 6912,
+    "is_decoder": true,
+    "layer_types": [
+      "sliding_attention",
+      "full_attention",
+      "sliding_attention",
+      "full_attention",
+      "sliding_attention",
+      "full_attention",
+      "sliding_attention",
+      "full_attention",
+      "sliding_attention",
+      "full_attention",
+      "sliding_attention",
+      "full_attention",
+      "sliding_attention",
+      "full_attention",
+      "sliding_attention",
+      "full_attention",
+      "sliding_attention",
+      "full_attention",
+      "sliding_attention",
+      "full_attention",
+      "sliding_attention",
+      "full_attention",
+      "sliding_attention",
+      "full_attention",
+      "sliding_attention",
+      "full_attention"
+    ],
+    "max_position_embeddings": 8192,
+    "model_type": "t5_gemma_module",
+    "num_attention_heads": 4,
+    "num_hidden_layers": 26,
+    "num_key_value_heads": 4,
+    "query_pre_attn_scalar": 256,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 10000.0,
+    "sliding_window": 4096,
+    "torch_dtype": "bfloat16",
+    "use_cache": true,
+    "vocab_size": 256000
+  },
+  "dropout_rate": 0.0,
+  "encoder": {
+    "attention_bias": false,
+    "attention_dropout": 0.0,
+    "attn_logit_softcapping": 50.0,
+    "classifier_dropout_rate": 0.0,
+    "dropout_rate": 0.0,
+    "final_logit_softcapping": 30.0,
+    "head_dim": 256,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "hidden_size": 1152,
+    "initializer_range": 0.02,
+    "intermediate_size": 6912,
+    "layer_types": [
+      "sliding_attention",
+      "full_attention",
+      "sliding_attention",
+      "full_attention",
+      "sliding_attention",
+      "full_attention",
+      "sliding_attention",
+      "full_attention",
+      "sliding_attention",
+      "full_attention",
+      "sliding_attention",
+      "full_attention",
+      "sliding_attention",
+      "full_attention",
+      "sliding_attention",
+      "full_attention",
+      "sliding_attention",
+      "full_attention",
+      "sliding_attention",
+      "full_attention",
+      "sliding_attention",
+      "full_attention",
+      "sliding_attention",
+      "full_attention",
+      "sliding_attention",
+      "full_attention"
+    ],
+    "max_position_embeddings": 8192,
+    "model_type": "t5_gemma_module",
+    "num_attention_heads": 4,
+    "num_hidden_layers": 26,
+    "num_key_value_heads": 4,
+    "query_pre_attn_scalar": 256,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 10000.0,
+    "sliding_window": 4096,
+    "torch_dtype": "bfloat16",
+    "use_cache": true,
+    "vocab_size": 256000
+  },
+  "eos_token_id": [
+    1,
+    107
+  ],
+  "initializer_range": 0.02,
+  "is_encoder_decoder": true,
+  "model_type": "t5gemma",
+  "pad_token_id": 0,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.53.0.dev0",
+  "use_cache": true
+}
+""",
+}
 # Tracing the large presets' abstract parameters takes seconds each.
-LARGE = {"t5gemma/ml_ml", "t5gemma/2b_2b", "t5gemma/9b_2b", "t5gemma/9b_9b"}
+LARGE = {
+    "t5gemma/l_l",
+    "t5gemma/ml_ml",
+    "t5gemma/xl_xl",
+    "t5gemma/2b_2b",
+    "t5gemma/9b_2b",
+    "t5gemma/9b_9b",
+}
 NAMES = [
     pytest.param(name, marks=pytest.mark.slow) if name in LARGE else name
     for name in sorted(T5GEMMA_PRESET_FIELDS)
@@ -83,6 +227,12 @@ def test_preset_is_a_config_transformers_reads_back(name):
         # transformers' own default layer pattern for a stack of that depth
         default = transformers.T5GemmaModuleConfig(num_hidden_layers=module.num_hidden_layers)
         assert tuple(module.layer_types) == preset.layer_types(stack) == tuple(default.layer_types)
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_CONFIG_JSON))
+def test_preset_is_what_the_import_makes_of_the_published_config_json(name):
+    imported = hf_t5gemma.config_from_hf(json.loads(PUBLISHED_CONFIG_JSON[name]))
+    assert imported == dataclasses.replace(_preset(name), dtype="float32")
 
 
 @pytest.mark.slow  # 43 s at load 15
