@@ -139,8 +139,14 @@ def forge_train_side(
         batch_size = fitting
     holder = {"state": state}
 
-    def step():
+    def advance():  # the state is donated: each step's output is the next one's input
         holder["state"], metrics = compiled(holder["state"], batch, None)
+        return metrics
+
+    def step(trace_dir: str | None = None):
+        if trace_dir is not None:
+            return _traced_steps(advance, Path(trace_dir))
+        metrics = advance()
         return {
             "batch": batch_size,
             "loss": metrics_to_host(metrics)["loss"],  # waits for the step
@@ -151,6 +157,24 @@ def forge_train_side(
         }
 
     return step
+
+
+def _traced_steps(step, trace_dir: Path, steps: int = 3) -> dict:
+    """Where a train step's time goes on the device: the top ops of a jax.profiler trace of
+    `steps` steps (summed by op name over the trace's tracks) and each track's op time."""
+    import jax
+    from profile_decode import top_ops, track_totals
+
+    jax.block_until_ready(step())
+    with jax.profiler.trace(str(trace_dir), create_perfetto_trace=True):
+        for _ in range(steps):
+            jax.block_until_ready(step())
+    trace = max(trace_dir.rglob("perfetto_trace.json.gz"), key=lambda p: p.stat().st_mtime)
+    return {
+        "traced_steps": steps,
+        "top_ops": top_ops(trace, 40),
+        "track_ms": track_totals(trace),
+    }
 
 
 def _hf_model(config_name: str, dtype: str):
@@ -294,8 +318,9 @@ class Phases:
         return first
 
 
-def _train_side(phases: Phases, args, name: str, factory: str, **kwargs):
-    """One training side built, timed and closed; its warm-up output, or None."""
+def _train_side(phases: Phases, args, name: str, factory: str, trace_dir=None, **kwargs):
+    """One training side built, timed (then traced, given `trace_dir`) and closed; its warm-up
+    output, or None."""
     worker = phases.open(
         name, factory, input_length=args.input_length, target_length=args.target_length, **kwargs
     )
@@ -303,9 +328,15 @@ def _train_side(phases: Phases, args, name: str, factory: str, **kwargs):
         return None
     tokens = args.input_length + args.target_length
     try:
-        return phases.measure(
-            worker, name, args.runs, lambda out: out["batch"] * tokens, "tokens/s"
-        )
+        out = phases.measure(worker, name, args.runs, lambda out: out["batch"] * tokens, "tokens/s")
+        if out is not None and trace_dir is not None:
+            profile = worker(trace_dir=str(trace_dir))
+            phases.bench.sides[name].update(profile)
+            print(f"  {name}: top ops of {profile['traced_steps']} traced steps (ms, calls):")
+            for track, op, ms, calls in profile["top_ops"][:15]:
+                print(f"    {ms:9.1f} {calls:6d}  {op}  [{track}]", flush=True)
+            phases.bench.finish()
+        return out
     finally:
         worker.close()
 
@@ -326,6 +357,7 @@ def _train(phases: Phases, args, config_name: str, first_batch: int) -> None:
         first_batch=first_batch,
         fill=args.fill,
         overrides=args.train_overrides,
+        trace_dir=args.train_trace_dir,
     )
     if forge is None:
         return
@@ -465,6 +497,12 @@ def main() -> int:
         default={},
         help="T5Config fields for t5forge's train side, e.g. remat_policy=minimal,"
         "attention_implementation=xla",
+    )
+    parser.add_argument(
+        "--train_trace_dir",
+        type=Path,
+        default=None,
+        help="after timing, trace t5forge's train step here and record its top ops",
     )
     parser.add_argument("--phases", default="train,decode", help="some of train,decode")
     harness.add_arguments(parser, "gpu")

@@ -9,14 +9,16 @@ session runs, first thing, so no device time goes to writing commands:
 
 Phases, in the order of what matters most, each in a process of its own:
   1. device: the GPU, driver, library versions, load average;
-  2. the train step at t5forge's largest batch (MFU), then 3-5. MFU rows, t5forge alone: remat
-     at twice the batch, XLA GPU flags, XLA attention; 6. both sides at transformers' batch;
+  2. the train step at t5forge's largest batch (MFU) and a trace of three of its steps (top
+     ops, each track's op time); 3-4. MFU rows, t5forge alone: XLA GPU flags, XLA attention;
+  5. both sides at transformers' batch; 6. remat at twice the batch (measured: lower);
   7. greedy and beam 4 against transformers bf16 + SDPA (benchmarks/gpu.py);
   8. decoding profiled (benchmarks/profile_decode.py, T5 1.1 large, bf16, batch 32): fixed vs
      per-step cost, compilations during timed calls, the server's one-program-per-step decoder
      beside generate's while loop, a trace's top ops, and the decode program's optimized HLO.
-The H200 lease of 2026-11-27 settled decoding (25.6x transformers greedy, 1.5 ms a step; the
-H100's 240 ms step is gone), so training, still unmeasured there, now comes first.
+The H200 lease of 2026-11-27 settled decoding (25.6x transformers greedy, 1.5 ms a step) and
+measured training at 36.6% MFU (batch 80; 34.0% with remat at 160), with 223 s of its 430 s
+spent compiling the init (now lowered with threefry GPU kernels: models/init_lowering.py).
 
 The device image lacks grain, array_record and portpicker, which t5forge imports: carry their
 Python 3.12 wheels (docs/performance.md gives the commands).
@@ -25,10 +27,10 @@ Each phase runs under what is left of --budget_s and is skipped when less than i
 left; a phase cut off by the budget is not marked done, so --resume runs it again. JAX's
 persistent compilation cache lives in --state_dir (default .gpu_session/ in the repository,
 git-ignored), which the device machine keeps between calls while it is warm: a second call
-skips the compilations of the first. After every phase $OUT is rewritten with at most five
+skips the compilations of the first. After every phase $OUT is rewritten with at most six
 files (the device tool returns at most eight): summary.json (each phase's status, seconds and
 figures), session.log (every phase's output), results.tar.gz (each phase's JSON and log),
-decode_hlo.txt.gz and trace.json.gz.
+decode_hlo.txt.gz, trace.json.gz (a generate) and train_trace.json.gz (three train steps).
 
 --tiny runs every phase at toy sizes (T5 1.1 tiny, a few rows) on whatever jax has, so the
 script stays tested on the CPU (tests/test_gpu_session.py).
@@ -133,16 +135,16 @@ def phases(sizes: Sizes, work: Path) -> list[Phase]:
     dump = f"--xla_dump_to={work / 'hlo'} --xla_dump_hlo_module_re=_predict --xla_dump_hlo_as_text"
     return [
         Phase("device", (python, str(Path(__file__).resolve()), "--device_report"), 5),
-        # Training first: it is what the last lease left unmeasured (its build outlasted 274 s
-        # there). The first phase compiles the init into the cache every later phase reads.
-        train("train_largest", 400, sizes.largest_batch, "--no_fill", "--no_peer"),
+        # Training first: MFU is what is left to reach (36.6% at batch 80 on the H200 of
+        # 2026-11-27). The first phase traces its step (where the other 63% goes) and compiles
+        # the init every later phase reads from the cache.
         train(
-            "mfu_remat_minimal",
-            150,
-            sizes.remat_batch,
+            "train_largest",
+            400,
+            sizes.largest_batch,
             "--no_fill",
             "--no_peer",
-            "--train_overrides=remat_policy=minimal",
+            f"--train_trace_dir={work / 'train_trace'}",
         ),
         train(
             "mfu_xla_flags",
@@ -161,6 +163,15 @@ def phases(sizes: Sizes, work: Path) -> list[Phase]:
             "--train_overrides=attention_implementation=xla",
         ),
         train("train_at_transformers_batch", 180, sizes.transformers_batch, "--no_fill"),
+        # Measured on the H200 (34.0% at batch 160, below batch 80 without remat): last.
+        train(
+            "mfu_remat_minimal",
+            150,
+            sizes.remat_batch,
+            "--no_fill",
+            "--no_peer",
+            "--train_overrides=remat_policy=minimal",
+        ),
         gpu("decode_vs_transformers", 120, "--phases=decode"),
         profile(
             "decode_profile",
@@ -255,7 +266,7 @@ def figures(work: Path, name: str) -> dict:
         "sides": {
             side: {
                 key: summary[key]
-                for key in ("median_s", "throughput", "unit", "batch", "mfu")
+                for key in ("median_s", "throughput", "unit", "batch", "mfu", "track_ms")
                 if key in summary
             }
             for side, summary in data.get("sides", {}).items()
@@ -271,7 +282,7 @@ class Session:
         self.work, self.out = work, out
         self.done_path = work / "done.json"
         if not resume:  # a new session: the last one's results go, its compilations stay
-            for stale in ("logs", "hlo", "trace"):
+            for stale in ("logs", "hlo", "trace", "train_trace"):
                 shutil.rmtree(work / stale, ignore_errors=True)
             for stale in work.glob("*.json"):
                 stale.unlink()
@@ -307,9 +318,10 @@ class Session:
         )
         if hlo:
             _write_small(self.out / "decode_hlo.txt.gz", gzip.compress(hlo[-1].read_bytes()))
-        traces = sorted((self.work / "trace").rglob("perfetto_trace.json.gz"))
-        if traces:
-            _write_small(self.out / "trace.json.gz", traces[-1].read_bytes())
+        for folder, name in (("trace", "trace.json.gz"), ("train_trace", "train_trace.json.gz")):
+            traces = sorted((self.work / folder).rglob("perfetto_trace.json.gz"))
+            if traces:
+                _write_small(self.out / name, traces[-1].read_bytes())
 
 
 def _write_small(path: Path, data: bytes) -> None:

@@ -19,10 +19,10 @@ import gpu_session  # noqa: E402
 PHASES = [
     "device",
     "train_largest",
-    "mfu_remat_minimal",
     "mfu_xla_flags",
     "mfu_attention_xla",
     "train_at_transformers_batch",
+    "mfu_remat_minimal",
     "decode_vs_transformers",
     "decode_profile",
 ]
@@ -57,6 +57,7 @@ def test_every_phase_runs_at_toy_sizes_and_a_second_call_resumes(tmp_path):
         "results.tar.gz",
         "decode_hlo.txt.gz",
         "trace.json.gz",
+        "train_trace.json.gz",
     }
     assert all(size < gpu_session.LARGEST_FILE for size in files.values())
 
@@ -65,6 +66,8 @@ def test_every_phase_runs_at_toy_sizes_and_a_second_call_resumes(tmp_path):
         assert set(profile[part]) == {"step_ms", "fixed_s", "compiles_during_timed_calls"}
         assert set(profile[part]["compiles_during_timed_calls"].values()) == {0}
     assert profile["track_ms"], "the trace's tracks were summed"
+    (largest,) = phases["train_largest"]["sides"].values()
+    assert largest["track_ms"], "the largest batch's train step was traced"
 
     ratios = phases["decode_vs_transformers"]["ratios"]
     assert [row.split(" decode")[0] for row in ratios] == [

@@ -23,6 +23,7 @@ from flax import traverse_util
 from t5forge.errors import CheckpointError, ConfigError, DataError
 from t5forge.models import decoding, param_names
 from t5forge.models.configs import T5Config
+from t5forge.models.init_lowering import compact_random_draws
 from t5forge.models.losses import loss_and_metrics, token_cross_entropy
 from t5forge.models.moe import expert_metrics
 from t5forge.models.network import build_network
@@ -85,7 +86,8 @@ class BaseModel(abc.ABC):
 
     def init_params(self, rng) -> dict:
         """Freshly initialized float32 params (T5X's initializers)."""
-        return nn.meta.unbox(jax.jit(self._init_variables)(rng)["params"])
+        with compact_random_draws():
+            return nn.meta.unbox(jax.jit(self._init_variables)(rng)["params"])
 
     @functools.cached_property
     def _boxed_param_shapes(self):

@@ -17,6 +17,7 @@ import numpy as np
 import optax
 
 from t5forge.errors import ConfigError
+from t5forge.models.init_lowering import compact_random_draws
 from t5forge.training import partitioning
 from t5forge.training.train_state import TrainState, train_state_logical_axes
 
@@ -77,14 +78,15 @@ class Trainer:
 
     def init_state(self) -> TrainState:
         """A fresh train state, created already sharded over the mesh."""
-        state, self.state_shardings = partitioning.create_sharded(
-            self._new_state,
-            self.state_axes,
-            self.mesh,
-            self.rules,
-            jax.random.PRNGKey(self.seed),
-            abstract=self.abstract_state(),
-        )
+        with compact_random_draws():
+            state, self.state_shardings = partitioning.create_sharded(
+                self._new_state,
+                self.state_axes,
+                self.mesh,
+                self.rules,
+                jax.random.PRNGKey(self.seed),
+                abstract=self.abstract_state(),
+            )
         return state
 
     def state_from_params(self, params) -> TrainState:
