@@ -19,8 +19,12 @@ _SETTING = "jax_threefry_gpu_kernel_lowering"
 
 @contextlib.contextmanager
 def compact_random_draws():
-    """Traces and compiles inside the block lower threefry to GPU kernel calls."""
-    previous = getattr(jax.config, _SETTING)
+    """Traces and compiles inside the block lower threefry to GPU kernel calls (a jax without
+    the setting keeps its own lowering)."""
+    previous = getattr(jax.config, _SETTING, None)
+    if previous is None:
+        yield
+        return
     jax.config.update(_SETTING, True)
     try:
         yield
