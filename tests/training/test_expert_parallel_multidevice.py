@@ -28,6 +28,15 @@ def test_losses_match_one_device(report, layout):
     assert sharded["compilations"] == 1
 
 
+def test_greedy_decoding_on_the_expert_mesh_matches_one_device(report):
+    """Cached decoding exchanges its one-token steps' slots too (4 groups: over the expert
+    axis alone on 2 data x 4 expert) and decodes what one device decodes."""
+    greedy = report["greedy"]
+    for layout in ("data2_expert4", "expert4_model2"):
+        assert greedy[layout]["tokens"] == greedy["single"]["tokens"]
+        np.testing.assert_allclose(greedy[layout]["scores"], greedy["single"]["scores"], rtol=1e-5)
+
+
 def test_experts_and_their_factored_slots_are_split_over_the_expert_axis(report):
     specs = report["expert4_model2"]["specs"]
     mlp = "['encoder']['layers_0']['mlp']"
