@@ -6,7 +6,9 @@ parameter names: `mlp/router/router_weights/w/kernel` [emb, experts] and the exp
 [experts, mlp, emb]; logical axis 'expert'). The tokens are split into routing groups (one
 per sequence, Hugging Face's, or T5X's regrouping of the batch: T5Config.routing_groups), the
 router (routing.py) fills each expert's `capacity` slots per group, the experts run on their
-slots, and each token gets back its experts' outputs times their router probabilities.
+slots, and each token gets back its experts' outputs times their router probabilities. On an
+expert mesh the slots travel to their experts' devices and back by all-to-all
+(expert_dispatch.py).
 
 Each sparse layer sows its router statistics into the 'intermediates' collection; the model
 reads them with `router_losses` / `expert_metrics` when it trains (model.py).
@@ -14,12 +16,14 @@ reads them with `router_losses` / `expert_metrics` when it trains (model.py).
 
 from __future__ import annotations
 
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from flax import traverse_util
 
-from t5forge.models import axes, routing
+from t5forge.models import axes, expert_dispatch, routing
 from t5forge.models.configs import SEQUENCE_GROUPS, TOKENS_CHOOSE, T5Config
 from t5forge.models.layers import Dense, Dropout, activation_fn, constrain
 from t5forge.models.products import einsum_product
@@ -149,19 +153,33 @@ class SparseMlp(nn.Module):
         logits = Router(num_experts, name="router")(router_inputs)
         probs = jax.nn.softmax(logits, axis=-1)
         if self.router == TOKENS_CHOOSE:
-            dispatch, combine, chosen = routing.tokens_choose(
-                probs, cfg.num_selected_experts, capacity, self.batch_prioritized
+            dispatch, combine, chosen = expert_dispatch.route_locally(
+                functools.partial(
+                    routing.tokens_choose,
+                    num_selected=cfg.num_selected_experts,
+                    capacity=capacity,
+                    batch_prioritized=self.batch_prioritized,
+                ),
+                probs,
             )
             fraction, prob_mean = routing.load_balance_terms(probs, chosen)
             self.sow("intermediates", "expert_fraction", fraction)
             self.sow("intermediates", "router_prob_mean", prob_mean)
             auxiliary = routing.load_balancing_loss(fraction, prob_mean)
         else:
-            dispatch, combine = routing.experts_choose(probs, capacity)
+            dispatch, combine = expert_dispatch.route_locally(
+                functools.partial(routing.experts_choose, capacity=capacity), probs
+            )
             auxiliary = jnp.float32(0.0)
         dtype = x.dtype
-        slots = einsum_product("gsd,gsec->egcd", tokens, dispatch.astype(dtype), dtype)
-        slots = constrain(slots, axes.EXPERT, axes.EXPERT_REPLICAS, axes.LENGTH, axes.EMBED)
+        slots = einsum_product("gsd,gsec->gecd", tokens, dispatch.astype(dtype), dtype)
+        slots = constrain(
+            expert_dispatch.to_experts(slots),
+            axes.EXPERT,
+            axes.EXPERT_REPLICAS,
+            axes.LENGTH,
+            axes.EMBED,
+        )
         slots_shape = slots.shape
         experts = ExpertMlp(
             cfg.emb_dim,
@@ -175,7 +193,8 @@ class SparseMlp(nn.Module):
         outputs = constrain(
             outputs.reshape(slots_shape), axes.EXPERT, axes.EXPERT_REPLICAS, axes.LENGTH, axes.EMBED
         )
-        y = einsum_product("egcd,gsec->gsd", outputs, combine.astype(dtype), dtype)
+        returned = expert_dispatch.from_experts(outputs)
+        y = einsum_product("gecd,gsec->gsd", returned, combine.astype(dtype), dtype)
         self._sow_diagnostics(logits, auxiliary, dispatch, combine, capacity)
         return constrain(y.reshape(batch, length, width), axes.BATCH, axes.LENGTH, axes.EMBED)
 

@@ -20,7 +20,7 @@ from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from t5forge.errors import ConfigError
-from t5forge.models import axes
+from t5forge.models import axes, expert_dispatch
 
 DATA_AXIS = "data"
 EXPERT_AXIS = "expert"
@@ -367,6 +367,21 @@ class MoePjitPartitioner(PjitPartitioner):
     def mesh(self) -> Mesh:
         return create_expert_mesh(
             self.num_expert_partitions, self.num_partitions, self.mesh_shape, self._devices
+        )
+
+    def partition(
+        self, fn: Callable, in_shardings, out_shardings, donate_argnums=(), static_argnums=()
+    ):
+        """As PjitPartitioner's, `fn` traced inside `expert_dispatch.expert_mesh`, so that the
+        sparse layers move their tokens to the experts' devices by all-to-all."""
+
+        @functools.wraps(fn)
+        def on_expert_mesh(*args):
+            with expert_dispatch.expert_mesh(self.mesh, EXPERT_AXIS, batch_mesh_axes(self.mesh)):
+                return fn(*args)
+
+        return super().partition(
+            on_expert_mesh, in_shardings, out_shardings, donate_argnums, static_argnums
         )
 
 
