@@ -35,8 +35,6 @@ from t5forge.models.presets import get_config  # noqa: E402
 from t5forge.training import optimizers, partitioning  # noqa: E402
 from t5forge.training.trainer import Trainer, metrics_to_host  # noqa: E402
 
-# Events of XLA's threads that are waiting or bookkeeping, not ops.
-NOT_OPS = ("ThunkExecutor::Execute", "SlinkyThreadPool::Await")
 # (suspect, test of an op's (shape, kind, source path, vocabulary size)), first match wins.
 SUSPECTS = (
     ("logits layer products (32k vocab)", lambda s, k, p, v: "logits_dense" in p),
@@ -55,17 +53,17 @@ SUSPECTS = (
     (
         "optimizer update and finiteness checks",
         lambda s, k, p, v: (
-            k.startswith("cond")
-            or s.startswith("pred")
-            or any(w in p for w in ("adam", "apply_gradients", "is_finite", "cond"))
+            s.startswith("pred") or any(w in p for w in ("adam", "apply_gradients", "is_finite"))
         ),
     ),
     ("master-weight casts", lambda s, k, p, v: "convert_element_type" in p),
     # Copies with no source path: the transposes products.py puts behind barriers.
     ("layout copies around the products", lambda s, k, p, v: k == "fusion" and not p),
 )
+# Ops whose time is the time of the ops they run, which the trace holds too.
+CONTROL_FLOW = ("conditional", "while", "call")
 _INSTRUCTION = re.compile(
-    r"^\s*(?:ROOT )?%?([\w.\-]+) = (\([^=]*?\)|\S+) ([\w-]+)\((.*)$", re.MULTILINE
+    r"^\s*(?:ROOT )?%?([\w.\-]+) = (\(.*?\)|\S+) ([\w-]+)\((.*)$", re.MULTILINE
 )
 _COMPUTATION = re.compile(r"^%?([\w.\-]+) [^\n]*-> [^\n]*\{\n(.*?)\n\}", re.MULTILINE | re.DOTALL)
 
@@ -94,15 +92,14 @@ def suspect_of(shape: str, kind: str, path: str, vocab: int) -> str:
     return next((name for name, test in SUSPECTS if test(shape, kind, path, vocab)), "other")
 
 
-def op_times(xspace: Path) -> collections.Counter:
-    """{op name: nanoseconds} summed over XLA's CPU threads in a jax.profiler trace."""
+def op_times(xspace: Path, names) -> collections.Counter:
+    """{op name: nanoseconds} of the ops `names` (the HLO's instructions) in a jax.profiler
+    trace, summed over every thread that ran them (XLA's pool and the client's own thread)."""
     times = collections.Counter()
     for plane in jax.profiler.ProfileData.from_file(str(xspace)).planes:
         for line in plane.lines:
-            if not line.name.startswith("tf_XLAEigen"):
-                continue
             for event in line.events:
-                if event.name not in NOT_OPS:
+                if event.name in names:
                     times[event.name] += event.duration_ns
     return times
 
@@ -150,12 +147,13 @@ def main() -> int:
             metrics_to_host(metrics)
         jax.profiler.stop_trace()
         wall = (time.perf_counter() - start) / args.steps
-        times = op_times(next(Path(trace_dir).rglob("*.xplane.pb")))
+        timed = {name for name, (_, kind, _) in ops.items() if kind not in CONTROL_FLOW}
+        times = op_times(next(Path(trace_dir).rglob("*.xplane.pb")), timed)
 
     per_step = {op: ns / args.steps / 1e6 for op, ns in times.items()}
     groups = collections.Counter()
     for op, ms in per_step.items():
-        groups[suspect_of(*ops.get(op, ("?", op, "")), config.vocab_size)] += ms
+        groups[suspect_of(*ops[op], config.vocab_size)] += ms
     total = sum(groups.values())
     print(
         f"{args.config} {args.dtype}, batch {args.batch}, {args.input_length}/"
@@ -169,7 +167,7 @@ def main() -> int:
     if args.top:
         print(f"\nthe {args.top} most expensive ops (CPU-ms per step, shape, kind, source):")
         for op, ms in sorted(per_step.items(), key=lambda item: -item[1])[: args.top]:
-            shape, kind, path = ops.get(op, ("?", "?", ""))
+            shape, kind, path = ops[op]
             print(f"  {ms:8.1f}  {op}  {kind}  {shape}  {path.split(')/', 1)[-1]}")
     return 0
 
