@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +34,9 @@ FLOAT32 = jnp.dtype(jnp.float32)
 # keeps dots must keep these names too to keep the bfloat16 products.
 DENSE_PRODUCT = "dense_product"
 EINSUM_PRODUCT = "einsum_product"
+# The environment variable that, set to 0, turns the fast forms off (the plain bfloat16 dots,
+# differentiated by JAX, as before them): how their numerics are compared with those dots.
+FAST_PRODUCTS_SWITCH = "T5FORGE_FAST_PRODUCTS"
 
 
 def dense_product(x, kernel, dtype):
@@ -69,7 +73,11 @@ def einsum_product(spec: str, a, b, dtype):
 
 
 def _fast_forms_apply(compute_dtype) -> bool:
-    """Whether a product multiplying in `compute_dtype` takes the fast forms: bfloat16 on CPU."""
+    """Whether a product multiplying in `compute_dtype` takes the fast forms: bfloat16 on CPU,
+    unless `T5FORGE_FAST_PRODUCTS=0` asks for the plain bfloat16 dots (read when a program is
+    traced; benchmarks/bf16_loss_curve.py compares the two)."""
+    if os.environ.get(FAST_PRODUCTS_SWITCH, "1") == "0":
+        return False
     return jnp.dtype(compute_dtype) == BFLOAT16 and jax.default_backend() == "cpu"
 
 
