@@ -51,7 +51,7 @@ def dense_product(x, kernel, dtype):
     compute = dtype
     if jnp.finfo(kernel.dtype).bits < jnp.finfo(dtype).bits:
         compute = jnp.dtype(kernel.dtype)
-    if _fast_forms_apply(compute):
+    if fast_forms_apply(compute):
         product = _bf16_dense(x.astype(BFLOAT16), kernel.astype(BFLOAT16), dtype)
         return checkpoint_name(product, DENSE_PRODUCT)
     return jax.lax.dot_general(
@@ -67,15 +67,16 @@ def einsum_product(spec: str, a, b, dtype):
     `dtype` (float32 logits from bfloat16 queries and keys, say). Every axis of an operand
     appears in the other operand or in the result, as in any product."""
     dtype = jnp.dtype(dtype)
-    if a.dtype == b.dtype and _fast_forms_apply(a.dtype):
+    if a.dtype == b.dtype and fast_forms_apply(a.dtype):
         return checkpoint_name(_bf16_einsum(spec, a, b, dtype), EINSUM_PRODUCT)
     return jnp.einsum(spec, a, b, preferred_element_type=dtype)
 
 
-def _fast_forms_apply(compute_dtype) -> bool:
+def fast_forms_apply(compute_dtype) -> bool:
     """Whether a product multiplying in `compute_dtype` takes the fast forms: bfloat16 on CPU,
     unless `T5FORGE_FAST_PRODUCTS=0` asks for the plain bfloat16 dots (read when a program is
-    traced; benchmarks/bf16_loss_curve.py compares the two)."""
+    traced; benchmarks/bf16_loss_curve.py compares the two). The MLP's activation follows the
+    same switch (layers.MlpBlock: XLA:CPU runs bfloat16 elementwise math through converts)."""
     if os.environ.get(FAST_PRODUCTS_SWITCH, "1") == "0":
         return False
     return jnp.dtype(compute_dtype) == BFLOAT16 and jax.default_backend() == "cpu"
