@@ -419,6 +419,17 @@ def _top_k_ascending(values: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
     return jnp.flip(top_values, axis=1), jnp.flip(top_indices, axis=1)
 
 
+def _log_softmax(logits: jax.Array) -> jax.Array:
+    """jax.nn.log_softmax over the last axis, the same values, with each row's max from top_k.
+
+    XLA:CPU fuses a max reduction straight after the logits product into the product itself
+    (one YNNPACK fusion), which made beam search's [beams * batch, 512] x [512, 32k] product
+    ~70% slower than the product alone; a top_k of 1 is the same max and is not fused.
+    """
+    shifted = logits - lax.top_k(logits, 1)[0]
+    return shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True))
+
+
 def beam_search(
     inputs,
     cache: Cache,
@@ -466,7 +477,7 @@ def beam_search(
             tokens.reshape(-1, 1), _written_by_own_row(state["cache"], step), step
         )
         vocab = logits.shape[-1]
-        log_probs = jax.nn.log_softmax(logits.astype(jnp.float32)).reshape(batch, beams, vocab)
+        log_probs = _log_softmax(logits.astype(jnp.float32)).reshape(batch, beams, vocab)
         log_probs = log_probs + state["live_log_probs"][:, :, None]
 
         # The 2k best (beam, token) extensions of each row; prompt positions are forced.

@@ -382,6 +382,26 @@ def test_beam_search_max_decode_steps_counts_after_each_rows_prompt():
     np.testing.assert_allclose(scores[:, -1], [2 * log_probs[0, 2], 2 * log_probs[1, 3]], atol=1e-5)
 
 
+def test_beam_log_softmax_is_jax_log_softmax_bit_for_bit():
+    # Beam search ranks candidates by these values, so equal tokens need equal bits: checked
+    # where beam search computes them, straight after a product, on an odd vocabulary with
+    # ties (a row of equal logits) and a large-magnitude row.
+    rng = np.random.default_rng(0)
+    hidden = rng.standard_normal((6, 16)).astype(np.float32)
+    hidden[1] = 0.0
+    hidden[2] *= 1e3
+    kernel = jnp.asarray(rng.standard_normal((16, 1001)), jnp.bfloat16)
+
+    def log_probs(normalize, hidden):
+        return normalize(
+            jnp.dot(hidden.astype(jnp.bfloat16), kernel, preferred_element_type=jnp.float32)
+        )
+
+    ours = jax.jit(functools.partial(log_probs, decoding._log_softmax))(hidden)
+    jaxs = jax.jit(functools.partial(log_probs, jax.nn.log_softmax))(hidden)
+    np.testing.assert_array_equal(ours, jaxs)
+
+
 # -------------------------------------------------------------------------------- errors
 
 
