@@ -419,14 +419,25 @@ def _top_k_ascending(values: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
     return jnp.flip(top_values, axis=1), jnp.flip(top_indices, axis=1)
 
 
-def _log_softmax(logits: jax.Array) -> jax.Array:
-    """jax.nn.log_softmax over the last axis, the same values, with each row's max from top_k.
+def _row_max(logits: jax.Array) -> jax.Array:
+    """Each row's largest value (keepdims), as jnp.max, in a form XLA:CPU leaves unfused.
 
-    XLA:CPU fuses a max reduction straight after the logits product into the product itself
-    (one YNNPACK fusion), which made beam search's [beams * batch, 512] x [512, 32k] product
-    ~70% slower than the product alone; a top_k of 1 is the same max and is not fused.
+    XLA:CPU fuses a max reduction that reads a product's output into the product (one
+    YNNPACK fusion), which then runs on one thread: beam search's logits product [beams *
+    batch, 512] x [512, 32128] took 7.4 ms instead of 2.2 ms. Reducing the elementwise max of
+    the row's two halves first keeps the product a fusion of its own, at no cost elsewhere.
     """
-    shifted = logits - lax.top_k(logits, 1)[0]
+    half = logits.shape[-1] // 2
+    if half == 0:
+        return logits
+    paired = jnp.maximum(logits[..., :half], logits[..., half : 2 * half])
+    row_max = jnp.max(paired, axis=-1, keepdims=True)
+    return jnp.maximum(row_max, logits[..., -1:]) if logits.shape[-1] % 2 else row_max
+
+
+def _log_softmax(logits: jax.Array) -> jax.Array:
+    """jax.nn.log_softmax over the last axis, the same values, with _row_max's maximum."""
+    shifted = logits - _row_max(logits)
     return shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True))
 
 

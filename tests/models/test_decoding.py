@@ -385,21 +385,22 @@ def test_beam_search_max_decode_steps_counts_after_each_rows_prompt():
 def test_beam_log_softmax_is_jax_log_softmax_bit_for_bit():
     # Beam search ranks candidates by these values, so equal tokens need equal bits: checked
     # where beam search computes them, straight after a product, on an odd vocabulary with
-    # ties (a row of equal logits) and a large-magnitude row.
+    # ties (a row of equal logits) and a large-magnitude row; an even one and a single column.
     rng = np.random.default_rng(0)
     hidden = rng.standard_normal((6, 16)).astype(np.float32)
     hidden[1] = 0.0
     hidden[2] *= 1e3
-    kernel = jnp.asarray(rng.standard_normal((16, 1001)), jnp.bfloat16)
 
-    def log_probs(normalize, hidden):
+    def log_probs(normalize, hidden, kernel):
         return normalize(
             jnp.dot(hidden.astype(jnp.bfloat16), kernel, preferred_element_type=jnp.float32)
         )
 
-    ours = jax.jit(functools.partial(log_probs, decoding._log_softmax))(hidden)
-    jaxs = jax.jit(functools.partial(log_probs, jax.nn.log_softmax))(hidden)
-    np.testing.assert_array_equal(ours, jaxs)
+    for vocab in (1001, 1000, 1):
+        kernel = jnp.asarray(rng.standard_normal((16, vocab)), jnp.bfloat16)
+        ours = jax.jit(functools.partial(log_probs, decoding._log_softmax))(hidden, kernel)
+        jaxs = jax.jit(functools.partial(log_probs, jax.nn.log_softmax))(hidden, kernel)
+        np.testing.assert_array_equal(ours, jaxs)
 
 
 # -------------------------------------------------------------------------------- errors
