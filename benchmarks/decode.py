@@ -206,6 +206,22 @@ def _check(outputs: dict, rows: int, new_tokens: int) -> bool:
     return True
 
 
+# The decoding settings a run can time (--settings): greedy and beam 4 at --batch, greedy at 1.
+SETTINGS = ("greedy", "beam", "batch1")
+
+
+def _settings(text: str) -> list[str]:
+    """argparse type of --settings: names of SETTINGS, in the order given."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in SETTINGS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown decoding setting(s) {unknown or text!r}; use a comma-separated subset "
+            f"of {', '.join(SETTINGS)}"
+        )
+    return names
+
+
 def add_shape_arguments(parser: argparse.ArgumentParser) -> None:
     """The decoding shape and repeats every decoding benchmark takes (batch 8, 128 in / 64 new)."""
     parser.add_argument("--batch", type=int, default=8)
@@ -217,6 +233,12 @@ def add_shape_arguments(parser: argparse.ArgumentParser) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_shape_arguments(parser)
+    parser.add_argument(
+        "--settings",
+        default=",".join(SETTINGS),
+        type=_settings,
+        help=f"comma-separated subset of {', '.join(SETTINGS)} (e.g. only beam 4: --settings beam)",
+    )
     parser.add_argument(
         "--blocks",
         action="store_true",
@@ -258,12 +280,18 @@ def _measure(bench, args, sides: dict[str, IsolatedSide], inputs: np.ndarray) ->
         flush=True,
     )
     shape = f"{args.input_length} in / {args.new_tokens} new"
-    settings = (
-        ("greedy", f"greedy decode, batch {args.batch}, {shape}", inputs, 1, "throughput"),
-        ("beam 4", f"beam 4 decode, batch {args.batch}, {shape}", inputs, 4, "throughput"),
-        ("batch-1 greedy", f"batch-1 greedy latency, {shape}", inputs[:1], 1, "latency"),
-    )
-    for prefix, row, rows, beams, metric in settings:
+    settings = {
+        "greedy": (
+            "greedy",
+            f"greedy decode, batch {args.batch}, {shape}",
+            inputs,
+            1,
+            "throughput",
+        ),
+        "beam": ("beam 4", f"beam 4 decode, batch {args.batch}, {shape}", inputs, 4, "throughput"),
+        "batch1": ("batch-1 greedy", f"batch-1 greedy latency, {shape}", inputs[:1], 1, "latency"),
+    }
+    for prefix, row, rows, beams, metric in (settings[name] for name in args.settings):
         print(row, flush=True)
         calls = {
             f"{prefix}: {name}": side.bind(rows=rows, new_tokens=args.new_tokens, beams=beams)

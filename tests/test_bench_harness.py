@@ -70,6 +70,15 @@ def test_fewer_than_five_repetitions_are_refused():
         harness.repeats("4")
 
 
+def test_decode_settings_pick_a_subset_and_name_the_choices_when_wrong():
+    import decode
+
+    assert decode._settings("beam") == ["beam"]
+    assert decode._settings(" batch1 , greedy") == ["batch1", "greedy"]
+    with pytest.raises(argparse.ArgumentTypeError, match="subset of greedy, beam, batch1"):
+        decode._settings("beam,beam8")
+
+
 def test_sides_take_turns_after_their_warm_up():
     calls, clock = [], iter(range(100))
     sides = {name: (lambda name=name: calls.append(name) or name) for name in ("a", "b")}

@@ -419,6 +419,28 @@ def _top_k_ascending(values: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
     return jnp.flip(top_values, axis=1), jnp.flip(top_indices, axis=1)
 
 
+def _row_max(logits: jax.Array) -> jax.Array:
+    """Each row's largest value (keepdims), as jnp.max, in a form XLA:CPU leaves unfused.
+
+    XLA:CPU fuses a max reduction that reads a product's output into the product (one
+    YNNPACK fusion), which then runs on one thread: beam search's logits product [beams *
+    batch, 512] x [512, 32128] took 7.4 ms instead of 2.2 ms. Reducing the elementwise max of
+    the row's two halves first keeps the product a fusion of its own, at no cost elsewhere.
+    """
+    half = logits.shape[-1] // 2
+    if half == 0:
+        return logits
+    paired = jnp.maximum(logits[..., :half], logits[..., half : 2 * half])
+    row_max = jnp.max(paired, axis=-1, keepdims=True)
+    return jnp.maximum(row_max, logits[..., -1:]) if logits.shape[-1] % 2 else row_max
+
+
+def _log_softmax(logits: jax.Array) -> jax.Array:
+    """jax.nn.log_softmax over the last axis, the same values, with _row_max's maximum."""
+    shifted = logits - _row_max(logits)
+    return shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True))
+
+
 def beam_search(
     inputs,
     cache: Cache,
@@ -466,7 +488,7 @@ def beam_search(
             tokens.reshape(-1, 1), _written_by_own_row(state["cache"], step), step
         )
         vocab = logits.shape[-1]
-        log_probs = jax.nn.log_softmax(logits.astype(jnp.float32)).reshape(batch, beams, vocab)
+        log_probs = _log_softmax(logits.astype(jnp.float32)).reshape(batch, beams, vocab)
         log_probs = log_probs + state["live_log_probs"][:, :, None]
 
         # The 2k best (beam, token) extensions of each row; prompt positions are forced.

@@ -382,6 +382,27 @@ def test_beam_search_max_decode_steps_counts_after_each_rows_prompt():
     np.testing.assert_allclose(scores[:, -1], [2 * log_probs[0, 2], 2 * log_probs[1, 3]], atol=1e-5)
 
 
+def test_beam_log_softmax_is_jax_log_softmax_bit_for_bit():
+    # Beam search ranks candidates by these values, so equal tokens need equal bits: checked
+    # where beam search computes them, straight after a product, on an odd vocabulary with
+    # ties (a row of equal logits) and a large-magnitude row; an even one and a single column.
+    rng = np.random.default_rng(0)
+    hidden = rng.standard_normal((6, 16)).astype(np.float32)
+    hidden[1] = 0.0
+    hidden[2] *= 1e3
+
+    def log_probs(normalize, hidden, kernel):
+        return normalize(
+            jnp.dot(hidden.astype(jnp.bfloat16), kernel, preferred_element_type=jnp.float32)
+        )
+
+    for vocab in (1001, 1000, 1):
+        kernel = jnp.asarray(rng.standard_normal((16, vocab)), jnp.bfloat16)
+        ours = jax.jit(functools.partial(log_probs, decoding._log_softmax))(hidden, kernel)
+        jaxs = jax.jit(functools.partial(log_probs, jax.nn.log_softmax))(hidden, kernel)
+        np.testing.assert_array_equal(ours, jaxs)
+
+
 # -------------------------------------------------------------------------------- errors
 
 
