@@ -20,7 +20,7 @@ import numpy as np
 from t5forge.api import Model
 from t5forge.data.buckets import Buckets
 from t5forge.models.layers import stack_projections
-from t5forge.serving.executables import ExecutableStore, server_identity
+from t5forge.serving.executables import ExecutableStore, on_device, server_identity
 from t5forge.serving.settings import ServerSettings
 from t5forge.serving.slots import SlotDecoder
 from t5forge.serving.stepwise import Decoded, RowOptions, StepDecoder
@@ -102,7 +102,10 @@ class Engine:
 
     def _predict_features(self, rows: list[list[int]]):
         width = self.input_buckets.fit(max(map(len, rows)))
-        return self.model.predict_features(rows, width, self.batch_buckets.fit(len(rows)))
+        features, prompt_width = self.model.predict_features(
+            rows, width, self.batch_buckets.fit(len(rows))
+        )
+        return _on_device(features), prompt_width
 
     def _compile_generate(self, batch: int, width: int) -> None:
         """Static generation's programs for `batch` rows of `width` input tokens."""
@@ -257,7 +260,7 @@ class Engine:
             "targets": self.target_buckets.fit(max(map(len, targets))),
         }
         batch = self.batch_buckets.fit(len(pairs))
-        features = self.model.score_features(inputs, targets, lengths, batch)
+        features = _on_device(self.model.score_features(inputs, targets, lengths, batch))
         if compile_only:
             return self.model.t5x_model.score_batch(
                 self.params, features, run=self.programs.prepare
@@ -312,6 +315,14 @@ class Engine:
                 run = functools.partial(self.compact, [(self.slots.slots - 1, 0)] * count, True)
                 moves.append(WarmupShape(f"move {count}", count, run))
         return shapes[:generation] + moves + shapes[generation:]
+
+
+def _on_device(features: dict) -> dict:
+    """A batch's host arrays on the device (see `on_device`); other entries as they are."""
+    return {
+        name: on_device(value) if isinstance(value, np.ndarray) else value
+        for name, value in features.items()
+    }
 
 
 def _until_eos(tokens: list[int], eos_id: int) -> list[int]:

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from t5forge.models.decoding import DecodingCache
-from t5forge.serving.executables import ExecutableStore
+from t5forge.serving.executables import ExecutableStore, on_device
 from t5forge.serving.stepwise import RowOptions, choose_next, option_arrays
 
 
@@ -77,12 +77,12 @@ class SlotDecoder:
         so that a step neither copies nor writes back the large fixed part."""
         tokens = jax.ShapeDtypeStruct((self.slots, self.encoder_width), jnp.int32)
         shapes = jax.eval_shape(self._cache_of, params, tokens)
-        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+        zeros = jax.tree.map(lambda s: on_device(np.zeros(s.shape, s.dtype)), shapes)
         return {
             "moving": {
                 "cache": zeros.per_row,
-                "token": jnp.zeros((self.slots,), jnp.int32),
-                "step": jnp.zeros((self.slots,), jnp.int32),
+                "token": on_device(np.zeros((self.slots,), np.int32)),
+                "step": on_device(np.zeros((self.slots,), np.int32)),
             },
             "fixed": {
                 "per_input": zeros.per_input,
@@ -132,8 +132,8 @@ class SlotDecoder:
         arguments = (
             params,
             pool,
-            jnp.asarray(features["encoder_input_tokens"], jnp.int32),
-            jnp.asarray(padded_ids, jnp.int32),
+            on_device(features["encoder_input_tokens"], np.int32),
+            on_device(padded_ids, np.int32),
             option_arrays(padded_rows),
         )
         if compile_only:
@@ -155,7 +155,7 @@ class SlotDecoder:
         not run, and the pool is returned untouched."""
         padding = [(0, self.slots)] * (count - len(moves))
         sources, targets = zip(*(list(moves) + padding))
-        arguments = (pool, jnp.asarray(sources, jnp.int32), jnp.asarray(targets, jnp.int32))
+        arguments = (pool, on_device(sources, np.int32), on_device(targets, np.int32))
         if compile_only:
             self.programs.prepare("move", type(self)._move, self, *arguments)
             return pool
@@ -263,7 +263,7 @@ class SlotDecoder:
         log-likelihoods are then [ticks, rows] (a row that ended meanwhile runs on; the
         caller drops what follows its end). With `compile_only` the program is compiled,
         not run, and None is returned."""
-        arguments = (params, pool["moving"], pool["fixed"], jnp.asarray(live))
+        arguments = (params, pool["moving"], pool["fixed"], on_device(live))
         static = {"rows": len(live), "width": width or self.encoder_width, "ticks": ticks}
         if compile_only:
             self.programs.prepare("step", type(self)._step, self, *arguments, **static)

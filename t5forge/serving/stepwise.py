@@ -247,7 +247,7 @@ class StepDecoder:
                 cache,
                 buffer,
                 token,
-                jnp.int32(step),
+                np.int32(step),  # a host scalar, as `token`
                 *in_order(per_row),
                 cache_length=cache_length,
                 ticks=ticks,

@@ -157,3 +157,15 @@ def test_a_damaged_store_or_entry_is_compiled_anew(tiny_model, tmp_path, caplog)
         assert damaged.programs.load() == 0
     assert f"stored executables {path} are unreadable" in caplog.text
     assert damaged.score(PAIRS) == scores and damaged.programs.compiled == 1
+
+
+def test_stored_programs_leave_out_source_locations_and_score_the_same(tiny_model, tmp_path):
+    from jax.experimental import serialize_executable
+
+    stored, scores = _stored_engine(tiny_model, tmp_path)
+    in_memory = Engine(tiny_model, dataclasses.replace(TEST_SETTINGS, compile_cache=""))
+    assert in_memory.score(PAIRS) == scores  # bit for bit
+    # The source file of the network's ops, in their HLO metadata.
+    (kept,) = in_memory.programs._compiled.values()
+    assert b"t5forge/models/layers.py" in serialize_executable.serialize(kept)[0]
+    assert b"t5forge/models/layers.py" not in stored.programs.path.read_bytes()
