@@ -19,10 +19,11 @@ _SETTING = "jax_threefry_gpu_kernel_lowering"
 
 @contextlib.contextmanager
 def compact_random_draws():
-    """Traces and compiles inside the block lower threefry to GPU kernel calls (a jax without
-    the setting keeps its own lowering)."""
+    """Traces and compiles inside the block lower threefry to GPU kernel calls. Only on a GPU
+    is the global setting touched (other threads may be tracing: a server's), and a jax without
+    it keeps its own lowering."""
     previous = getattr(jax.config, _SETTING, None)
-    if previous is None:
+    if previous is None or jax.default_backend() != "gpu":  # elsewhere the setting does nothing
         yield
         return
     jax.config.update(_SETTING, True)
