@@ -159,7 +159,21 @@ def test_a_damaged_store_or_entry_is_compiled_anew(tiny_model, tmp_path, caplog)
     assert damaged.score(PAIRS) == scores and damaged.programs.compiled == 1
 
 
-def test_stored_programs_leave_out_source_locations_and_score_the_same(tiny_model, tmp_path):
+@pytest.fixture
+def fresh_compiles():
+    """Neither of JAX's caches keys on source locations, so a program an earlier test in this
+    process compiled (in memory, or through the persistent cache an in-process command turns
+    on) would come back with its locations, whatever the store stripped."""
+    before = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    jax.clear_caches()
+    yield
+    jax.config.update("jax_enable_compilation_cache", before)
+
+
+def test_stored_programs_leave_out_source_locations_and_score_the_same(
+    tiny_model, tmp_path, fresh_compiles
+):
     from jax.experimental import serialize_executable
 
     stored, scores = _stored_engine(tiny_model, tmp_path)
