@@ -2,37 +2,18 @@
 them, in every bucket's shape, reach the device without a small compile of their own (a
 restart of T5 1.1 small compiled ~45 such, serially, before it was ready)."""
 
-import contextlib
 import dataclasses
 
-import jax
 import numpy as np
-from jax._src import dispatch  # the name of JAX's compile event
-from server_helpers import TEST_SETTINGS
+from server_helpers import TEST_SETTINGS, compiled_programs
 
 from t5forge.serving.engine import Engine, ScorePair
 from t5forge.serving.executables import on_device
 
 
-@contextlib.contextmanager
-def _compiled_functions():
-    """The names of the functions JAX compiles meanwhile."""
-    names = []
-
-    def record(event: str, duration: float, **details) -> None:
-        if event == dispatch.BACKEND_COMPILE_EVENT:
-            names.append(details.get("fun_name"))
-
-    jax.monitoring.register_event_duration_secs_listener(record)
-    try:
-        yield names
-    finally:
-        jax.monitoring.unregister_event_duration_listener(record)
-
-
 def test_a_host_array_of_a_new_shape_reaches_the_device_without_compiling():
     rows = np.arange(7 * 13, dtype=np.int64).reshape(7, 13)  # a shape no other test takes
-    with _compiled_functions() as compiled:
+    with compiled_programs() as compiled:
         tokens = on_device(rows, np.int32)
         live = on_device(np.ones(13, bool))
     assert compiled == []
@@ -43,7 +24,7 @@ def test_a_host_array_of_a_new_shape_reaches_the_device_without_compiling():
 def test_scoring_a_new_batch_shape_compiles_its_program_only(tiny_model):
     engine = Engine(tiny_model, dataclasses.replace(TEST_SETTINGS, compile_cache=""))
     pairs = [ScorePair([5, 9, 3, 1], [7, 8, 1])] * 33  # batch bucket 64: new to the process
-    with _compiled_functions() as compiled:
+    with compiled_programs() as compiled:
         scores = engine.score(pairs)
     assert compiled == ["jit(_score)"], compiled
     assert len(set(scores)) == 1
