@@ -210,6 +210,10 @@ class ExecutableStore:
         self._loading: concurrent.futures.ThreadPoolExecutor | None = None
         self._serialised: dict[str, tuple] = {}  # the stored form of those taken from disk
         self._unstorable: set[str] = set()  # read from JAX's persistent cache (see compile)
+        # One lock per program: the warm-up's thread and a request's may want the same one at
+        # once, and the second waits for the first's compile instead of compiling it again.
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
         self.loaded = 0  # programs taken from disk
         self.compiled = 0  # programs compiled here
 
@@ -262,26 +266,37 @@ class ExecutableStore:
         executable = self._compiled.get(signature)
         if executable is not None:
             return executable
+        with self._locks_guard:
+            lock = self._locks.setdefault(signature, threading.Lock())
+        with lock:
+            executable = self._compiled.get(signature)
+            if executable is None:
+                executable = self._load_or_compile(signature, name, fn, owner, arguments, options)
+                self._compiled[signature] = executable
+        return executable
+
+    def _load_or_compile(self, signature: str, name: str, fn, owner, arguments, options):
         loading = self._stored.pop(signature, None)
         stored = loading.result() if loading is not None else None
         if stored is not None:
             self._serialised[signature], executable = stored
-            self.loaded += 1
-        else:
-            static = (owner,) if owner is not None else ()
-            with _persistent_cache_hits() as hits:
-                lowered = fn.lower(*static, *arguments, **options)
-                if self.path is not None:
-                    lowered = _without_source_locations(lowered)
-                executable = lowered.compile()
-            if hits:
-                # XLA:CPU serialises an executable it loaded without its machine code: the
-                # copy loads, then fails when run ("Function ... not found"). Servers turn
-                # JAX's cache off (t5forge.serving.server); this is for one it reached anyway.
-                self._unstorable.add(signature)
-                logger.info("%s came from JAX's persistent cache; it is not stored", name)
+            with self._locks_guard:
+                self.loaded += 1
+            return executable
+        static = (owner,) if owner is not None else ()
+        with _persistent_cache_hits() as hits:
+            lowered = fn.lower(*static, *arguments, **options)
+            if self.path is not None:
+                lowered = _without_source_locations(lowered)
+            executable = lowered.compile()
+        if hits:
+            # XLA:CPU serialises an executable it loaded without its machine code: the
+            # copy loads, then fails when run ("Function ... not found"). Servers turn
+            # JAX's cache off (t5forge.serving.server); this is for one it reached anyway.
+            self._unstorable.add(signature)
+            logger.info("%s came from JAX's persistent cache; it is not stored", name)
+        with self._locks_guard:
             self.compiled += 1
-        self._compiled[signature] = executable
         return executable
 
     def prepare(self, name: str, fn, owner, *arguments, **options) -> None:

@@ -6,16 +6,19 @@ import dataclasses
 import logging
 import pickle
 import shutil
+import threading
 import time
 
 import httpx
 import jax
+import jax.numpy as jnp
 import pytest
 from jax._src import dispatch  # the name of JAX's compile event
 from server_helpers import TEST_SETTINGS, serving_in_thread, settings_on_free_port, wait_ready
 
 from t5forge.serving import InferenceService
 from t5forge.serving.engine import Engine, ScorePair
+from t5forge.serving.executables import ExecutableStore
 
 TEXT = "Click the Save button."
 REQUESTS = [
@@ -183,3 +186,40 @@ def test_stored_programs_leave_out_source_locations_and_score_the_same(
     (kept,) = in_memory.programs._compiled.values()
     assert b"t5forge/models/layers.py" in serialize_executable.serialize(kept)[0]
     assert b"t5forge/models/layers.py" not in stored.programs.path.read_bytes()
+
+
+def test_two_threads_wanting_one_program_compile_it_once():
+    """The warm-up's thread and a request's can ask for the same program at once (a beam
+    request while beam search's shape is warming up): one compiles, the other waits for it."""
+    store = ExecutableStore.in_memory()
+    both_asked = threading.Barrier(2)
+
+    @jax.jit
+    def product(x):
+        return jnp.tanh(x @ x.T).sum()
+
+    lowerings = []
+
+    class Slow:
+        """`product`, whose first lowering waits until the other thread asks for it too."""
+
+        def lower(self, *arguments):
+            lowerings.append(threading.current_thread().name)
+            if len(lowerings) == 1:
+                both_asked.wait(timeout=5)
+            return product.lower(*arguments)
+
+    x = jnp.ones((64, 64))
+    results = []
+
+    def ask():
+        results.append(store.compile("product", Slow(), None, x))
+
+    first = threading.Thread(target=ask, name="first")
+    first.start()
+    late = threading.Thread(target=lambda: (both_asked.wait(timeout=5), ask()), name="late")
+    late.start()
+    first.join(timeout=60)
+    late.join(timeout=60)
+    assert lowerings == ["first"] and store.compiled == 1
+    assert len(results) == 2 and results[0] is results[1]
