@@ -86,4 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"error: unknown command {name!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
+    if name == "serve" and not {"-h", "--help"} & set(rest):
+        # Before the command's imports: the server runs on mimalloc (serving/allocator.py).
+        from t5forge.serving.allocator import reexec_with_mimalloc
+
+        reexec_with_mimalloc()
     return run_command(COMMANDS[name].module, rest)

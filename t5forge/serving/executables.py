@@ -37,6 +37,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from t5forge.serving import allocator
+
 logger = logging.getLogger(__name__)
 
 # Server settings that never reach a program (network, auth, queueing, refusals): a server
@@ -224,13 +226,13 @@ class ExecutableStore:
 
     def load(self) -> int:
         """Reads the stored programs of this identity, if any, and starts loading them into
-        the backend on every core at once, in the order they were compiled; how many were
+        the backend on a thread of their own, in the order they were compiled; how many were
         stored. `compile` waits for the one it needs, so the warm-up's own work (building
         each shape's arguments) runs beside the loading instead of after it. Loading is most
-        of a restart (T5 1.1 small: 40-150 ms of XLA's parsing and linking per program, 165
-        programs), and XLA does it without holding the GIL: the demo model's first 60
-        programs took 2.6 CPU-seconds either way, and 1.4-1.6x less time on two threads than
-        on one (2-core AMD EPYC under a load of ~12)."""
+        of a restart (T5 1.1 small: 165 programs, ~60 ms of XLA's parsing and linking each).
+        One thread, not one per core: XLA loads each program on its own thread pool, and two
+        loads at once fight over the allocator's locks (all 165 of T5 1.1 small's, 2-core AMD
+        EPYC, load ~1: one thread 10.2 s wall and 10.2 CPU-s, two 12.9 s and 20.3 CPU-s)."""
         if self.path is None or not self.path.exists():
             return 0
         try:
@@ -253,7 +255,7 @@ class ExecutableStore:
             )
             return 0
         self._loading = concurrent.futures.ThreadPoolExecutor(
-            len(os.sched_getaffinity(0)), thread_name_prefix="executables"
+            allocator.loading_threads(), "executables"
         )
         for entry in programs.items():
             self._stored[entry[0]] = self._loading.submit(_deserialise, entry)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import jax
@@ -81,6 +82,8 @@ def test_serve_command_checks_the_key_and_drains_on_sigterm(t5forge_run):
     )
     try:
         wait_ready(url, process=process)
+        # The command re-executed itself on mimalloc (serving/allocator.py), in the same process.
+        assert "libmimalloc" in Path(f"/proc/{process.pid}/maps").read_text()
         auth = {"Authorization": f"Bearer {API_KEY}"}
         body = {"inputs": [TEXT], "max_new_tokens": 4}
         for headers in ({}, {"Authorization": "Bearer wrong-key-0123456789"}):
