@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from t5forge.errors import ConfigError
+from t5forge.models.decoding import first_argmax
 
 NORMALIZING_FACTORS = ("NUM_REAL_TARGET_TOKENS", "NUM_TOTAL_TARGET_TOKENS", "AVERAGE_PER_SEQUENCE")
 
@@ -110,7 +111,9 @@ def loss_and_metrics(
         loss, total_z = loss / factor, total_z / factor
     num_tokens = jnp.float32(targets.size)
     nonpadding = jnp.sum(raw_weights)
-    correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
+    # first_argmax is jnp.argmax (first index on ties) in two vectorised passes: XLA:CPU's
+    # argmax is one (value, index) reduction, ~5x slower over a 32k vocabulary.
+    correct = (first_argmax(logits) == targets).astype(jnp.float32)
     metrics = {
         "loss": loss,
         "accuracy": jnp.sum(correct * raw_weights) / jnp.maximum(nonpadding, 1e-8),

@@ -126,3 +126,16 @@ def test_per_token_metrics_do_not_depend_on_the_normalizing_factor(factor):
 def test_default_loss_is_a_sum_over_weighted_tokens():
     loss, _ = loss_and_metrics(LOGITS, TARGETS, jnp.array([[1.0, 0.5]]))
     assert float(loss) == pytest.approx(NLL[0] + 0.5 * NLL[1], rel=1e-6)
+
+
+def test_accuracy_counts_the_first_largest_logit_as_argmax_does():
+    """Ties (common in bfloat16 logits) go to the first index, as jnp.argmax's (T5X's)."""
+    rng = np.random.default_rng(0)
+    logits = jnp.asarray(rng.integers(-3, 3, (4, 9, 11)), jnp.bfloat16)  # many ties
+    targets = jnp.asarray(rng.integers(0, 11, (4, 9)))
+    targets = targets.at[:, :4].set(jnp.argmax(logits[:, :4], axis=-1))  # some right
+    weights = jnp.ones((4, 9))
+    _, metrics = loss_and_metrics(logits, targets, weights)
+    expected = np.mean(np.argmax(np.asarray(logits, np.float32), axis=-1) == np.asarray(targets))
+    assert float(metrics["accuracy"]) == pytest.approx(expected, rel=1e-6)
+    assert 0.4 < expected < 1  # the first positions right, ties decided by position
