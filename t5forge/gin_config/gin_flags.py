@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import difflib
-import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ import gin
 from t5forge import storage
 from t5forge.errors import ConfigError, T5ForgeError
 from t5forge.gin_config import gin_internals, gin_syntax
+from t5forge.interop.gin_model_config import quiet_include_search
 
 PACKAGE_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -317,13 +317,9 @@ def parse_gin(flags: GinFlags, extra_bindings: list[str] | None = None, finalize
     gin.add_config_file_search_path(str(PACKAGE_CONFIGS.parent.parent))
     files = [str(resolve_gin_file(f, flags.search_paths)) for f in flags.files]
     bindings = list(extra_bindings or []) + flags.bindings
-    # gin logs "Path not found" for every search path an `include` is not in; only a file
-    # found nowhere matters, and that one raises.
-    root_logger = logging.getLogger()
-    quiet = _DropGinPathNotFound()
-    root_logger.addFilter(quiet)
     try:
         with (
+            quiet_include_search(),
             t5x_compat.t5x_module_names(),
             gin_internals.extra_parameters(t5x_compat.shadowed_parameters()),
             gin_internals.module_aliases(),
@@ -353,8 +349,6 @@ def parse_gin(flags: GinFlags, extra_bindings: list[str] | None = None, finalize
         if isinstance(e, _GIN_ERRORS):
             raise explain_gin_error(e) from None
         raise
-    finally:
-        root_logger.removeFilter(quiet)
 
 
 def _include_not_found(error: OSError, files_read: list[str], search_paths: list[str]):
@@ -390,8 +384,3 @@ def _include_loop(files_read: list[str]) -> ConfigError:
         f"{loop[0]}: gin files include each other in a loop ({' -> '.join(loop)}); "
         "remove one of those `include` lines"
     )
-
-
-class _DropGinPathNotFound(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("Path not found")

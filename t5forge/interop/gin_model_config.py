@@ -7,6 +7,9 @@ t5forge.gin_config.gin_registry imports it beside every other name gin files may
 
 from __future__ import annotations
 
+import contextlib
+import logging
+
 import gin
 
 from t5forge.models.configs import T5Config
@@ -26,6 +29,23 @@ def config_from_gin_file(path) -> T5Config:
     config=file)`; bindings of names not registered with gin are skipped. A run in the same
     process finalizes (locks) gin's config; reading a model file is not a run, so it parses
     whatever the lock says."""
-    with gin.unlock_config():
+    with gin.unlock_config(), quiet_include_search():
         gin.parse_config_file(str(path), skip_unknown=True)
     return config_from_gin()
+
+
+class _DropPathNotFound(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Path not found")
+
+
+@contextlib.contextmanager
+def quiet_include_search():
+    """Leaves out the ERROR line gin logs for every search path an `include` is not in (here
+    and in t5forge.gin_config's parsing): only a file found nowhere matters, and it raises."""
+    root_logger, quiet = logging.getLogger(), _DropPathNotFound()
+    root_logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        root_logger.removeFilter(quiet)

@@ -176,6 +176,29 @@ def test_a_model_gin_file_reads_after_a_run_locked_gin(tmp_path):
         gin.config._set_config_is_locked(False)
 
 
+def test_an_include_found_on_a_search_path_logs_no_errors(tmp_path, monkeypatch, caplog):
+    """gin logs "Path not found" at ERROR for each place an include is not; a file it finds
+    on a later search path is no error, so the reader leaves those lines out."""
+    tiny = PRESETS["t5_1_1/tiny"]
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "base.gin").write_text(
+        "".join(
+            f"T5Config.{field.name} = {getattr(tiny, field.name)!r}\n"
+            for field in dataclasses.fields(tiny)
+        )
+    )
+    (tmp_path / "model.gin").write_text("include 'base.gin'\nT5Config.num_heads = 2\n")
+    monkeypatch.setattr(gin.config, "_LOCATION_PREFIXES", ["", str(tmp_path / "lib")])
+    monkeypatch.chdir(tmp_path)
+    gin.clear_config()
+    try:
+        config = config_from_gin_file(tmp_path / "model.gin")
+    finally:
+        gin.clear_config()
+    assert config == dataclasses.replace(tiny, num_heads=2)
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
+
+
 def test_gin_files_and_presets_are_the_same_set():
     on_disk = {str(p.relative_to(GIN_ROOT).with_suffix("")) for p in GIN_ROOT.rglob("*.gin")}
     assert on_disk == set(PRESETS)
