@@ -48,16 +48,20 @@ def use(directory: str) -> None:
     The setting is process-wide.
     """
     import jax
+    from jax.experimental.compilation_cache import compilation_cache
 
-    if not directory:
-        jax.config.update("jax_enable_compilation_cache", False)
-        return
-    try:
-        os.makedirs(directory, exist_ok=True)
-    except OSError as error:
-        raise ConfigError(
-            f"cannot create the compile cache directory {directory} ({error.strerror}); "
-            f"pass --compile_cache DIR elsewhere, or --compile_cache '' to turn it off"
-        ) from None
-    jax.config.update("jax_compilation_cache_dir", directory)
-    logger.info("compilation cache: %s", directory)
+    if directory:
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as error:
+            raise ConfigError(
+                f"cannot create the compile cache directory {directory} ({error.strerror}); "
+                f"pass --compile_cache DIR elsewhere, or --compile_cache '' to turn it off"
+            ) from None
+        jax.config.update("jax_compilation_cache_dir", directory)
+    jax.config.update("jax_enable_compilation_cache", bool(directory))
+    # JAX decides once per process whether its cache is used: without the reset, a cache
+    # already used went on reading and writing after it was turned off (and the other way).
+    compilation_cache.reset_cache()
+    if directory:
+        logger.info("compilation cache: %s", directory)

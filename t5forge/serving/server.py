@@ -14,7 +14,6 @@ import logging
 import signal
 import threading
 
-from t5forge import compile_cache
 from t5forge.errors import ConfigError
 from t5forge.serving.app import create_app
 from t5forge.serving.connections import head_deadline_protocol
@@ -77,10 +76,6 @@ def serve(
         settings = ServerSettings(**setting_values)
     elif setting_values:
         raise ConfigError("pass either settings= or individual settings, not both")
-    # The server keeps its programs in its own store under settings.compile_cache
-    # (serving/executables.py), loaded without tracing; JAX's cache is off, since what it
-    # hands back cannot be stored again.
-    compile_cache.use("")
     model = load_for_serving(checkpoint, vocab, extra_ids, config, weights_dtype, dtype)
     service = InferenceService(model, settings)
     server_config = uvicorn_config(create_app(service), settings, log_level)

@@ -17,6 +17,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Hashable
 
+from t5forge import compile_cache
 from t5forge.api import EncodedRows, Model
 from t5forge.errors import T5ForgeError
 from t5forge.serving.batcher import Batcher, Job
@@ -56,6 +57,10 @@ class InferenceService:
         model.input_length_policy = settings.input_length_policy
         self.model = model
         self.settings = settings
+        # The server keeps its programs in its own store under settings.compile_cache
+        # (serving/executables.py), loaded without tracing; JAX's cache is off in this process,
+        # since what it hands back cannot be stored again.
+        compile_cache.use("")
         self.engine = Engine(model, settings)
         self.metrics = ServerMetrics()
         self.truncation = TruncationNotices(self.metrics.truncated_inputs)

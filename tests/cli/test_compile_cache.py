@@ -1,7 +1,10 @@
 """Commands keep their compiled programs in JAX's persistent cache: a resumed run reads its
 train step back instead of compiling it (T5 1.1 small's takes ~50 s on 2 cores)."""
 
+import json
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -47,3 +50,36 @@ def test_an_empty_compile_cache_flag_turns_the_cache_off(tiny_runs, tmp_path):
     run = tiny_runs.train(tmp_path / "r", 1, "--compile_cache=", env=env, check=True)
     assert (tmp_path / "r" / "checkpoint_1").exists(), run.stderr[-2000:]
     assert not (home / ".cache").exists()
+
+
+SWITCHES = """
+import sys
+from pathlib import Path
+import jax, jax.numpy as jnp
+from t5forge import compile_cache
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+directory = Path(sys.argv[1])
+def entries():
+    return len(list(directory.glob("*-cache")))
+written = []
+for turn, setting in enumerate([str(directory), "", str(directory)]):
+    compile_cache.use(setting)
+    jax.jit(lambda x, turn=turn: x * (turn + 2)).lower(jnp.ones(3)).compile()
+    written.append(entries())
+print(written)
+"""
+
+
+def test_the_cache_turns_off_and_on_again_in_one_process(tmp_path):
+    """JAX decides once per process whether its cache is used; `use` takes effect anyway (a
+    server in a process that trained turns it off, a later run turns it on)."""
+    result = subprocess.run(
+        [sys.executable, "-c", SWITCHES, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    on, off, on_again = json.loads(result.stdout)  # entries after each turn
+    assert 0 < on == off < on_again, result.stdout + result.stderr
