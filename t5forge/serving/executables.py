@@ -166,8 +166,9 @@ def _without_source_locations(lowered):
     step program's HLO), and a restart parses them again for each of its programs: T5 1.1
     small's store is 127 MB instead of 180 MB and its 165 programs load with ~6% less CPU
     (10.2 against 10.9 CPU-seconds one after another, 2-core EPYC at a load of ~3). The
-    machine code is the same; only profiles of stored programs lose their JAX op names. A copy, since jax caches the lowering; `lowered` as it
-    is where jax's lowering is not the expected one (private attributes)."""
+    machine code is the same; only profiles of stored programs lose their JAX op names.
+    Returns a copy, since jax caches the lowering, or `lowered` itself where jax's lowering is
+    not the expected one (private attributes)."""
     from jax.extend.mlir import ir
 
     computation = getattr(lowered, "_lowering", None)
@@ -226,13 +227,14 @@ class ExecutableStore:
 
     def load(self) -> int:
         """Reads the stored programs of this identity, if any, and starts loading them into
-        the backend on a thread of their own, in the order they were compiled; how many were
-        stored. `compile` waits for the one it needs, so the warm-up's own work (building
-        each shape's arguments) runs beside the loading instead of after it. Loading is most
-        of a restart (T5 1.1 small: 165 programs, ~60 ms of XLA's parsing and linking each).
-        One thread, not one per core: XLA loads each program on its own thread pool, and two
-        loads at once fight over the allocator's locks (all 165 of T5 1.1 small's, 2-core AMD
-        EPYC, load ~1: one thread 10.2 s wall and 10.2 CPU-s, two 12.9 s and 20.3 CPU-s)."""
+        the backend in the order they were compiled; how many were stored. `compile` waits for
+        the one it needs, so the warm-up's own work (building each shape's arguments) runs
+        beside the loading instead of after it. Loading is most of a restart (T5 1.1 small:
+        165 programs, ~60 ms of XLA's parsing and linking each), on `allocator.loading_threads`
+        threads: one per core under mimalloc, one under glibc's malloc, whose arena locks two
+        loads at once fight over (all 165 of T5 1.1 small's, 2-core AMD EPYC, load ~1: one
+        thread 10.2 s wall and 10.2 CPU-s, two 12.9 s and 20.3 CPU-s; mimalloc, two 6.1-6.5 s).
+        """
         if self.path is None or not self.path.exists():
             return 0
         try:
@@ -294,7 +296,7 @@ class ExecutableStore:
         if hits:
             # XLA:CPU serialises an executable it loaded without its machine code: the
             # copy loads, then fails when run ("Function ... not found"). Servers turn
-            # JAX's cache off (t5forge.serving.server); this is for one it reached anyway.
+            # JAX's cache off (InferenceService); this is for a program that reached it anyway.
             self._unstorable.add(signature)
             logger.info("%s came from JAX's persistent cache; it is not stored", name)
         with self._locks_guard:
