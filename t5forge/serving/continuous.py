@@ -14,8 +14,10 @@ step, whatever else is running.
 A tick makes one token per slot while anyone waits (an admission, a queued job) and
 `tokens_per_tick` tokens in one device call otherwise (as vLLM's multi-step scheduling): the
 host's cost per call, which for small models outweighed the step itself, is paid once for
-them, and a request arriving meanwhile waits at most that one call. Tokens are the same
-either way; rows that end inside a tick have the rest of its tokens dropped.
+them, and a request arriving meanwhile waits at most that one call. When every row has
+fewer tokens left, the tick makes whichever costs less by what such ticks have cost
+(tick_costs.py): one such call, or one token at a time. Tokens are the same either way; rows
+that end inside a tick have the rest of its tokens dropped.
 
 Beam search and scoring still run as whole batches of their group (the Batcher's rule:
 full, or max_wait_ms after the oldest arrived), between two ticks. Beam search keeps its
@@ -35,6 +37,7 @@ import numpy as np
 from t5forge.serving.batcher import Batcher, Job, RunBatch
 from t5forge.serving.engine import Engine
 from t5forge.serving.stepwise import Decoded, RowOptions
+from t5forge.serving.tick_costs import TickCosts
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +74,7 @@ class ContinuousBatcher(Batcher):
         self._on_phase = on_phase or (lambda phase, seconds: None)
         self._device_done: float | None = None  # when the last tick's device work ended
         self._slots: list[_Slot | None] = [None] * engine.slots.slots
+        self._costs = TickCosts(engine.settings.tokens_per_tick)
 
     async def stop(self) -> None:
         """Also cancels rows still in slots (none after a graceful drain)."""
@@ -130,25 +134,31 @@ class ContinuousBatcher(Batcher):
             self._slots[target], self._slots[source] = self._slots[source], None
         return moves
 
-    def _ticks(self, admitted: list) -> int:
+    def _ticks(self, admitted: list, live: np.ndarray) -> int:
         """Tokens per slot this tick: one while anyone waits (an admission, a queued job: they
-        get their turn after one token) or when every row's budget ends sooner, otherwise the
-        engine's tokens_per_tick in one device call."""
-        many = self._engine.settings.tokens_per_tick
+        get their turn after one token), otherwise the engine's tokens_per_tick in one device
+        call, unless every row ends sooner and their last tokens cost less one at a time
+        (tick_costs)."""
+        if admitted or self._jobs:
+            return 1
         budgets = [
             slot.options.max_new_tokens - len(slot.result.tokens)
             for slot in self._slots
             if slot is not None
         ]
-        if many == 1 or admitted or self._jobs or max(budgets, default=0) < many:
-            return 1
-        return many
+        engine = self._engine
+        return self._costs.choose(
+            max(budgets, default=0),
+            engine.step_rows(live, 1),
+            engine.step_rows(live, engine.settings.tokens_per_tick),
+        )
 
     async def _tick(self, admitted: list[tuple[int, _Slot]], moves: list[tuple[int, int]]) -> None:
         live = np.array([slot is not None for slot in self._slots])
         if self._on_batch is not None:
             self._on_batch(self._group, int(live.sum()))
-        engine, started, ticks = self._engine, time.perf_counter(), self._ticks(admitted)
+        engine, started = self._engine, time.perf_counter()
+        ticks = self._ticks(admitted, live)
 
         def on_device():
             begun = time.perf_counter()
@@ -173,6 +183,9 @@ class ContinuousBatcher(Batcher):
                 tokens, log_likelihood = engine.steps(live)
             self._device_done = time.perf_counter()
             self._on_phase("step" if ticks == 1 else "multi_step", self._device_done - stepping)
+            if not admitted and not moves:  # else it includes their work (dispatched async)
+                rows = engine.step_rows(live, ticks)
+                self._costs.record(ticks, rows, self._device_done - stepping)
             return tokens, log_likelihood
 
         try:

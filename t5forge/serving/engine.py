@@ -71,9 +71,12 @@ class Engine:
         )
         self.decoder = StepDecoder(model.t5x_model, self.programs, settings.tokens_per_tick)
         self.batch_buckets = Buckets()
-        # Continuous steps run at least two slots: XLA on CPU writes a one-slot step's caches
-        # back by copying the whole pool (a one-slot step took 4-6 ms for the demo model and
-        # 34 ms for T5 1.1 small, two slots 2.4 and 19.5 ms; /tmp profile, issue 28's note).
+        # Continuous one-token steps run at least two slots: XLA on CPU writes a one-slot
+        # step's caches back by copying the whole pool (a one-slot step took 4-6 ms for the
+        # demo model and 34 ms for T5 1.1 small, two slots 2.4 and 19.5 ms; /tmp profile,
+        # issue 28's note). A multi-token step is a loop, which XLA does not fold that way,
+        # so a lone row's multi-token ticks step one slot (per token: T5 1.1 small 4.43 ms
+        # against 5.41 on two slots, the demo model 0.42 against 0.45; docs/serving-profile.md).
         self.step_buckets = Buckets(smallest=min(2, settings.max_batch_size))
         self.input_buckets = length_buckets(model.max_input_length)
         # Beam outputs are rescored as targets: those of the warmed beam program, or of any
@@ -173,14 +176,14 @@ class Engine:
         occupied = np.flatnonzero(live)
         if not len(occupied):
             return []
-        rows = self.step_buckets.fit(len(occupied))
+        rows = self.batch_buckets.fit(len(occupied))
         holes = np.flatnonzero(~live[:rows])
         return [(int(s), int(t)) for s, t in zip(occupied[occupied >= rows], holes)]
 
     def max_moves(self) -> int:
         """The most moves one compaction can make with this pool (0: never compacts)."""
         slots = self.settings.max_batch_size
-        return max(min(n, slots - self.step_buckets.fit(n)) for n in range(1, slots + 1))
+        return max(min(n, slots - self.batch_buckets.fit(n)) for n in range(1, slots + 1))
 
     def compact(self, moves: list[tuple[int, int]], compile_only: bool = False) -> None:
         """Moves slots' rows as `compaction` planned (one device call, its number of moves
@@ -202,9 +205,16 @@ class Engine:
         (tokens, log-likelihoods), each [tokens_per_tick, rows]."""
         return self._steps(live, self.settings.tokens_per_tick)
 
+    def step_rows(self, live: np.ndarray, ticks: int) -> int:
+        """Slots a step of `ticks` tokens for the occupied ones (`live` bool[slots]) covers:
+        the first, up to the bucket holding the last occupied one."""
+        occupied = np.flatnonzero(live)
+        buckets = self.step_buckets if ticks == 1 else self.batch_buckets
+        return buckets.fit(int(occupied[-1]) + 1 if len(occupied) else 1)
+
     def _steps(self, live: np.ndarray, ticks: int):
         occupied = np.flatnonzero(live)
-        rows = self.step_buckets.fit(int(occupied[-1]) + 1 if len(occupied) else 1)
+        rows = self.step_rows(live, ticks)
         width = max(self.slot_widths[occupied], default=self.input_buckets.sizes()[0])
         self.pool, tokens, log_likelihood = self.slots.step(
             self.params, self._slot_pool(), live[:rows], int(width), ticks=ticks
@@ -283,8 +293,8 @@ class Engine:
             for length in self.input_buckets.sizes():
                 size = batch * length
                 if self.slots is not None:
-                    if batch >= self.step_buckets.smallest:
-                        for ticks in sorted({1, settings.tokens_per_tick}):
+                    for ticks in sorted({1, settings.tokens_per_tick}):
+                        if ticks > 1 or batch >= self.step_buckets.smallest:
                             run = functools.partial(self._compile_step, batch, length, ticks)
                             name = f"step {batch}x{length}" + (f" x{ticks}" if ticks > 1 else "")
                             shapes.append(WarmupShape(name, size * ticks, run))

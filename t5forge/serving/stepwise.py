@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from collections.abc import Callable
 
 import jax
@@ -34,6 +35,7 @@ from t5forge.models.decoding import (
     first_argmax,
 )
 from t5forge.serving.executables import ExecutableStore
+from t5forge.serving.tick_costs import TickCosts
 
 # Per-row top_k is read at run time, so the top-k candidates are taken with this static width.
 TOP_K_LIMIT = 64
@@ -119,12 +121,14 @@ class StepDecoder:
         self, t5x_model, programs: ExecutableStore | None = None, tokens_per_call: int = 1
     ):
         """`programs`: where its executables are kept (the server's store; else in memory);
-        `tokens_per_call`: tokens each row makes per device call while every row's budget
-        allows (the host's per-call cost is then paid once for them)."""
+        `tokens_per_call`: tokens each row makes per device call while the longest budget
+        allows, or when that costs less than its last tokens one call each (tick_costs); the
+        host's per-call cost is then paid once for them."""
         self.model = t5x_model
         self.eos_id = t5x_model.eos_id
         self.programs = programs or ExecutableStore.in_memory()
         self.tokens_per_call = tokens_per_call
+        self.costs = TickCosts(tokens_per_call)  # when the last tokens take one call
 
     # The jitted methods take self as a static argument: decoders of one model share their
     # compilations (a second server on the same model compiles nothing new).
@@ -236,8 +240,9 @@ class StepDecoder:
         step = 0
         while step < cache_length and any(live):
             budget = max(o.max_new_tokens - len(r.tokens) for o, r in zip(rows, results))
-            many = self.tokens_per_call
-            ticks = many if step + many <= cache_length and budget >= many else 1
+            fits = step + self.tokens_per_call <= cache_length
+            ticks = self.costs.choose(budget, batch) if fits else 1
+            began = time.perf_counter()
             token, *made, cache = self.programs.run(
                 "generate step",
                 type(self)._step,
@@ -252,8 +257,11 @@ class StepDecoder:
                 cache_length=cache_length,
                 ticks=ticks,
             )
+            made = jax.device_get(made)
+            if step:  # the first call's time includes the start program's (dispatched async)
+                self.costs.record(ticks, batch, time.perf_counter() - began)
             step += ticks
-            for tokens, generated, log_likelihood in zip(*jax.device_get(made)):
+            for tokens, generated, log_likelihood in zip(*made):
                 for row, result in enumerate(results):
                     if not live[row] or not generated[row]:
                         continue

@@ -163,13 +163,16 @@ def test_a_full_queue_answers_503_with_retry_after_and_recovers(server):
 def test_clients_that_disconnect_do_not_disturb_the_server(server, monkeypatch):
     url, service = server
     before = metric_value(url, "t5forge_client_disconnects_total")
-    step = service.engine.step
 
-    def slow_step(live):  # 12 steps of 0.2 s outlast the first client
-        time.sleep(0.2)
-        return step(live)
+    def slowed(call):  # every device call 0.3 s: 12 tokens take 3 or more, past the timeout
+        def slow(live):
+            time.sleep(0.3)
+            return call(live)
 
-    monkeypatch.setattr(service.engine, "step", slow_step)
+        return slow
+
+    for name in ("step", "steps"):  # one-token and multi-token ticks
+        monkeypatch.setattr(service.engine, name, slowed(getattr(service.engine, name)))
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{url}/v1/predict", json={"inputs": [TEXT], "max_new_tokens": 12}, timeout=0.5)
     with httpx.stream(

@@ -37,6 +37,12 @@ def test_a_compaction_plan_moves_rows_above_the_live_bucket_into_the_lowest_hole
     live[[1, 2]] = True  # full up to the last one: nothing to move
     assert engine.compaction(live) == []
     assert engine.compaction(np.zeros(32, bool)) == []
+    live[:] = False
+    live[1] = True  # a lone row moves to slot 0: its multi-token ticks then step one slot
+    assert engine.compaction(live) == [(1, 0)]
+    live = np.zeros(32, bool)
+    live[0] = True
+    assert (engine.step_rows(live, 1), engine.step_rows(live, 8)) == (2, 1)
     assert engine.max_moves() == 16
 
 
