@@ -10,9 +10,10 @@ identical for every side. The models are benchmarks/serve.py's (the `make demo` 
 config and T5 1.1 small, random weights, float32, the EOS logit's column zeroed so that every
 request makes exactly its max_new_tokens). For each (model, scheduler, rate): completed
 requests/s and new tokens/s over the window from the first arrival to the last answer, p50 and
-p99 time to first token (TTFT) and latency, and requests not answered within --timeout. Each
-scheduler runs in its own `t5forge serve` process, one after the other, and its ready time is
-recorded.
+p99 time to first token (TTFT) and latency, and requests not answered within --timeout, each
+the median of --repeats windows of the same arrivals run back to back (every window's p99
+latency and p50 TTFT are printed and kept: the spread). Each scheduler runs in its own
+`t5forge serve` process, one after the other, and its ready time is recorded.
 
 Start-up comes first, for the models in --startup_models: benchmarks/serve_startup.py's first
 start on an empty compile cache and --restarts restarts on the one it filled, each timed to
@@ -122,35 +123,68 @@ async def _offer(url: str, requests: list[dict], timeout: float) -> list[dict]:
         return await asyncio.gather(*tasks)
 
 
-def _level(bench, side: str, url: str, pid: int, requests: list[dict], args) -> dict:
-    cpu = harness.pid_cpu_seconds(pid)
+def _window(url: str, requests: list[dict], cpu, args) -> dict:
+    """One window of `requests`: completed requests, its length (first arrival to last answer),
+    the server's CPU-seconds, new tokens/s and the latency percentiles (ms)."""
     cpu_before = cpu()
     outcomes = asyncio.run(_offer(url, requests, args.timeout))
     answered = [o for o in outcomes if o["latency"] is not None]
     window = max((o["finished"] for o in answered), default=args.seconds)
-    samples = harness.Samples(seconds=[window], cpu_seconds=[cpu() - cpu_before])
 
     def percentile(name: str, q: float) -> float | None:
         return float(np.percentile([o[name] for o in answered], q) * 1000) if answered else None
 
+    return {
+        "answered": len(answered),
+        "failed": len(outcomes) - len(answered),
+        "window": window,
+        "cpu": cpu() - cpu_before,
+        "new_tokens_per_s": sum(o["tokens"] for o in answered) / window,
+        "p50_ttft_ms": percentile("ttft", 50),
+        "p99_ttft_ms": percentile("ttft", 99),
+        "p50_ms": percentile("latency", 50),
+        "p99_ms": percentile("latency", 99),
+    }
+
+
+def _median(values: list) -> float | None:
+    known = [v for v in values if v is not None]
+    return float(np.median(known)) if known else None
+
+
+def _level(bench, side: str, url: str, pid: int, requests: list[dict], args) -> dict:
+    """The level's --repeats windows back to back (the same arrivals each time): the median of
+    each figure, with every window's p99 latency and p50 TTFT kept for the spread."""
+    cpu = harness.pid_cpu_seconds(pid)
+    runs = [_window(url, requests, cpu, args) for _ in range(args.repeats)]
+    samples = harness.Samples(
+        seconds=[run["window"] for run in runs], cpu_seconds=[run["cpu"] for run in runs]
+    )
+    figures = ("new_tokens_per_s", "p50_ttft_ms", "p99_ttft_ms", "p50_ms", "p99_ms")
     summary = bench.record(
         side,
         samples,
-        len(answered),
+        _median([run["answered"] for run in runs]),
         "requests/s",
         offered=len(requests),
-        failed=len(outcomes) - len(answered),
-        new_tokens_per_s=sum(o["tokens"] for o in answered) / window,
-        p50_ttft_ms=percentile("ttft", 50),
-        p99_ttft_ms=percentile("ttft", 99),
-        p50_ms=percentile("latency", 50),
-        p99_ms=percentile("latency", 99),
+        failed=max(run["failed"] for run in runs),
+        **{name: _median([run[name] for run in runs]) for name in figures},
+        p99_ms_runs=[run["p99_ms"] for run in runs],
+        p50_ttft_ms_runs=[run["p50_ttft_ms"] for run in runs],
     )
+    spread = ""
+    if args.repeats > 1:
+        shown = {
+            name: "/".join(f"{value or 0:.0f}" for value in summary[f"{name}_runs"])
+            for name in ("p99_ms", "p50_ttft_ms")
+        }
+        spread = f" (windows: p99 {shown['p99_ms']}, TTFT p50 {shown['p50_ttft_ms']})"
     print(
-        f"    {len(answered)}/{len(requests)} answered, {summary['new_tokens_per_s']:.0f} new "
+        f"    {_median([run['answered'] for run in runs]):.0f}/{len(requests)} answered, "
+        f"{summary['new_tokens_per_s']:.0f} new "
         f"tokens/s, TTFT p50/p99 {summary['p50_ttft_ms'] or 0:.0f}/"
         f"{summary['p99_ttft_ms'] or 0:.0f} ms, latency p50/p99 {summary['p50_ms'] or 0:.0f}/"
-        f"{summary['p99_ms'] or 0:.0f} ms",
+        f"{summary['p99_ms'] or 0:.0f} ms{spread}",
         flush=True,
     )
     return summary
@@ -332,6 +366,9 @@ def main() -> int:
         "--rates", nargs="+", type=float, help="offered requests/s (default: per model, RATES)"
     )
     parser.add_argument("--seconds", type=float, default=60, help="arrivals per level, seconds")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="windows per level (medians, spread printed)"
+    )
     parser.add_argument("--timeout", type=float, default=300, help="a request's longest wait")
     parser.add_argument("--max_batch_size", type=int, default=32, help="decode slots / batch")
     parser.add_argument("--seed", type=int, default=0, help="of the arrivals and lengths")
@@ -368,6 +405,8 @@ def main() -> int:
             args.settle_seconds = 0
         if "--restarts" not in given:
             args.restarts = 1
+        if "--repeats" not in given:
+            args.repeats = 1
 
     bench = harness.Benchmark.from_args("serve_load", args)
     sentences = serve.validation_sentences()
