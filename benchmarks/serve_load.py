@@ -137,6 +137,7 @@ def _window(url: str, requests: list[dict], cpu, args) -> dict:
     return {
         "answered": len(answered),
         "failed": len(outcomes) - len(answered),
+        "failures": sorted(str(o["status"]) for o in outcomes if o["latency"] is None),
         "window": window,
         "cpu": cpu() - cpu_before,
         "new_tokens_per_s": sum(o["tokens"] for o in answered) / window,
@@ -168,6 +169,7 @@ def _level(bench, side: str, url: str, pid: int, requests: list[dict], args) -> 
         "requests/s",
         offered=len(requests),
         failed=max(run["failed"] for run in runs),
+        failures=[failure for run in runs for failure in run["failures"]],  # status or error
         **{name: _median([run[name] for run in runs]) for name in figures},
         p99_ms_runs=[run["p99_ms"] for run in runs],
         p50_ttft_ms_runs=[run["p50_ttft_ms"] for run in runs],
