@@ -159,6 +159,7 @@ class ContinuousBatcher(Batcher):
             self._on_batch(self._group, int(live.sum()))
         engine, started = self._engine, time.perf_counter()
         ticks = self._ticks(admitted, live)
+        rows = engine.step_rows(live, ticks)  # the slots its step covers, for its cost
 
         def on_device():
             begun = time.perf_counter()
@@ -184,7 +185,6 @@ class ContinuousBatcher(Batcher):
             self._device_done = time.perf_counter()
             self._on_phase("step" if ticks == 1 else "multi_step", self._device_done - stepping)
             if not admitted and not moves:  # else it includes their work (dispatched async)
-                rows = engine.step_rows(live, ticks)
                 self._costs.record(ticks, rows, self._device_done - stepping)
             return tokens, log_likelihood
 
