@@ -223,3 +223,31 @@ def test_two_threads_wanting_one_program_compile_it_once():
     late.join(timeout=60)
     assert lowerings == ["first"] and store.compiled == 1
     assert len(results) == 2 and results[0] is results[1]
+
+
+def test_a_program_is_found_again_by_its_arguments_shapes_dtypes_and_options():
+    """Each call looks its executable up by shapes, dtypes and static options (the fast key
+    that replaced formatting the signature per call): equal ones find the program compiled
+    first, and any difference is another program, never the wrong one run."""
+    store = ExecutableStore.in_memory()
+    lowerings = []
+
+    class Counted:
+        def lower(self, weights, x, *, scale):
+            lowerings.append((x.shape, x.dtype.name, scale))
+            return jax.jit(lambda w, v: w.sum() * (v * scale).sum()).lower(weights, x)
+
+    weights = jnp.ones((4,))
+    first = store.compile("p", Counted(), None, weights, jnp.ones((4,)), scale=2)
+    again = store.compile("p", Counted(), None, weights, jnp.zeros((4,)), scale=2)
+    assert again is first and len(lowerings) == 1
+    store.compile("p", Counted(), None, weights, jnp.ones((4,), jnp.bfloat16), scale=2)
+    store.compile("p", Counted(), None, weights, jnp.ones((8,)), scale=2)
+    store.compile("p", Counted(), None, weights, jnp.ones((4,)), scale=3)
+    assert lowerings == [
+        ((4,), "float32", 2),
+        ((4,), "bfloat16", 2),
+        ((8,), "float32", 2),
+        ((4,), "float32", 3),
+    ]
+    assert store.compiled == 4
