@@ -220,11 +220,14 @@ class BaseModel(abc.ABC):
     # ------------------------------------------------------------------ decoding
 
     @abc.abstractmethod
-    def decoding_state(self, params, batch, max_decode_length: int):
+    def decoding_state(
+        self, params, batch, max_decode_length: int, select_cache_reads: bool = False
+    ):
         """(decoder prompt int32[B, L], initial cache, tokens_to_logits) for models.decoding.
 
         tokens_to_logits(token_ids int32[N, 1], cache, step) -> (logits f32[N, V], new cache);
         every cache leaf has the batch as its leading axis, as decoding.py expects.
+        `select_cache_reads` is for a step of one row (network_layers.DecoderLayer).
         """
 
     def _postprocess(self, sequences, prompt):
@@ -395,7 +398,9 @@ class EncoderDecoderModel(BaseModel):
         logits = self.network.apply({"params": params}, encoder_tokens, start, start + 1)
         return logits[:, 0]
 
-    def decoding_state(self, params, batch, max_decode_length: int):
+    def decoding_state(
+        self, params, batch, max_decode_length: int, select_cache_reads: bool = False
+    ):
         encoder_tokens = jnp.asarray(batch["encoder_input_tokens"], jnp.int32)
         init_network = build_network(
             self.config, decode_mode=INIT_CACHE, cache_length=max_decode_length
@@ -411,7 +416,10 @@ class EncoderDecoderModel(BaseModel):
             lineage=jnp.zeros((encoder_tokens.shape[0], 1, max_decode_length), jnp.int32),
         )
         step_network = build_network(
-            self.config, decode_mode=DECODE_STEP, cache_length=max_decode_length
+            self.config,
+            decode_mode=DECODE_STEP,
+            cache_length=max_decode_length,
+            select_cache_reads=select_cache_reads,
         )
 
         def tokens_to_logits(token_ids, cache, step):
@@ -478,7 +486,9 @@ class DecoderOnlyModel(BaseModel):
         last_prefix = jnp.maximum(jnp.sum(causal, axis=1) - 1, 0)
         return jnp.take_along_axis(logits, last_prefix[:, None, None], axis=1)[:, 0]
 
-    def decoding_state(self, params, batch, max_decode_length: int):
+    def decoding_state(
+        self, params, batch, max_decode_length: int, select_cache_reads: bool = False
+    ):
         tokens = jnp.asarray(batch["decoder_input_tokens"], jnp.int32)
         causal = batch.get("decoder_causal_attention")
         causal = jnp.zeros_like(tokens) if causal is None else jnp.asarray(causal, jnp.int32)
@@ -504,7 +514,10 @@ class DecoderOnlyModel(BaseModel):
             lineage=jnp.zeros((tokens.shape[0], 1, max_decode_length), jnp.int32),
         )
         step_network = build_network(
-            self.config, decode_mode=DECODE_STEP, cache_length=max_decode_length
+            self.config,
+            decode_mode=DECODE_STEP,
+            cache_length=max_decode_length,
+            select_cache_reads=select_cache_reads,
         )
 
         def tokens_to_logits(token_ids, cache, step):

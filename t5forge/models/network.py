@@ -200,6 +200,7 @@ class Decoder(nn.Module):
     deterministic: bool = True
     decode_mode: str = TEACHER_FORCED
     cache_length: int = 0
+    select_cache_reads: bool = False  # see DecoderLayer
 
     def setup(self):
         cfg = self.config
@@ -216,6 +217,7 @@ class Decoder(nn.Module):
             deterministic=self.deterministic,
             decode_mode=self.decode_mode,
             cache_length=self.cache_length,
+            select_cache_reads=self.select_cache_reads,
         )
         self.decoder_norm = layer_norm(cfg)
         self.embed_dropout = Dropout(cfg.dropout_rate, broadcast_dims=(-2,))
@@ -296,6 +298,7 @@ class _Network(nn.Module):
     deterministic: bool = True
     decode_mode: str = TEACHER_FORCED
     cache_length: int = 0
+    select_cache_reads: bool = False  # see DecoderLayer
 
     def setup(self):
         if self.decode_mode not in DECODE_MODES:
@@ -305,7 +308,14 @@ class _Network(nn.Module):
         if not cfg.separate_embeddings:
             self.token_embedder = _embedder(cfg)
             shared = self.token_embedder
-        self.decoder = Decoder(cfg, shared, self.deterministic, self.decode_mode, self.cache_length)
+        self.decoder = Decoder(
+            cfg,
+            shared,
+            self.deterministic,
+            self.decode_mode,
+            self.cache_length,
+            self.select_cache_reads,
+        )
 
 
 class EncoderDecoder(_Network):
@@ -403,6 +413,7 @@ class DecoderOnly(_Network):
 
 
 def build_network(config: T5Config, **mode) -> nn.Module:
-    """The flax module for `config` (`mode`: deterministic, decode_mode, cache_length)."""
+    """The flax module for `config` (`mode`: deterministic, decode_mode, cache_length,
+    select_cache_reads)."""
     network_cls = DecoderOnly if config.is_decoder_only else EncoderDecoder
     return network_cls(config, **mode)

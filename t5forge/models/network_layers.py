@@ -209,6 +209,10 @@ class DecoderLayer(nn.Module):
     cache_length: int = 0
     attention_kind: str = FULL_ATTENTION
     sparse: bool = False  # a mixture-of-experts MLP (T5Config.sparse_layers)
+    # A decoding step of one row: self-attention reads its cache through a select of the new
+    # position (MultiHeadAttention.decode_step), which XLA does not copy as it copies a lone
+    # row's written cache. Rows decoded together write in place, and keep reading the writes.
+    select_cache_reads: bool = False
 
     @nn.compact
     def __call__(self, x, encoded, self_bias, cross_bias, index, write, rope_positions):
@@ -237,11 +241,13 @@ class DecoderLayer(nn.Module):
         x = constrain(x, axes.BATCH, axes.LENGTH, axes.EMBED)
         h = layer_norm(cfg, "pre_self_attention_layer_norm")(x)
         if merged and mode == DECODE_STEP:
-            h = self_attention.merged_step(h, self_bias, cross_bias, index, write)
+            h = self_attention.merged_step(
+                h, self_bias, cross_bias, index, write, self.select_cache_reads
+            )
         elif merged:
             h = self_attention.merged(h, encoded, self_bias, cross_bias, det, rope_positions)
         elif mode == DECODE_STEP:
-            h = self_attention.decode_step(h, self_bias, index, write)
+            h = self_attention.decode_step(h, self_bias, index, write, self.select_cache_reads)
         elif mode == PREFILL:
             h = self_attention.prefill(h, self_bias, det, rope_positions)
         else:

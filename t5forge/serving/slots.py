@@ -197,9 +197,10 @@ class SlotDecoder:
             for name, value in full_fixed.items()
         }
         dummy = jnp.zeros((1, width), jnp.int32)
-        # Only the step function is used; XLA drops the unused encoding of the dummy row.
+        # Only the step function is used; XLA drops the unused encoding of the dummy row. A
+        # lone row reads its self-attention caches through a select (DecoderLayer).
         _, _, tokens_to_logits = self.model.decoding_state(
-            params, {"encoder_input_tokens": dummy}, self.cache_length
+            params, {"encoder_input_tokens": dummy}, self.cache_length, select_cache_reads=rows == 1
         )
 
         def one_row(token, per_row, per_input, lineage, step):

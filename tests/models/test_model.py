@@ -172,6 +172,42 @@ def test_beams_reading_their_cache_through_a_lineage_equal_beams_that_copy_it(
     assert all(len({tuple(beam) for beam in row}) == 4 for row in np.asarray(sequences).tolist())
 
 
+@pytest.mark.parametrize(
+    "config_name, scan_layers",
+    [("t5_1_1/tiny", False), ("t5_1_1/tiny", True), ("decoder_only/tiny", False)],
+)
+def test_a_step_reading_its_cache_through_a_select_equals_one_reading_the_write(
+    config_name, scan_layers
+):
+    # select_cache_reads (the server's lone-row step) reads the new position through a select
+    # over the cache as it was, not through the written cache: the same numbers, so the same
+    # logits and the same cache, bit for bit, step after step.
+    config = get_config(config_name, dtype="float32", vocab_size=VOCAB, scan_layers=scan_layers)
+    model = build_model(config)
+    params = model.init_params(jax.random.PRNGKey(4))
+    if config.is_decoder_only:
+        inputs = _prompted_rows(10)
+    else:
+        inputs = {"encoder_input_tokens": np.random.RandomState(2).randint(2, VOCAB, (3, 7))}
+    steps, programs = {}, {}
+    for select in (False, True):
+        _, cache, tokens_to_logits = model.decoding_state(
+            params, inputs, 10, select_cache_reads=select
+        )
+        step = jax.jit(tokens_to_logits)
+        token, outputs = jnp.ones((3, 1), jnp.int32), []
+        programs[select] = step.lower(token, cache, jnp.int32(0)).as_text()
+        for position in range(5):
+            logits, cache = step(token, cache, jnp.int32(position))
+            token = jnp.argmax(logits, axis=-1)[:, None].astype(jnp.int32)
+            outputs.append((logits, cache))
+        steps[select] = outputs
+    for (logits, cache), (selected_logits, selected_cache) in zip(steps[False], steps[True]):
+        np.testing.assert_array_equal(logits, selected_logits)
+        jax.tree.map(np.testing.assert_array_equal, cache, selected_cache)
+    assert programs[False] != programs[True]  # the option did reach the attention layers
+
+
 def test_decodes_sharing_an_encoder_memory_equal_decodes_of_repeated_inputs(encdec, batch):
     # num_decodes samples read each input's cross-attention keys/values once (DecodingCache's
     # per_input); the same rows given as repeated inputs, one decode each, own their copies.
