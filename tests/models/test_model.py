@@ -140,23 +140,36 @@ def _prompted_rows(length):
     return {"decoder_input_tokens": tokens, "decoder_causal_attention": causal}
 
 
-@pytest.mark.parametrize(
+# Both network kinds, and a scanned stack (whose caches gain a layer axis).
+DECODING_MODELS = pytest.mark.parametrize(
     "config_name, scan_layers",
     [("t5_1_1/tiny", False), ("t5_1_1/tiny", True), ("decoder_only/tiny", False)],
 )
+
+
+def _decoding_model(config_name: str, scan_layers: bool):
+    """(model, params, inputs of 3 rows) for decoding_state: prompts for a decoder-only
+    model, encoder tokens for an encoder-decoder."""
+    config = get_config(config_name, dtype="float32", vocab_size=VOCAB, scan_layers=scan_layers)
+    model = build_model(config)
+    params = model.init_params(jax.random.PRNGKey(3))
+    if config.is_decoder_only:
+        return model, params, _prompted_rows(10)
+    return (
+        model,
+        params,
+        {"encoder_input_tokens": np.random.RandomState(1).randint(2, VOCAB, (3, 7))},
+    )
+
+
+@DECODING_MODELS
 def test_beams_reading_their_cache_through_a_lineage_equal_beams_that_copy_it(
     config_name, scan_layers
 ):
     # Both models' steps read their self-attention cache through DecodingCache.lineage, so beam
     # search reorders that table instead of every beam's keys and values. Dropping the lineage
     # makes the loop copy the cache rows as before: both must pick the same beams.
-    config = get_config(config_name, dtype="float32", vocab_size=VOCAB, scan_layers=scan_layers)
-    model = build_model(config)
-    params = model.init_params(jax.random.PRNGKey(3))
-    if config.is_decoder_only:
-        inputs = _prompted_rows(10)
-    else:
-        inputs = {"encoder_input_tokens": np.random.RandomState(1).randint(2, VOCAB, (3, 7))}
+    model, params, inputs = _decoding_model(config_name, scan_layers)
     prompt, cache, tokens_to_logits = model.decoding_state(params, inputs, 10)
     assert cache.lineage.shape == (3, 1, 10)
 
@@ -172,23 +185,14 @@ def test_beams_reading_their_cache_through_a_lineage_equal_beams_that_copy_it(
     assert all(len({tuple(beam) for beam in row}) == 4 for row in np.asarray(sequences).tolist())
 
 
-@pytest.mark.parametrize(
-    "config_name, scan_layers",
-    [("t5_1_1/tiny", False), ("t5_1_1/tiny", True), ("decoder_only/tiny", False)],
-)
+@DECODING_MODELS
 def test_a_step_reading_its_cache_through_a_select_equals_one_reading_the_write(
     config_name, scan_layers
 ):
     # select_cache_reads (the server's lone-row step) reads the new position through a select
     # over the cache as it was, not through the written cache: the same numbers, so the same
     # logits and the same cache, bit for bit, step after step.
-    config = get_config(config_name, dtype="float32", vocab_size=VOCAB, scan_layers=scan_layers)
-    model = build_model(config)
-    params = model.init_params(jax.random.PRNGKey(4))
-    if config.is_decoder_only:
-        inputs = _prompted_rows(10)
-    else:
-        inputs = {"encoder_input_tokens": np.random.RandomState(2).randint(2, VOCAB, (3, 7))}
+    model, params, inputs = _decoding_model(config_name, scan_layers)
     steps, programs = {}, {}
     for select in (False, True):
         _, cache, tokens_to_logits = model.decoding_state(
