@@ -217,8 +217,8 @@ class MultiHeadAttention(nn.Module):
         values read as a select of the new position over the cache as it was. For one row
         stepped in a loop (the server's lone row) XLA fuses the written cache twice, into the
         loop's carry and into the attention's read, and copies each cache ~5 times per token
-        (39 copies of 128 KB for the demo model); the select leaves 12 and the 8-token call
-        ~9% faster. Where rows are stepped together the write is a scatter done in place, and
+        (36-39 copies of 128 KB for the demo model); the select leaves 12 and the 8-token call
+        7-8% faster. Where rows are stepped together the write is a scatter done in place, and
         the select (a fresh copy of every row's cache per token) made calls 1.2-1.9x slower.
         """
         key = self.get_variable("cache", "key")
