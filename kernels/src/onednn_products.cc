@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "dnnl.hpp"
@@ -136,14 +137,32 @@ ffi::Error Bf16MatmulImpl(ffi::Buffer<ffi::BF16> a, ffi::Buffer<ffi::BF16> b,
   return ffi::Error::Success();
 }
 
-// out[i, j] = float(acc[i, j]) * x_scale[i] * w_scale[j], in that order (as XLA's reference).
-template <typename Store>
-void scale_rows(const int32_t* acc, const float* x_scale, const float* w_scale, int64_t m,
-                int64_t n, Store store) {
-#pragma omp parallel for if (m * n > (1 << 16))
+// out[i, j] = float(acc[i, j]) * x_scale[i] * w_scale[j], in that order (as XLA's reference),
+// one row at a time in vector registers (the widest the CPU has): the pass reads and writes
+// every output once, so a scalar loop cost more than the product on wide, short-K shapes
+// (T5's logits). `out` may be `acc` itself (the same element read, then written).
+#if defined(__x86_64__) && defined(__GNUC__)
+#define T5FORGE_WIDEST_VECTORS __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define T5FORGE_WIDEST_VECTORS
+#endif
+
+template <typename Out>
+T5FORGE_WIDEST_VECTORS void scale_rows(
+    const int32_t* acc, const float* x_scale, const float* w_scale, int64_t m, int64_t n,
+    Out* out) {
   for (int64_t i = 0; i < m; ++i) {
+    const int32_t* row = acc + i * n;
+    Out* row_out = out + i * n;
+    const float row_scale = x_scale[i];
+#pragma omp simd
     for (int64_t j = 0; j < n; ++j) {
-      store(i * n + j, static_cast<float>(acc[i * n + j]) * x_scale[i] * w_scale[j]);
+      const float value = static_cast<float>(row[j]) * row_scale * w_scale[j];
+      if constexpr (std::is_same_v<Out, float>) {
+        row_out[j] = value;
+      } else {
+        row_out[j] = to_bf16(value);
+      }
     }
   }
 }
@@ -166,14 +185,13 @@ ffi::Error scaled_int8_product(ProductKind kind, ffi::Buffer<ffi::S8>& x, void* 
     auto* result = static_cast<float*>(out->untyped_data());
     run(*product, x.untyped_data(), weights, result);
     const auto* acc = reinterpret_cast<const int32_t*>(result);
-    scale_rows(acc, xs, ws, m, n, [&](int64_t at, float value) { result[at] = value; });
+    scale_rows(acc, xs, ws, m, n, result);
   } else if (out->element_type() == ffi::BF16) {
     thread_local std::vector<int32_t> acc;
     acc.resize(static_cast<size_t>(m * n));
     run(*product, x.untyped_data(), weights, acc.data());
     auto* result = static_cast<uint16_t*>(out->untyped_data());
-    scale_rows(acc.data(), xs, ws, m, n,
-               [&](int64_t at, float value) { result[at] = to_bf16(value); });
+    scale_rows(acc.data(), xs, ws, m, n, result);
   } else {
     return ffi::Error::InvalidArgument("int8_matmul's output must be float32 or bfloat16");
   }
