@@ -141,7 +141,7 @@ ffi::Error Bf16MatmulImpl(ffi::Buffer<ffi::BF16> a, ffi::Buffer<ffi::BF16> b,
 // one row at a time in vector registers (the widest the CPU has): the pass reads and writes
 // every output once, so a scalar loop cost more than the product on wide, short-K shapes
 // (T5's logits). `out` may be `acc` itself (the same element read, then written).
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__)  // ifunc: ELF on Linux
 #define T5FORGE_WIDEST_VECTORS __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define T5FORGE_WIDEST_VECTORS
