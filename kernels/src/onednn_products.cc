@@ -5,13 +5,13 @@
 // plain [K, N] or packed once into oneDNN's blocked layout (pack_int8_weights).
 #include "onednn_products.h"
 
-#include <cstring>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "dnnl.hpp"
 #include "primitive_cache.h"
+#include "vector_support.h"
 
 namespace t5forge_kernels {
 namespace {
@@ -100,14 +100,6 @@ ffi::Error check_matrix(const char* name, ffi::Span<const int64_t> dims) {
   return ffi::Error::Success();
 }
 
-uint16_t to_bf16(float value) {  // round to nearest even, as XLA's convert does
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof(bits));
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
 ffi::Error Bf16MatmulImpl(ffi::Buffer<ffi::BF16> a, ffi::Buffer<ffi::BF16> b,
                           ffi::Result<ffi::AnyBuffer> out, int64_t contract_a,
                           int64_t contract_b) {
@@ -141,12 +133,6 @@ ffi::Error Bf16MatmulImpl(ffi::Buffer<ffi::BF16> a, ffi::Buffer<ffi::BF16> b,
 // one row at a time in vector registers (the widest the CPU has): the pass reads and writes
 // every output once, so a scalar loop cost more than the product on wide, short-K shapes
 // (T5's logits). `out` may be `acc` itself (the same element read, then written).
-#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__)  // ifunc: ELF on Linux
-#define T5FORGE_WIDEST_VECTORS __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define T5FORGE_WIDEST_VECTORS
-#endif
-
 template <typename Out>
 T5FORGE_WIDEST_VECTORS void scale_rows(
     const int32_t* acc, const float* x_scale, const float* w_scale, int64_t m, int64_t n,
