@@ -44,7 +44,7 @@ $(VENV)/.installed-kernels: $(KERNEL_SOURCES) | $(VENV)/bin/python
 	  && $(PIP) install -q --no-deps onednn-devel==2026.1.0 \
 	  && $(PIP) install -q --no-build-isolation ./kernels \
 	  && $(PY) -c "import t5forge_kernels"; } >$(KERNEL_LOG) 2>&1; then \
-	  echo "t5forge_kernels: built; t5forge runs oneDNN's bf16 and int8 CPU products"; \
+	  echo "t5forge_kernels: built; t5forge runs oneDNN's bf16 and int8 products and its decode attention"; \
 	  touch $@; \
 	else \
 	  echo "t5forge_kernels: build failed (see $(KERNEL_LOG)); t5forge runs XLA's CPU products"; \

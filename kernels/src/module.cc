@@ -3,6 +3,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 
+#include "decode_attention.h"
 #include "onednn_products.h"
 
 namespace nb = nanobind;
@@ -17,6 +18,8 @@ NB_MODULE(t5forge_kernels, m) {
         nb::capsule(reinterpret_cast<void*>(t5forge_kernels::Int8Matmul));
     targets["t5forge_packed_int8_matmul"] =
         nb::capsule(reinterpret_cast<void*>(t5forge_kernels::PackedInt8Matmul));
+    targets["t5forge_decode_attention"] =
+        nb::capsule(reinterpret_cast<void*>(t5forge_kernels::DecodeAttention));
     return targets;
   }, "Target name -> PyCapsule of its XLA FFI handler.");
   m.def(

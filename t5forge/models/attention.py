@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from t5forge.errors import ConfigError
+from t5forge.models import native_attention
 from t5forge.models.products import einsum_product
 
 CUDNN_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
@@ -154,8 +155,13 @@ def cached_attention(query, key, value, bias, softcap=None, with_lse=False):
     transpose it every step). With q > 1, batch and heads are folded into one batch axis:
     XLA:CPU runs that dot about 3x faster than the same einsum with two batch axes, while at
     q = 1 the einsum is as fast. Returns [B, q, H, D]; float32 logits and softmax (and the
-    log-sum-exp [B, q, H] `with_lse`).
+    log-sum-exp [B, q, H] `with_lse`). Where the compiled decode attention runs, it does this
+    (native_attention).
     """
+    if softcap is None and not with_lse and native_attention.runs_here(query, key, value):
+        return native_attention.decode_attention(
+            query, key, value, None if bias is None else bias[:, None]
+        )
     if query.shape[2] == 1:
         return explicit_attention(query, key, value, bias, softcap=softcap, with_lse=with_lse)
     batch, heads, queries, head_dim = query.shape
@@ -190,8 +196,15 @@ def slot_attention(query, key, value, bias, softcap=None, with_lse=False):
     of cached_attention's dots, which are small next to the step's projections) and the
     softmax runs over rows and positions together. With S = 1 every row reads its own cache:
     that is cached_attention. Returns [G, R, H, D]; float32 logits and softmax (and the
-    log-sum-exp [G, R, H] `with_lse`).
+    log-sum-exp [G, R, H] `with_lse`). Where the compiled decode attention runs, it does this
+    (native_attention).
     """
+    if (
+        softcap is None
+        and not with_lse
+        and native_attention.runs_here(query, key, value, bias.shape[1])
+    ):
+        return native_attention.decode_attention(query, key, value, bias)
     slots = bias.shape[1]
     if slots == 1:
         return cached_attention(query, key, value, bias[:, 0], softcap, with_lse)

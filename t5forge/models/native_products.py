@@ -77,11 +77,12 @@ def onednn_version() -> str | None:
     return module.onednn_version() if module is not None else None
 
 
-def _require() -> None:
+def require() -> None:
+    """One clear error where the compiled module is not there (its callers check first)."""
     if not available():
         raise ConfigError(
-            "t5forge's compiled CPU products are off: build them with `make install` (needs a "
-            "C++ compiler), or check native_products.available() and use XLA's products"
+            "t5forge's compiled CPU kernels are off: build them with `make install` (needs a "
+            "C++ compiler), or check native_products.available() and use XLA's formulation"
         )
 
 
@@ -109,7 +110,7 @@ def bf16_matmul(
     (contract_b=1); the result is [M, N] in out_dtype (float32 or bfloat16). The weight
     gradient x^T @ g is `bf16_matmul(x, g, contract_a=0, contract_b=0, ...)`.
     """
-    _require()
+    require()
     _check_matrix("a", a, jnp.bfloat16)
     _check_matrix("b", b, jnp.bfloat16)
     for name, axis in (("contract_a", contract_a), ("contract_b", contract_b)):
@@ -173,7 +174,7 @@ class PackedInt8Weights:
 
 def pack_int8_weights(w_q: Any) -> PackedInt8Weights:
     """int8 [K, N] weights packed once for every `int8_matmul` on them (outside jit)."""
-    _require()
+    require()
     try:
         weights = np.ascontiguousarray(np.asarray(w_q))
     except jax.errors.TracerArrayConversionError:
@@ -196,7 +197,7 @@ def int8_matmul(
     `pack_int8_weights`) with float32 per-column scales [N]; the result [M, N] in out_dtype
     (float32 or bfloat16).
     """
-    _require()
+    require()
     _check_matrix("x_q", x_q, jnp.int8)
     packed = isinstance(w_q, PackedInt8Weights)
     if not packed:

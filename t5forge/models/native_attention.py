@@ -1,0 +1,82 @@
+"""A decoding step's attention as one compiled call, reading only the positions a query sees.
+
+XLA:CPU runs a step's attention as two batched dots with the softmax fused between them
+(YNNPACK), a few MFLOP that cost far more than their arithmetic (docs/performance.md: the
+slot attention took ~7 of a 15 ms beam-4 step of T5 1.1 small) and that read every position of
+every cache row, masked or not. The compiled module's `t5forge_decode_attention`
+(kernels/src/decode_attention.cc) scores each query only at the positions its bias leaves
+visible (causally written so far; under beam search, the beam it descends from) and skips the
+rest, which XLA weighs by exactly 0. Float32 logits, softmax and context, as attention.py's.
+
+Used by attention.cached_attention and attention.slot_attention where the compiled products
+run (native_products.replaces_xla_here), without soft-capping or a log-sum-exp; everywhere
+else they keep XLA's formulation.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from t5forge.errors import ConfigError
+from t5forge.models import native_products
+
+_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
+
+
+def runs_here(query, key, value, slots: int = 1) -> bool:
+    """Whether `decode_attention` takes these operands on this machine: several decodes per
+    input (beams, samples: query [G, H, R > 1, D]) or several cache rows each (`slots` > 1).
+
+    One query over one row (greedy, the server's rows) stays with XLA, whose matrix-vector
+    dots were as fast as the kernel in wall time (greedy T5 1.1 small, batch 8, int8: 0.48 s
+    both, the kernel on two threads; 0.53 s on one)."""
+    dtype = jnp.dtype(query.dtype)
+    return (
+        query.shape[2] * slots > 1
+        and query.shape[-1] % 16 == 0  # the kernel's vectors
+        and dtype in _DTYPES
+        and key.dtype == dtype
+        and value.dtype == dtype
+        and native_products.replaces_xla_here()
+    )
+
+
+def _check_shapes(query, key, value, bias) -> None:
+    """One clear error for operands the kernel cannot read (instead of XLA's at run time)."""
+    fits = len(query) == 4 and len(key) == 4 and key == value and len(bias) == 5
+    if fits:
+        groups, heads, queries, head_dim = query
+        slots = bias[1]
+        fits = (
+            key[0] == groups * slots
+            and key[1] == heads
+            and key[3] == head_dim
+            and head_dim % 16 == 0
+            and bias[4] == key[2]
+            and all(b in (1, full) for b, full in zip(bias[::2][:2], (groups, heads)))
+            and bias[3] in (1, queries)
+        )
+    if not fits:
+        raise ConfigError(
+            "decode_attention wants query [G, H, R, D] (D a multiple of 16), key = value "
+            f"[G*S, H, L, D] and bias [G|1, S, H|1, R|1, L]; got query {query}, key {key}, "
+            f"value {value}, bias {bias}"
+        )
+
+
+def decode_attention(query, key, value, bias):
+    """softmax(q k^T + bias) v for queries [G, H, R, D] over key/value [G * S, H, L, D], the
+    softmax over each input's S rows and L positions together; bias [G or 1, S, H or 1, R or 1,
+    L] (None: every position of one row each, S = 1). Returns [G, R, H, D] in value's dtype."""
+    native_products.require()
+    groups, heads, queries, head_dim = query.shape
+    if bias is None:
+        bias = jnp.zeros((1, 1, 1, 1, key.shape[2]), jnp.float32)
+    _check_shapes(query.shape, key.shape, value.shape, bias.shape)
+    call = jax.ffi.ffi_call(
+        "t5forge_decode_attention",
+        jax.ShapeDtypeStruct((groups, queries, heads, head_dim), value.dtype),
+        vmap_method="sequential",
+    )
+    return call(query, key, value, bias.astype(jnp.float32))
