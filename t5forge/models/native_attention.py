@@ -22,18 +22,24 @@ from t5forge.errors import ConfigError
 from t5forge.models import native_products
 
 _DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
+# The cache size (elements of key) from which one query per row goes to the kernel: where its
+# calls are big enough to share with XLA's other threads (kernels/src/decode_attention.cc).
+_ONE_QUERY_MIN_CACHE = 1 << 20
 
 
 def runs_here(query, key, value, slots: int = 1) -> bool:
     """Whether `decode_attention` takes these operands on this machine: several decodes per
-    input (beams, samples: query [G, H, R > 1, D]) or several cache rows each (`slots` > 1).
+    input (beams, samples: query [G, H, R > 1, D]), several cache rows each (`slots` > 1), or
+    one query over one row in a cache of at least _ONE_QUERY_MIN_CACHE elements.
 
-    One query over one row (greedy, the server's rows) stays with XLA, whose matrix-vector
-    dots were as fast as the kernel in wall time (greedy T5 1.1 small, batch 8, int8: 0.48 s
-    both, the kernel on two threads; 0.53 s on one)."""
+    Below that size, one query over one row (greedy at small batches, the server's rows) stays
+    with XLA, whose matrix-vector dots were as fast there (greedy T5 1.1 small, batch 8, int8:
+    0.48 s per generate both ways with the kernel on two threads, 0.53 s on one). Above it the
+    kernel runs on every thread and skips the padding: the demo checkpoint's greedy batch of 100
+    took 1.7-1.8 s instead of 1.9-2.1 s (int8) and 2.1-2.3 s instead of 2.4 s (float32)."""
     dtype = jnp.dtype(query.dtype)
     return (
-        query.shape[2] * slots > 1
+        (query.shape[2] * slots > 1 or key.size >= _ONE_QUERY_MIN_CACHE)
         and query.shape[-1] % 16 == 0  # the kernel's vectors
         and dtype in _DTYPES
         and key.dtype == dtype

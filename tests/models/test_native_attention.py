@@ -102,13 +102,16 @@ def test_a_query_that_sees_nothing_gets_xlas_uniform_softmax(monkeypatch):
 
 
 @needs_extension
-def test_one_query_over_one_row_stays_with_xla():
-    """Greedy steps and the server's rows keep XLA's dots (as fast there: native_attention)."""
+def test_one_query_over_one_row_stays_with_xla_below_a_big_cache():
+    """Greedy steps at small batches and the server's rows keep XLA's dots (as fast there:
+    native_attention.runs_here); beams, slots, and big greedy batches take the kernel."""
     one = jnp.zeros((2, 3, 1, 16))
     rows = jnp.zeros((2, 3, 5, 16))
     assert not native_attention.runs_here(one, rows, rows)
     assert native_attention.runs_here(one, rows, rows, slots=2)
     assert native_attention.runs_here(jnp.zeros((2, 3, 4, 16)), rows, rows)
+    big = jax.ShapeDtypeStruct((128, 4, 64, 64), jnp.float32)  # the demo's greedy batch
+    assert native_attention.runs_here(jax.ShapeDtypeStruct((128, 4, 1, 64), jnp.float32), big, big)
     odd = jnp.zeros((2, 3, 4, 12))  # head_dim not a multiple of the kernel's 16 lanes
     assert not native_attention.runs_here(odd, jnp.zeros((2, 3, 5, 12)), jnp.zeros((2, 3, 5, 12)))
 
