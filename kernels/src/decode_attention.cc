@@ -51,7 +51,8 @@ T5FORGE_INLINE void store(float value, uint16_t* out) { *out = to_bf16(value); }
 T5FORGE_INLINE float rounded(float value, const float*) { return value; }
 T5FORGE_INLINE float rounded(float value, const uint16_t*) { return from_bf16(to_bf16(value)); }
 
-// e^x for x <= 0 (a logit less the row's max), 0 below float32's normal range; within ~2 ulp.
+// e^x for x <= 0 (a logit less the row's max), 0 below float32's normal range; within 3 ulp
+// (checked over [-87.3, 0] against float64).
 T5FORGE_INLINE float exp_nonpositive(float x) {
   const float clamped = x < -88.0f ? -88.0f : x;
   const float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
