@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "decode_attention.h"
+#include "shape_text.h"
 #include "vector_support.h"
 
 namespace t5forge_kernels {
@@ -203,36 +204,36 @@ T5FORGE_WIDEST_VECTORS void attend_pairs(const Sizes& n, const T* query, const T
                                          int64_t first, int64_t last) {
   const int64_t positions = n.positions(), d = n.head_dim;
   thread_local std::vector<float> scratch;
-  thread_local std::vector<int32_t> visible;   // positions s * L + l
-  thread_local std::vector<int64_t> cache_rows;  // their rows' offsets in key/value
+  thread_local std::vector<int64_t> cache_rows;  // the listed positions' rows in key/value
+  thread_local std::vector<float> biases;        // and their biases
   scratch.resize(static_cast<size_t>(d + positions));
-  visible.resize(static_cast<size_t>(positions));
   cache_rows.resize(static_cast<size_t>(positions));
+  biases.resize(static_cast<size_t>(positions));
   float* query_row = scratch.data();  // [D] in float32
-  float* weights = query_row + d;     // the visible positions' logits, then weights
+  float* weights = query_row + d;     // the listed positions' logits, then weights
   LogitBatch<T> logits(d);
   for (int64_t pair = first; pair < last; ++pair) {
     const int64_t g = pair / n.heads, h = pair % n.heads;
     for (int64_t r = 0; r < n.queries; ++r) {
       const T* query_in = query + (pair * n.queries + r) * d;
       for (int64_t i = 0; i < d; ++i) query_row[i] = as_float(query_in[i]);
-      int64_t count = 0;
-      for (int64_t s = 0; s < n.slots; ++s) {
-        const float* row_bias = n.bias_row(bias, g, s, h, r);
-        for (int64_t l = 0; l < n.length; ++l) {
-          visible[count] = static_cast<int32_t>(s * n.length + l);
-          count += row_bias[l] > kMasked;
+      // The visible positions (or, with `every`, all of them), listed without a branch.
+      auto list_positions = [&](bool every) {
+        int64_t count = 0;
+        for (int64_t s = 0; s < n.slots; ++s) {
+          const float* row_bias = n.bias_row(bias, g, s, h, r);
+          for (int64_t l = 0; l < n.length; ++l) {
+            cache_rows[count] = n.cache_row(g, s, h, l);
+            biases[count] = row_bias[l];
+            count += every || row_bias[l] > kMasked;
+          }
         }
-      }
-      if (count == 0) {  // nothing visible: XLA's softmax over every position
-        for (int64_t i = 0; i < positions; ++i) visible[i] = static_cast<int32_t>(i);
-        count = positions;
-      }
+        return count;
+      };
+      int64_t count = list_positions(false);
+      if (count == 0) count = list_positions(true);  // nothing visible: XLA's uniform softmax
       for (int64_t i = 0; i < count; ++i) {
-        const int64_t s = visible[i] / n.length, l = visible[i] % n.length;
-        cache_rows[i] = n.cache_row(g, s, h, l);
-        logits.add(query_row, key + cache_rows[i], n.bias_row(bias, g, s, h, r)[l],
-                   weights + i);
+        logits.add(query_row, key + cache_rows[i], biases[i], weights + i);
       }
       logits.flush();
       float top = kNegativeInfinity;
@@ -298,12 +299,6 @@ void attend_in_parallel(const Sizes& n, const T* query, const T* key, const T* v
   }
 }
 
-std::string dims_text(ffi::Span<const int64_t> dims) {
-  std::string text = "[";
-  for (size_t i = 0; i < dims.size(); ++i) text += (i ? ", " : "") + std::to_string(dims[i]);
-  return text + "]";
-}
-
 ffi::Error DecodeAttentionImpl(ffi::AnyBuffer query, ffi::AnyBuffer key, ffi::AnyBuffer value,
                                ffi::Buffer<ffi::F32> bias, ffi::Result<ffi::AnyBuffer> out,
                                ffi::ThreadPool pool) {
@@ -313,8 +308,8 @@ ffi::Error DecodeAttentionImpl(ffi::AnyBuffer query, ffi::AnyBuffer key, ffi::An
       !std::equal(k.begin(), k.end(), v.begin(), v.end())) {
     return ffi::Error::InvalidArgument(
         "decode_attention wants query [G, H, R, D], key = value [G*S, H, L, D] and bias "
-        "[G|1, S, H|1, R|1, L]; got " + dims_text(q) + ", " + dims_text(k) + ", " +
-        dims_text(v) + ", " + dims_text(b));
+        "[G|1, S, H|1, R|1, L]; got " + shape_text(q) + ", " + shape_text(k) + ", " +
+        shape_text(v) + ", " + shape_text(b));
   }
   Sizes n{q[0], b[1], q[1], q[2], k[2], q[3], b[0], b[2], b[3]};
   const bool fits = k[0] == n.groups * n.slots && k[1] == n.heads && k[3] == n.head_dim &&
@@ -323,8 +318,8 @@ ffi::Error DecodeAttentionImpl(ffi::AnyBuffer query, ffi::AnyBuffer key, ffi::An
                     (n.bias_queries == 1 || n.bias_queries == n.queries);
   if (!fits) {
     return ffi::Error::InvalidArgument("decode_attention: shapes do not fit: query " +
-                                       dims_text(q) + ", key " + dims_text(k) + ", bias " +
-                                       dims_text(b));
+                                       shape_text(q) + ", key " + shape_text(k) + ", bias " +
+                                       shape_text(b));
   }
   if (n.head_dim % 16 != 0) {
     return ffi::Error::InvalidArgument("decode_attention: head_dim must be a multiple of 16, got " +

@@ -11,6 +11,7 @@
 
 #include "dnnl.hpp"
 #include "primitive_cache.h"
+#include "shape_text.h"
 #include "vector_support.h"
 
 namespace t5forge_kernels {
@@ -84,12 +85,6 @@ void run(const CompiledProduct& product, void* a, void* b, void* out) {
 // Sizes of a 2-D operand whose contracting axis is `contract`: {free, contracting}.
 std::pair<int64_t, int64_t> free_and_contracting(ffi::Span<const int64_t> dims, int64_t contract) {
   return contract == 1 ? std::make_pair(dims[0], dims[1]) : std::make_pair(dims[1], dims[0]);
-}
-
-std::string shape_text(ffi::Span<const int64_t> dims) {
-  std::string text = "[";
-  for (size_t i = 0; i < dims.size(); ++i) text += (i ? "," : "") + std::to_string(dims[i]);
-  return text + "]";
 }
 
 ffi::Error check_matrix(const char* name, ffi::Span<const int64_t> dims) {
