@@ -158,7 +158,7 @@ def cached_attention(query, key, value, bias, softcap=None, with_lse=False):
     log-sum-exp [B, q, H] `with_lse`). Where the compiled decode attention runs, it does this
     (native_attention).
     """
-    if softcap is None and not with_lse and native_attention.runs_here(query, key, value):
+    if native_attention.runs_here(query, key, value, 1, softcap, with_lse):
         return native_attention.decode_attention(
             query, key, value, None if bias is None else bias[:, None]
         )
@@ -199,11 +199,7 @@ def slot_attention(query, key, value, bias, softcap=None, with_lse=False):
     log-sum-exp [G, R, H] `with_lse`). Where the compiled decode attention runs, it does this
     (native_attention).
     """
-    if (
-        softcap is None
-        and not with_lse
-        and native_attention.runs_here(query, key, value, bias.shape[1])
-    ):
+    if native_attention.runs_here(query, key, value, bias.shape[1], softcap, with_lse):
         return native_attention.decode_attention(query, key, value, bias)
     slots = bias.shape[1]
     if slots == 1:

@@ -27,10 +27,11 @@ _DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
 _ONE_QUERY_MIN_CACHE = 1 << 20
 
 
-def runs_here(query, key, value, slots: int = 1) -> bool:
+def runs_here(query, key, value, slots: int = 1, softcap=None, with_lse: bool = False) -> bool:
     """Whether `decode_attention` takes these operands on this machine: several decodes per
     input (beams, samples: query [G, H, R > 1, D]), several cache rows each (`slots` > 1), or
-    one query over one row in a cache of at least _ONE_QUERY_MIN_CACHE elements.
+    one query over one row in a cache of at least _ONE_QUERY_MIN_CACHE elements; never with a
+    logit soft-cap or a log-sum-exp asked for (the kernel computes neither).
 
     Below that size, one query over one row (greedy at small batches, the server's rows) stays
     with XLA, whose matrix-vector dots were as fast there (greedy T5 1.1 small, batch 8, int8:
@@ -39,7 +40,9 @@ def runs_here(query, key, value, slots: int = 1) -> bool:
     took 1.7-1.8 s instead of 1.9-2.1 s (int8) and 2.1-2.3 s instead of 2.4 s (float32)."""
     dtype = jnp.dtype(query.dtype)
     return (
-        (query.shape[2] * slots > 1 or key.size >= _ONE_QUERY_MIN_CACHE)
+        softcap is None
+        and not with_lse
+        and (query.shape[2] * slots > 1 or key.size >= _ONE_QUERY_MIN_CACHE)
         and query.shape[-1] % 16 == 0  # the kernel's vectors
         and dtype in _DTYPES
         and key.dtype == dtype
@@ -53,15 +56,13 @@ def _check_shapes(query, key, value, bias) -> None:
     fits = len(query) == 4 and len(key) == 4 and key == value and len(bias) == 5
     if fits:
         groups, heads, queries, head_dim = query
-        slots = bias[1]
+        bias_groups, slots, bias_heads, bias_queries, length = bias
         fits = (
-            key[0] == groups * slots
-            and key[1] == heads
-            and key[3] == head_dim
+            key == (groups * slots, heads, length, head_dim)
             and head_dim % 16 == 0
-            and bias[4] == key[2]
-            and all(b in (1, full) for b, full in zip(bias[::2][:2], (groups, heads)))
-            and bias[3] in (1, queries)
+            and bias_groups in (1, groups)
+            and bias_heads in (1, heads)
+            and bias_queries in (1, queries)
         )
     if not fits:
         raise ConfigError(

@@ -110,6 +110,9 @@ def test_one_query_over_one_row_stays_with_xla_below_a_big_cache():
     assert not native_attention.runs_here(one, rows, rows)
     assert native_attention.runs_here(one, rows, rows, slots=2)
     assert native_attention.runs_here(jnp.zeros((2, 3, 4, 16)), rows, rows)
+    # Gemma's logit soft-capping and T5Gemma 2's log-sum-exp are XLA's alone.
+    assert not native_attention.runs_here(jnp.zeros((2, 3, 4, 16)), rows, rows, softcap=50.0)
+    assert not native_attention.runs_here(jnp.zeros((2, 3, 4, 16)), rows, rows, with_lse=True)
     big = jax.ShapeDtypeStruct((128, 4, 64, 64), jnp.float32)  # the demo's greedy batch
     assert native_attention.runs_here(jax.ShapeDtypeStruct((128, 4, 1, 64), jnp.float32), big, big)
     odd = jnp.zeros((2, 3, 4, 12))  # head_dim not a multiple of the kernel's 16 lanes
