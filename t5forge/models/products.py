@@ -4,7 +4,8 @@ Every Dense projection goes through `dense_product` and every attention product 
 `einsum_product`, so how a product is computed (which dtypes it multiplies and accumulates
 in, and how its gradient is formed) is decided here once for the whole network.
 
-In float32 a product is the plain `dot_general` / `einsum`. In bfloat16 it takes the forms
+In float32 a product is the plain `dot_general` / `einsum` (a Dense product's backward on CPU
+aside, below). In bfloat16 it takes the forms
 XLA:CPU runs fast (docs/cpu-products.md has the measurements): bfloat16 operands accumulated
 in float32 (`preferred_element_type=float32`, which XLA hands to YNNPACK) and cast back, where
 a bfloat16-output dot is converted to float32 and multiplied there at a third of the speed.
@@ -12,6 +13,14 @@ JAX's transpose of that form would multiply a float32 cotangent by a bfloat16 op
 float32 product again), so the backward pass is written out (`jax.custom_vjp`) in the same
 fast form, the weight gradient through `bf16_weight_gradient`. Elsewhere (GPUs, TPUs) XLA's
 own bfloat16 dots already accumulate in float32, and the products stay the plain ones.
+
+In float32 on CPU a widening Dense product's backward is written out too: JAX's transpose
+leaves XLA to contract the cotangent and the input over their leading axes, and XLA does it by
+copying the cotangent transposed (for T5's logits a [vocab, tokens] float32 copy, 117 MB at
+batch 8 x 114) where a transposed copy of the input (1.8 MB) does;
+`transposed_weight_gradient` makes that copy (the logits layer's forward and backward 1.7x
+faster on an Intel Xeon, docs/cpu-products.md). The forward is the plain dot; the gradients
+are the same sums, in another order.
 """
 
 from __future__ import annotations
@@ -34,8 +43,8 @@ FLOAT32 = jnp.dtype(jnp.float32)
 # keeps dots must keep these names too to keep the bfloat16 products.
 DENSE_PRODUCT = "dense_product"
 EINSUM_PRODUCT = "einsum_product"
-# The environment variable that, set to 0, turns the fast forms off (the plain bfloat16 dots,
-# differentiated by JAX, as before them): how their numerics are compared with those dots.
+# The environment variable that, set to 0, turns the fast forms off (the plain bfloat16 and
+# float32 dots, differentiated by JAX, as before them): how their numerics are compared.
 FAST_PRODUCTS_SWITCH = "T5FORGE_FAST_PRODUCTS"
 
 
@@ -54,6 +63,8 @@ def dense_product(x, kernel, dtype):
     if fast_forms_apply(compute):
         product = _bf16_dense(x.astype(BFLOAT16), kernel.astype(BFLOAT16), dtype)
         return checkpoint_name(product, DENSE_PRODUCT)
+    if _explicit_float32_backward(kernel, compute, dtype):
+        return checkpoint_name(_f32_dense(x.astype(FLOAT32), kernel.astype(FLOAT32)), DENSE_PRODUCT)
     return jax.lax.dot_general(
         x.astype(compute),
         kernel.astype(compute),
@@ -82,6 +93,63 @@ def fast_forms_apply(compute_dtype) -> bool:
     return jnp.dtype(compute_dtype) == BFLOAT16 and jax.default_backend() == "cpu"
 
 
+def _explicit_float32_backward(kernel, compute_dtype, dtype) -> bool:
+    """Whether a float32 Dense product takes `_f32_dense`'s backward: on CPU, for a kernel
+    whose outputs outnumber its inputs (so the cotangent XLA would copy transposed is larger
+    than the input: T5's logits, the fused q/k/v and wi projections), unless
+    `T5FORGE_FAST_PRODUCTS=0` asks for the plain dot that JAX differentiates."""
+    if os.environ.get(FAST_PRODUCTS_SWITCH, "1") == "0":
+        return False
+    both = (jnp.dtype(compute_dtype), jnp.dtype(dtype))
+    wider = math.prod(kernel.shape[1:]) > kernel.shape[0]
+    return both == (FLOAT32, FLOAT32) and wider and jax.default_backend() == "cpu"
+
+
+def transposed_weight_gradient(x, grad):
+    """x^T @ grad over the leading axes both share ([..., in] and [..., out...]): float32 [in,
+    out...], as one plain [in, tokens] @ [tokens, out] product on a transposed copy of x. The
+    copy goes behind an optimization barrier with a unit axis, or XLA folds the transpose back
+    into the dot and copies grad transposed instead (the larger operand, for most layers)."""
+    lead = x.ndim - 1
+    transposed = jax.lax.optimization_barrier(jnp.moveaxis(x, -1, 0)[..., None])[..., 0]
+    return jax.lax.dot_general(
+        transposed,
+        grad,
+        ((tuple(range(1, lead + 1)), tuple(range(lead))), ((), ())),
+        preferred_element_type=FLOAT32,
+    )
+
+
+def _grad_of_input(grad, kernel, dtype):
+    """grad [..., out...] @ kernel [in, out...]^T: the Dense input's gradient, summed in float32."""
+    outputs = kernel.ndim - 1
+    return jax.lax.dot_general(
+        grad,
+        kernel,
+        ((tuple(range(grad.ndim - outputs, grad.ndim)), tuple(range(1, kernel.ndim))), ((), ())),
+        preferred_element_type=FLOAT32,
+    ).astype(dtype)
+
+
+@jax.custom_vjp
+def _f32_dense(x, kernel):
+    """dense_product of float32 x and kernel on CPU: the plain dot, its weight gradient made
+    from a transposed copy of x (transposed_weight_gradient)."""
+    return jax.lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())))
+
+
+def _f32_dense_forward(x, kernel):
+    return _f32_dense(x, kernel), (x, kernel)
+
+
+def _f32_dense_backward(residuals, grad):
+    x, kernel = residuals
+    return _grad_of_input(grad, kernel, FLOAT32), transposed_weight_gradient(x, grad)
+
+
+_f32_dense.defvjp(_f32_dense_forward, _f32_dense_backward)
+
+
 def bf16_weight_gradient(x, grad):
     """x^T @ grad over the leading axes both share, for bfloat16 x [..., in] and grad
     [..., out...]: float32 [in, out...] (a Dense kernel's gradient).
@@ -91,9 +159,8 @@ def bf16_weight_gradient(x, grad):
     program runs on one device, oneDNN multiplies x as [tokens, in] by grad as [tokens,
     columns] in one call, no transpose made (`native_products.bf16_matmul`; the custom call
     has no sharding rule, so a sharded program keeps XLA's form). Otherwise a transposed copy
-    of x makes it a plain [in, tokens] @ [tokens, out] product that stays bfloat16; the copy
-    goes behind an optimization barrier with a unit axis, or XLA folds the transpose back
-    into the dot.
+    of x makes it a plain [in, tokens] @ [tokens, out] product that stays bfloat16
+    (transposed_weight_gradient).
     """
     lead = x.ndim - 1
     if native_products.replaces_xla_here():
@@ -106,13 +173,7 @@ def bf16_weight_gradient(x, grad):
             out_dtype=FLOAT32,
         )
         return product.reshape(x.shape[-1], *grad.shape[lead:])
-    transposed = jax.lax.optimization_barrier(jnp.moveaxis(x, -1, 0)[..., None])[..., 0]
-    return jax.lax.dot_general(
-        transposed,
-        grad,
-        ((tuple(range(1, lead + 1)), tuple(range(lead))), ((), ())),
-        preferred_element_type=FLOAT32,
-    )
+    return transposed_weight_gradient(x, grad)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
@@ -130,14 +191,7 @@ def _bf16_dense_forward(x, kernel, dtype):
 def _bf16_dense_backward(dtype, residuals, grad):
     x, kernel = residuals
     grad = grad.astype(BFLOAT16)
-    outputs = kernel.ndim - 1
-    grad_x = jax.lax.dot_general(
-        grad,
-        kernel,
-        ((tuple(range(grad.ndim - outputs, grad.ndim)), tuple(range(1, kernel.ndim))), ((), ())),
-        preferred_element_type=FLOAT32,
-    )
-    return grad_x.astype(BFLOAT16), bf16_weight_gradient(x, grad).astype(BFLOAT16)
+    return _grad_of_input(grad, kernel, BFLOAT16), bf16_weight_gradient(x, grad).astype(BFLOAT16)
 
 
 _bf16_dense.defvjp(_bf16_dense_forward, _bf16_dense_backward)

@@ -1,5 +1,5 @@
 """products.py: the fast bfloat16 forms equal XLA's plain dot, forward and backward, and the
-float32 path is the plain dot itself.
+float32 path is the plain dot itself forward, with the same sums backward.
 
 The reference for a bfloat16 product is the plain dot of the same bfloat16 operands computed
 in float32; the fast form accumulates in float32 too, so the two differ by the final rounding
@@ -71,19 +71,54 @@ def _assert_close(got, want):
     np.testing.assert_allclose(got, want, rtol=2e-2, atol=1e-2 * np.abs(want).max())
 
 
+def _plain_f32(x, kernel):
+    return jax.lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())))
+
+
+def _f32_gradients(product, x, kernel):
+    return jax.jit(jax.grad(lambda *a: _weighted_sum(product, *a), (0, 1)))(x, kernel)
+
+
+def _widens(kernel_shape) -> bool:
+    return int(np.prod(kernel_shape[1:])) > kernel_shape[0]
+
+
 @pytest.mark.parametrize("x_shape,kernel_shape", DENSE_SHAPES)
-def test_float32_dense_product_is_the_plain_dot_bit_for_bit(x_shape, kernel_shape):
+def test_float32_dense_product_is_the_plain_dot_and_its_gradients_the_same_sums(
+    x_shape, kernel_shape
+):
+    """Forward bit for bit; a widening kernel's gradients (written out, the weight gradient
+    from a transposed copy of x) equal JAX's within float32 rounding, a narrowing kernel's
+    are JAX's own, bit for bit."""
     x, kernel = _random(x_shape, jnp.float32, 0), _random(kernel_shape, jnp.float32, 1)
-    plain = lambda x, k: jax.lax.dot_general(x, k, (((x.ndim - 1,), (0,)), ((), ())))  # noqa: E731
     fast = lambda x, k: dense_product(x, k, jnp.float32)  # noqa: E731
-    assert np.array_equal(jax.jit(fast)(x, kernel), jax.jit(plain)(x, kernel))
-    for got, want in zip(
-        jax.jit(jax.grad(lambda *a: _weighted_sum(fast, *a), (0, 1)))(x, kernel),
-        jax.jit(jax.grad(lambda *a: _weighted_sum(plain, *a), (0, 1)))(x, kernel),
-    ):
-        assert np.array_equal(got, want)
+    assert np.array_equal(jax.jit(fast)(x, kernel), jax.jit(_plain_f32)(x, kernel))
+    jaxpr = str(jax.make_jaxpr(jax.grad(lambda *a: _weighted_sum(fast, *a)))(x, kernel))
+    assert ("custom_vjp" in jaxpr) == _widens(kernel_shape)
+    for got, want in zip(_f32_gradients(fast, x, kernel), _f32_gradients(_plain_f32, x, kernel)):
+        assert got.dtype == jnp.float32 and got.shape == want.shape
+        if _widens(kernel_shape):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+        else:
+            assert np.array_equal(got, want)
+
+
+def test_float32_weight_gradient_from_a_transposed_x_over_every_leading_axis():
+    x, grad = _random((2, 9, 13), jnp.float32, 16), _random((2, 9, 3, 5), jnp.float32, 17)
+    got = jax.jit(products.transposed_weight_gradient)(x, grad)
+    want = jnp.einsum("bti,btno->ino", x, grad, precision="highest")
+    assert got.dtype == jnp.float32 and got.shape == (13, 3, 5)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_switch_gives_float32_products_back_to_jax(monkeypatch):
+    monkeypatch.setenv(products.FAST_PRODUCTS_SWITCH, "0")
+    x, kernel = _random((3, 17, 33), jnp.float32, 0), _random((33, 65), jnp.float32, 1)
+    fast = lambda x, k: dense_product(x, k, jnp.float32)  # noqa: E731
     jaxpr = str(jax.make_jaxpr(jax.grad(lambda *a: _weighted_sum(fast, *a)))(x, kernel))
     assert "custom_vjp" not in jaxpr
+    for got, want in zip(_f32_gradients(fast, x, kernel), _f32_gradients(_plain_f32, x, kernel)):
+        assert np.array_equal(got, want)
 
 
 @pytest.mark.parametrize("spec,a_shape,b_shape,dtype", EINSUMS)
@@ -232,3 +267,18 @@ def test_bf16_training_losses_stay_within_one_percent_of_the_plain_products(monk
     plain = _bf16_training_losses(20)
     assert fast[-1] < 0.9 * fast[0]  # it trains
     np.testing.assert_allclose(fast, plain, rtol=1e-2)
+
+
+def test_a_remat_policy_keeps_a_widening_float32_product_by_name():
+    """The float32 product with the written-out backward is a custom_vjp too: named, so the
+    'minimal' and 'dots_saveable' policies keep it."""
+    x, kernel = _random((3, 8), jnp.float32, 18), _random((8, 32), jnp.float32, 19)
+
+    def layer(x, kernel):
+        return jnp.sum(jnp.tanh(dense_product(x, kernel, jnp.float32)))
+
+    policy = jax.checkpoint_policies.save_only_these_names(products.DENSE_PRODUCT)
+    saved = io.StringIO()
+    with contextlib.redirect_stdout(saved):
+        print_saved_residuals(jax.checkpoint(layer, policy=policy), x, kernel)
+    assert f"named '{products.DENSE_PRODUCT}'" in saved.getvalue()
