@@ -3,6 +3,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 
+#include "amx_int8_product.h"
 #include "decode_attention.h"
 #include "onednn_products.h"
 
@@ -38,6 +39,11 @@ NB_MODULE(t5forge_kernels, m) {
       },
       nb::arg("weights"),
       "int8 [K, N] weights (C-contiguous numpy) in oneDNN's blocked layout for this CPU, uint8.");
+  m.def("amx_int8_enabled", &t5forge_kernels::amx_int8_enabled,
+        "Whether packed int8 products of few rows run on the AMX kernel (the CPU has AMX, and it "
+        "is not switched off).");
+  m.def("set_amx_int8_enabled", &t5forge_kernels::set_amx_int8_enabled, nb::arg("enabled"),
+        "Switches the AMX kernel on or off; returns the previous setting.");
   m.def("onednn_version", &t5forge_kernels::onednn_version,
         "The version of the oneDNN library loaded at run time.");
 }

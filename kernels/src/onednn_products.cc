@@ -2,13 +2,15 @@
 // bf16 x bf16 with float32 accumulation (either operand stored transposed, so the weight
 // gradient aT @ g needs no transposed copy) and int8 x int8 -> int32 with per-row and
 // per-column scales (VNNI; oneDNN compensates signed int8 sources itself), its weights either
-// plain [K, N] or packed once into oneDNN's blocked layout (pack_int8_weights).
+// plain [K, N] or packed once into oneDNN's blocked layout (pack_int8_weights); packed products
+// of few rows run on amx_int8_product where the CPU has AMX.
 #include "onednn_products.h"
 
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "amx_int8_product.h"
 #include "dnnl.hpp"
 #include "primitive_cache.h"
 #include "shape_text.h"
@@ -27,6 +29,7 @@ enum ProductKind { kBf16 = 0, kInt8 = 1, kInt8Packed = 2 };
 struct CompiledProduct {
   dnnl::matmul primitive;
   memory::desc a, b, out, scratchpad;
+  bool b_in_amx_layout = false;  // amx_int8_product can read b
 };
 
 dnnl::engine& cpu_engine() {
@@ -54,6 +57,18 @@ memory::desc packed_int8_weights(int64_t k, int64_t n) {
   return pd.weights_desc();
 }
 
+// Whether int8 [k, n] weights laid out as `weights` are in oneDNN's AMX layout, BA16a64b4a with
+// nothing appended: the layout amx_int8_product reads.
+bool in_amx_layout(const memory::desc& weights, int64_t k, int64_t n) {
+  if (weights.get_format_kind() != memory::format_kind::blocked) return false;
+  const int64_t k_padded = (k + 63) / 64 * 64, n_padded = (n + 63) / 64 * 64;
+  return weights.get_inner_blks() == memory::dims{16, 64, 4} &&
+         weights.get_inner_idxs() == memory::dims{0, 1, 0} &&
+         weights.get_padded_dims() == memory::dims{k_padded, n_padded} &&
+         weights.get_strides() == memory::dims{64 * 64, k_padded * 64} &&
+         weights.get_size() == static_cast<size_t>(k_padded * n_padded);
+}
+
 // `b` is the weights' layout: row-major (or transposed) unless the key is kInt8Packed.
 std::shared_ptr<const CompiledProduct> compiled(const ProductKey& key, memory::data_type in_type,
                                                 memory::data_type out_type) {
@@ -65,7 +80,8 @@ std::shared_ptr<const CompiledProduct> compiled(const ProductKey& key, memory::d
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     dnnl::matmul::primitive_desc pd(cpu_engine(), a, b, out, attr);
-    return CompiledProduct{dnnl::matmul(pd), a, b, out, pd.scratchpad_desc()};
+    bool amx = key.kind == kInt8Packed && in_amx_layout(b, key.k, key.n);
+    return CompiledProduct{dnnl::matmul(pd), a, b, out, pd.scratchpad_desc(), amx};
   });
 }
 
@@ -161,16 +177,25 @@ ffi::Error scaled_int8_product(ProductKind kind, ffi::Buffer<ffi::S8>& x, void* 
         "packed weights do not fit x_q " + shape_text(x.dimensions()) + " and " +
         std::to_string(n) + " outputs: pack them with pack_int8_weights on this machine");
   }
+  // The int32 sums, into `acc`.
+  auto sum = [&](int32_t* acc) {
+    if (product->b_in_amx_layout && m <= kAmxMaxRows && amx_int8_enabled()) {
+      amx_int8_product(static_cast<const int8_t*>(x.untyped_data()), m, k,
+                       static_cast<const int8_t*>(weights), n, acc);
+    } else {
+      run(*product, x.untyped_data(), weights, acc);
+    }
+  };
   if (out->element_type() == ffi::F32) {
     // The int32 sums fit the float32 output's own bytes, scaled in place.
     auto* result = static_cast<float*>(out->untyped_data());
-    run(*product, x.untyped_data(), weights, result);
-    const auto* acc = reinterpret_cast<const int32_t*>(result);
+    auto* acc = reinterpret_cast<int32_t*>(result);
+    sum(acc);
     scale_rows(acc, xs, ws, m, n, result);
   } else if (out->element_type() == ffi::BF16) {
     thread_local std::vector<int32_t> acc;
     acc.resize(static_cast<size_t>(m * n));
-    run(*product, x.untyped_data(), weights, acc.data());
+    sum(acc.data());
     auto* result = static_cast<uint16_t*>(out->untyped_data());
     scale_rows(acc.data(), xs, ws, m, n, result);
   } else {

@@ -4,10 +4,11 @@ The compiled module `t5forge_kernels` (kernels/, built by `make install` when a 
 present) holds two XLA custom calls: a bf16 matmul with float32 accumulation whose operands may
 each be stored transposed (so the weight gradient aT @ g is one call, no transposed copy), and
 int8 x int8 -> int32 with per-row and per-column scales, its weights plain or packed once at load
-(`pack_int8_weights`: oneDNN's blocked layout, so no call reorders them). They trace like any
-jax op: under jit,
-lax.scan, jax.checkpoint, and vmap (one call per batch element). `bf16_matmul` has a gradient
-(its two backward products are the same call); `int8_matmul` is for inference.
+(`pack_int8_weights`: oneDNN's blocked layout, so no call reorders them). Where the CPU has AMX,
+packed products of up to 32 rows (decoding's) run on the module's own AMX kernel instead of
+oneDNN's matmul (`amx_int8_products`). They trace like any jax op: under jit, lax.scan,
+jax.checkpoint, and vmap (one call per batch element). `bf16_matmul` has a gradient (its two
+backward products are the same call); `int8_matmul` is for inference.
 
 Callers check `available()` and use XLA's own products when it is False: the module is absent,
 failed to load, or T5FORGE_NATIVE_PRODUCTS=0 turns it off (docs/cpu-kernels.md).
@@ -75,6 +76,18 @@ def onednn_version() -> str | None:
     """The oneDNN version the compiled module loaded, or None without it."""
     module = _load()
     return module.onednn_version() if module is not None else None
+
+
+def amx_int8_products(enabled: bool | None = None) -> bool:
+    """Whether packed int8 products of up to 32 rows (decoding's) run on the AMX kernel rather
+    than oneDNN's matmul: False without AMX or the module. `enabled` switches it first (for A/B
+    runs and tests; T5FORGE_AMX_INT8=0 switches it off at load). The sums are exact either way."""
+    module = _load()
+    if module is None:
+        return False
+    if enabled is not None:
+        module.set_amx_int8_enabled(enabled)
+    return module.amx_int8_enabled()
 
 
 def require() -> None:

@@ -163,6 +163,48 @@ def test_weights_packed_once_serve_every_row_count(k, n):
             )
 
 
+@pytest.fixture
+def amx_setting():
+    """Restores the AMX kernel's switch after a test that flips it."""
+    before = native_products.amx_int8_products()
+    yield
+    native_products.amx_int8_products(before)
+
+
+@needs_extension
+@pytest.mark.skipif(
+    not native_products.amx_int8_products(),
+    reason="this CPU has no AMX int8, or T5FORGE_AMX_INT8=0 switched the kernel off",
+)
+@pytest.mark.parametrize(("k", "n"), [(77, 61), (512, 1000), (1024, 64), (3, 130)])
+def test_amx_kernel_sums_as_onednn_at_every_row_count_it_takes(k, n, amx_setting):
+    """Packed products of up to 32 rows run on the AMX kernel: the same int32 sums as oneDNN's
+    matmul on the same packed weights, for odd contractions (zero padded to 64) and column
+    counts (a part tile at the end), 1-16 rows (one row tile) and 17-32 (two); 33 rows stay
+    with oneDNN."""
+    rng = np.random.default_rng(k * n)
+    _, w = int8_operands(rng, 1, k, n)
+    packed = native_products.pack_int8_weights(w)
+    ones_n = jnp.ones((n,), jnp.float32)
+    product = jax.jit(native_products.int8_matmul, static_argnums=4)
+    for m in (1, 5, 16, 17, 32, 33):
+        x, _ = int8_operands(rng, m, k, 1)
+        ones_m = jnp.ones((m,), jnp.float32)
+        sums = {}
+        for amx in (True, False):
+            native_products.amx_int8_products(amx)
+            sums[amx] = np.asarray(product(x, ones_m, packed, ones_n, jnp.float32))
+        np.testing.assert_array_equal(sums[True], sums[False], f"{m} rows")
+        np.testing.assert_array_equal(sums[True], np.asarray(int32_sums(x, w), np.float32))
+
+
+@needs_extension
+def test_the_amx_switch_turns_on_only_where_the_cpu_has_amx(amx_setting):
+    assert native_products.amx_int8_products(False) is False
+    cpu_has_amx = "amx_int8" in Path("/proc/cpuinfo").read_text().split()
+    assert native_products.amx_int8_products(True) is cpu_has_amx
+
+
 @needs_extension
 def test_packing_checks_its_input():
     with pytest.raises(ConfigError, match="outside jit"):
@@ -181,13 +223,16 @@ def test_packing_checks_its_input():
 
 
 @needs_extension
-def test_int8_matmul_extremes_do_not_saturate():
-    """-128 x -128 over a long contraction: VNNI's u8 x s8 path must compensate, not clip."""
+@pytest.mark.parametrize("packed", [False, True], ids=["plain", "packed"])
+def test_int8_matmul_extremes_do_not_saturate(packed):
+    """-128 x -128 over a long contraction: VNNI's u8 x s8 path must compensate, not clip (and
+    the AMX kernel, which packed weights of few rows take, sum s8 x s8 exactly)."""
     k = 1027
     x = jnp.full((3, k), -128, jnp.int8)
     w = jnp.concatenate([jnp.full((k, 2), -128, jnp.int8), jnp.full((k, 1), 127, jnp.int8)], 1)
+    weights = native_products.pack_int8_weights(w) if packed else w
     sums = native_products.int8_matmul(
-        x, jnp.ones((3,), jnp.float32), w, jnp.ones((3,), jnp.float32), jnp.float32
+        x, jnp.ones((3,), jnp.float32), weights, jnp.ones((3,), jnp.float32), jnp.float32
     )
     np.testing.assert_array_equal(
         np.asarray(sums), np.tile(np.array([16384 * k, 16384 * k, -16256 * k], np.float32), (3, 1))
