@@ -9,6 +9,7 @@ MLPs. The attention layer, with its key/value cache, is in attention_layer.py.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import flax.linen as nn
@@ -17,6 +18,7 @@ import jax.numpy as jnp
 
 from t5forge.models import axes
 from t5forge.models.products import dense_product, fast_forms_apply
+from t5forge.models.quantized import Int8Kernel
 
 # Large enough to zero a softmax weight, small enough to stay finite in bfloat16.
 MASK_BIAS = -1e10
@@ -140,6 +142,8 @@ def _stack(kernels: list) -> jnp.ndarray:
     """Kernels [..., in, out] of one input as one: [..., in, n, out], or [..., in, sum(out)]
     if widths differ (a leading axis is scanned layers'); an Int8Kernel's values and scales
     alike."""
+    if isinstance(kernels[0], Int8Kernel):  # the stack's own packing is not theirs stacked
+        kernels = [dataclasses.replace(kernel, packed=None) for kernel in kernels]
     if len({kernel.shape[-1] for kernel in kernels}) > 1:
         return jax.tree.map(lambda *parts: jnp.concatenate(parts, axis=-1), *kernels)
     return jax.tree.map(lambda *parts: jnp.stack(parts, axis=-2), *kernels)
@@ -157,6 +161,8 @@ def stack_projections(params: dict) -> dict:
         return params
     result = {name: stack_projections(child) for name, child in params.items()}
     for group in _FUSED_GROUPS:
+        if stacked_name(group) in params:  # made already (int8 weights packed at load)
+            continue
         if all(isinstance(params.get(name), dict) and "kernel" in params[name] for name in group):
             result[stacked_name(group)] = _stack([params[name]["kernel"] for name in group])
     return result

@@ -12,7 +12,10 @@ a tenth of bfloat16's; docs/inference-dtypes.md has the table), so `xla_int8_mat
 the same integer sums on XLA's fast path: int8 values are exact in bfloat16, and bfloat16
 operands with float32 accumulation run on XLA's YNNPACK fusion. A compiled int8 matmul with the
 same signature (t5forge.models.native_products.int8_matmul) can take its place in
-`int8_product` without changing any number beyond float32 rounding of the sums.
+`int8_product` without changing any number beyond float32 rounding of the sums; it reads the
+kernel `packed` (once, at load: `pack_kernels`) where the kernel has it, so no call reorders the
+weights into the compiled product's own layout (a decoding step's products took 2-3x as long
+on plain weights, on an Intel Xeon with AMX: docs/cpu-kernels.md).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from t5forge.models import native_products
 
@@ -36,6 +40,10 @@ class Int8Kernel:
 
     values: jax.Array
     scale: jax.Array
+    # The values per matrix [in, prod(rest)] in the compiled int8 product's layout for this CPU
+    # (uint8 [1, bytes], or [1, layers, bytes] for scanned layers, whose axis 1 scan slices),
+    # or None: `pack_kernels`.
+    packed: jax.Array | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -88,7 +96,37 @@ def int8_product(x, kernel: Int8Kernel, dtype):
     out_shape = kernel.values.shape[1:]
     x_q, x_scale = quantize_rows(rows)
     w_q = kernel.values.reshape(kernel.values.shape[0], -1)
-    # oneDNN's int8 product (VNNI) where it replaces XLA's here, else XLA's widened one.
-    matmul = native_products.int8_matmul if native_products.replaces_xla_here() else xla_int8_matmul
-    product = matmul(x_q, x_scale, w_q, kernel.scale.reshape(-1), dtype)
+    # The compiled int8 product (AMX / VNNI) where it replaces XLA's here, else XLA's widened one.
+    if native_products.replaces_xla_here():
+        if kernel.packed is not None:
+            w_q = native_products.PackedInt8Weights(kernel.packed.reshape(-1), w_q.shape)
+        product = native_products.int8_matmul(x_q, x_scale, w_q, kernel.scale.reshape(-1), dtype)
+    else:
+        product = xla_int8_matmul(x_q, x_scale, w_q, kernel.scale.reshape(-1), dtype)
     return product.reshape(*x.shape[:-1], *out_shape)
+
+
+def pack_kernels(params, scanned: bool = False):
+    """`params` with every Int8Kernel also `packed` for the compiled int8 product on this
+    machine, once, on the host; experts' kernels stay plain (they multiply under vmap). Under a
+    module named 'layers' (nn.scan's) a kernel is [in, layers, ...]: each layer's matrix is
+    packed on its own."""
+    if isinstance(params, Int8Kernel):
+        return params if params.packed is not None else _packed(params, scanned)
+    if not isinstance(params, dict):
+        return params
+    return {
+        name: child if "expert" in name else pack_kernels(child, scanned or name == "layers")
+        for name, child in params.items()
+    }
+
+
+def _packed(kernel: Int8Kernel, scanned: bool) -> Int8Kernel:
+    values = np.asarray(jax.device_get(kernel.values))
+    matrices = list(np.moveaxis(values, 1, 0)) if scanned else [values]
+    blobs = [
+        np.asarray(native_products.pack_int8_weights(matrix.reshape(matrix.shape[0], -1)).data)
+        for matrix in matrices
+    ]
+    packed = np.stack(blobs)[None] if scanned else blobs[0][None]
+    return dataclasses.replace(kernel, packed=jnp.asarray(packed))

@@ -7,6 +7,10 @@ as int8 with a float32 scale per output channel (models/quantized.py), and its p
 quantise their inputs per token. A mixture of experts' router keeps float32 too: Switch routes
 in float32 on purpose ("selective precision"), and a narrower router could send tokens to
 other experts.
+
+Where the compiled int8 product runs (models/native_products.py), int8 kernels are also packed
+once into its layout (`quantized.pack_kernels`), the fused projections' stacked kernels first
+made (`layers.stack_projections`) so that they are packed too.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ from __future__ import annotations
 import jax
 
 from t5forge.errors import ConfigError
-from t5forge.models.quantized import Int8Kernel, quantize_kernel
+from t5forge.models import native_products
+from t5forge.models.layers import stack_projections
+from t5forge.models.quantized import Int8Kernel, pack_kernels, quantize_kernel
 
 WEIGHTS_DTYPES = ("float32", "bfloat16", "int8")
 
@@ -47,9 +53,12 @@ def with_weights_dtype(params: dict, weights_dtype) -> dict:
             return quantize_kernel(leaf, contracting_axis=-2 if "expert" in keys else 0)
         return leaf.astype(name)
 
-    return jax.tree_util.tree_map_with_path(
+    converted = jax.tree_util.tree_map_with_path(
         convert, params, is_leaf=lambda leaf: isinstance(leaf, Int8Kernel)
     )
+    if name == "int8" and native_products.replaces_xla_here():
+        return pack_kernels(stack_projections(converted))
+    return converted
 
 
 def is_int8(params) -> bool:

@@ -1,6 +1,8 @@
 """Int8 inference (`weights_dtype='int8'`, models/quantized.py): quantisation error bounds, the
 int8 product against the float one, and a tiny model decoding with int8 kernels."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,6 +10,7 @@ import pytest
 
 from t5forge.api import Model
 from t5forge.errors import ConfigError
+from t5forge.models import native_products
 from t5forge.models.layers import stack_projections
 from t5forge.models.model import build_model
 from t5forge.models.presets import get_config
@@ -97,7 +100,9 @@ def test_int8_kernels_are_the_dense_kernels_only_and_the_router_stays_float32():
     )
     kinds = {jax.tree_util.keystr(path): leaf for path, leaf in leaves}
     for path, leaf in kinds.items():
-        quantizable = path.endswith("['kernel']") and "router" not in path
+        # A fused group's stacked kernel ('key+value') is there when the kernels are packed.
+        stacked = "+" in path.rsplit("[", 1)[-1]
+        quantizable = (path.endswith("['kernel']") or stacked) and "router" not in path
         assert isinstance(leaf, Int8Kernel) == quantizable, path
         if not quantizable:
             assert leaf.dtype == np.float32, path
@@ -152,3 +157,61 @@ def test_int8_beam_search_runs_and_keeps_its_best_beam_near_float32():
     beams = int8.generate(ROWS, max_length=8, method="beam", num_beams=3)
     assert beams.shape == (len(ROWS), 8)
     assert (beams == exact.generate(ROWS, max_length=8, method="beam", num_beams=3)).mean() >= 0.75
+
+
+def _without_packing(params):
+    return jax.tree.map(
+        lambda leaf: (
+            dataclasses.replace(leaf, packed=None) if isinstance(leaf, Int8Kernel) else leaf
+        ),
+        params,
+        is_leaf=lambda leaf: isinstance(leaf, Int8Kernel),
+    )
+
+
+@pytest.fixture
+def amx_setting():
+    """Restores the AMX kernel's switch after a test that flips it."""
+    before = native_products.amx_int8_products()
+    yield
+    native_products.amx_int8_products(before)
+
+
+@pytest.mark.skipif(
+    not native_products.replaces_xla_here(), reason="no compiled int8 product here to pack for"
+)
+@pytest.mark.parametrize(
+    "overrides",
+    [{"num_experts": 2, "num_sparse_decoder_layers": 1}, {"scan_layers": True}],
+    ids=["layers-with-experts", "scanned"],
+)
+def test_packed_kernels_give_the_plain_kernels_numbers_exactly(overrides, amx_setting):
+    """Packing at load changes where the weights lie, not one number: the logits and greedy
+    tokens of packed kernels (oneDNN's product, and the AMX kernel where the CPU has it) equal
+    those of the same int8 kernels unpacked; the experts' stay unpacked (vmapped products)."""
+    config, params = _tiny(**overrides)
+    model = Model(config, params)
+    model.set_weights_dtype("int8")
+    kernels = {
+        jax.tree_util.keystr(path): leaf
+        for path, leaf in jax.tree_util.tree_leaves_with_path(
+            model.params, is_leaf=lambda leaf: isinstance(leaf, Int8Kernel)
+        )
+        if isinstance(leaf, Int8Kernel)
+    }
+    assert any("+" in path for path in kernels)  # fused groups stacked, then packed
+    for path, kernel in kernels.items():
+        assert (kernel.packed is None) == ("expert" in path), path
+        if kernel.packed is not None:  # [1, bytes], or [1, layers, bytes] scanned
+            layers = kernel.values.shape[1:2] if "['layers']" in path else ()
+            assert kernel.packed.shape[:-1] == (1, *layers), path
+    inputs, targets = np.array([[3, 4, 5, 1], [6, 7, 1, 0]]), np.array([[0, 3, 4], [0, 5, 6]])
+    runs = {}
+    for name, amx in (("packed, AMX kernel", True), ("packed, oneDNN", False)):
+        native_products.amx_int8_products(amx)
+        runs[name] = (model.logits(inputs, targets), model.generate(ROWS, max_length=8))
+    model.params = _without_packing(model.params)
+    runs["plain"] = (model.logits(inputs, targets), model.generate(ROWS, max_length=8))
+    for name, (logits, tokens) in runs.items():
+        np.testing.assert_array_equal(np.asarray(logits), np.asarray(runs["plain"][0]), name)
+        np.testing.assert_array_equal(tokens, runs["plain"][1], name)
