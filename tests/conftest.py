@@ -85,3 +85,13 @@ def tiny_trained(tiny_runs) -> Path:
     model_dir = tiny_runs.root / "trained"
     tiny_runs.train(model_dir, 12, check=True)
     return model_dir
+
+
+@pytest.fixture
+def amx_setting():
+    """Restores the compiled AMX int8 kernel's switch after a test that flips it."""
+    from t5forge.models import native_products
+
+    before = native_products.amx_int8_products()
+    yield
+    native_products.amx_int8_products(before)

@@ -163,14 +163,6 @@ def test_weights_packed_once_serve_every_row_count(k, n):
             )
 
 
-@pytest.fixture
-def amx_setting():
-    """Restores the AMX kernel's switch after a test that flips it."""
-    before = native_products.amx_int8_products()
-    yield
-    native_products.amx_int8_products(before)
-
-
 @needs_extension
 @pytest.mark.skipif(
     not native_products.amx_int8_products(),

@@ -169,14 +169,6 @@ def _without_packing(params):
     )
 
 
-@pytest.fixture
-def amx_setting():
-    """Restores the AMX kernel's switch after a test that flips it."""
-    before = native_products.amx_int8_products()
-    yield
-    native_products.amx_int8_products(before)
-
-
 @pytest.mark.skipif(
     not native_products.replaces_xla_here(), reason="no compiled int8 product here to pack for"
 )
