@@ -96,13 +96,13 @@ def int8_product(x, kernel: Int8Kernel, dtype):
     out_shape = kernel.values.shape[1:]
     x_q, x_scale = quantize_rows(rows)
     w_q = kernel.values.reshape(kernel.values.shape[0], -1)
-    # The compiled int8 product (AMX / VNNI) where it replaces XLA's here, else XLA's widened one.
-    if native_products.replaces_xla_here():
-        if kernel.packed is not None:
-            w_q = native_products.PackedInt8Weights(kernel.packed.reshape(-1), w_q.shape)
-        product = native_products.int8_matmul(x_q, x_scale, w_q, kernel.scale.reshape(-1), dtype)
-    else:
-        product = xla_int8_matmul(x_q, x_scale, w_q, kernel.scale.reshape(-1), dtype)
+    # The compiled int8 product (AMX / VNNI) where it replaces XLA's here, on the packed weights
+    # where they are; else XLA's widened one.
+    compiled = native_products.replaces_xla_here()
+    if compiled and kernel.packed is not None:
+        w_q = native_products.PackedInt8Weights(kernel.packed.reshape(-1), w_q.shape)
+    matmul = native_products.int8_matmul if compiled else xla_int8_matmul
+    product = matmul(x_q, x_scale, w_q, kernel.scale.reshape(-1), dtype)
     return product.reshape(*x.shape[:-1], *out_shape)
 
 
