@@ -11,13 +11,13 @@ Phases, in the order of what matters most, each in a process of its own:
   1. device: the GPU, driver, library versions, load average;
   2. the train step at t5forge's largest batch (MFU) and a trace of three of its steps (top
      ops, each track's op time); 3-4. MFU rows, t5forge alone: XLA GPU flags, XLA attention;
-  5. both sides at transformers' batch; 6. remat at twice the batch (measured: lower);
+  5. batch 128, which the H200's memory holds; 6. both sides at transformers' batch;
   7. greedy and beam 4 against transformers bf16 + SDPA (benchmarks/gpu.py);
   8. decoding profiled (benchmarks/profile_decode.py, T5 1.1 large, bf16, batch 32): fixed vs
      per-step cost, compilations during timed calls, the server's one-program-per-step decoder
      beside generate's while loop, a trace's top ops, and the decode program's optimized HLO.
 The H200 lease of 2026-11-27 settled decoding (25.6x transformers greedy, 1.5 ms a step) and
-measured training at 36.6% MFU (batch 80; 34.0% with remat at 160), with 223 s of its 430 s
+measured training at 36.6% MFU (batch 80; 34.0% with remat at 160: no longer run), with 223 s of its 430 s
 spent compiling the init (now lowered with threefry GPU kernels: models/init_lowering.py).
 
 The device image lacks grain, array_record and portpicker, which t5forge imports: carry their
@@ -72,8 +72,8 @@ class Sizes:
     input_length: int = 512
     target_length: int = 114
     transformers_batch: int = 20  # the largest that fit transformers on an 80 GB H100
-    largest_batch: int = 80  # the largest that fit t5forge (XLA's memory analysis)
-    remat_batch: int = 160
+    largest_batch: int = 80  # the largest that fit t5forge on an 80 GB card (XLA's analysis)
+    h200_batch: int = 128  # ~95 of the H200's 105 GiB: 11.7 GiB of state + 0.65 GiB a row
 
 
 TINY = Sizes("t5_1_1/tiny", 2, 8, 2, 4, 16, 8, 2, 4, 8)
@@ -162,16 +162,9 @@ def phases(sizes: Sizes, work: Path) -> list[Phase]:
             "--no_peer",
             "--train_overrides=attention_implementation=xla",
         ),
+        # The H200's memory holds batch 128 without remat (remat at 160 measured 34.0%).
+        train("mfu_h200_batch", 150, sizes.h200_batch, "--no_fill", "--no_peer"),
         train("train_at_transformers_batch", 180, sizes.transformers_batch, "--no_fill"),
-        # Measured on the H200 (34.0% at batch 160, below batch 80 without remat): last.
-        train(
-            "mfu_remat_minimal",
-            150,
-            sizes.remat_batch,
-            "--no_fill",
-            "--no_peer",
-            "--train_overrides=remat_policy=minimal",
-        ),
         gpu("decode_vs_transformers", 120, "--phases=decode"),
         profile(
             "decode_profile",

@@ -21,8 +21,8 @@ PHASES = [
     "train_largest",
     "mfu_xla_flags",
     "mfu_attention_xla",
+    "mfu_h200_batch",
     "train_at_transformers_batch",
-    "mfu_remat_minimal",
     "decode_vs_transformers",
     "decode_profile",
 ]
@@ -80,9 +80,9 @@ def test_every_phase_runs_at_toy_sizes_and_a_second_call_resumes(tmp_path):
         gpu_session.TINY.transformers_batch
     }
     assert len(at_peer_batch) == 2 and len(phases["train_at_transformers_batch"]["ratios"]) == 1
-    remat = phases["mfu_remat_minimal"]["sides"]
-    assert list(remat) == ["t5_1_1/tiny train: t5forge (remat_policy=minimal)"]
-    assert remat[next(iter(remat))]["batch"] == gpu_session.TINY.remat_batch
+    bigger = phases["mfu_h200_batch"]["sides"]
+    assert list(bigger) == ["t5_1_1/tiny train: t5forge"]
+    assert bigger[next(iter(bigger))]["batch"] == gpu_session.TINY.h200_batch
     assert list(phases["mfu_attention_xla"]["sides"]) == [
         "t5_1_1/tiny train: t5forge (attention_implementation=xla)"
     ]
