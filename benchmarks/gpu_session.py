@@ -8,7 +8,8 @@ session runs, first thing, so no device time goes to writing commands:
     T5FORGE_BENCH_COMMIT=<commit> python3 benchmarks/gpu_session.py --out $OUT --resume
 
 Phases, in the order of what matters most, each in a process of its own:
-  1. device: the GPU, driver, library versions, load average;
+  1. device: the GPU, driver, library versions, load average; then the attention bias forms
+     (benchmarks/attention_bias_forms.py): cuDNN's bias gradient against autodiff, and costs;
   2. the train step at t5forge's largest batch (MFU) and a trace of three of its steps (top
      ops, each track's op time); 3-4. MFU rows, t5forge alone: XLA GPU flags, XLA attention;
   5. batch 128, which the H200's memory holds; 6. both sides at transformers' batch;
@@ -74,9 +75,10 @@ class Sizes:
     transformers_batch: int = 20  # the largest that fit transformers on an 80 GB H100
     largest_batch: int = 80  # the largest that fit t5forge on an 80 GB card (XLA's analysis)
     h200_batch: int = 128  # ~95 of the H200's 105 GiB: 11.7 GiB of state + 0.65 GiB a row
+    heads: int = 16  # T5 1.1 large's, for the attention bias forms
 
 
-TINY = Sizes("t5_1_1/tiny", 2, 8, 2, 4, 16, 8, 2, 4, 8)
+TINY = Sizes("t5_1_1/tiny", 2, 8, 2, 4, 16, 8, 2, 4, 8, heads=2)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +137,22 @@ def phases(sizes: Sizes, work: Path) -> list[Phase]:
     dump = f"--xla_dump_to={work / 'hlo'} --xla_dump_hlo_module_re=_predict --xla_dump_hlo_as_text"
     return [
         Phase("device", (python, str(Path(__file__).resolve()), "--device_report"), 5),
+        # 40 s on the H200 of 2026-11-28: does cuDNN's bias gradient equal plain autodiff's,
+        # and what does each bias form cost (the train step's 26 ms of dbias)?
+        Phase(
+            "attention_bias_forms",
+            (
+                python,
+                str(HERE / "attention_bias_forms.py"),
+                f"--batch={sizes.largest_batch}",
+                f"--heads={sizes.heads}",
+                f"--input_length={sizes.input_length}",
+                f"--target_length={sizes.target_length}",
+                "--runs=10",
+                f"--json={work / 'attention_bias_forms'}.json",
+            ),
+            60,
+        ),
         # Training first: MFU is what is left to reach (36.6% at batch 80 on the H200 of
         # 2026-11-27). The first phase traces its step (where the other 63% goes) and compiles
         # the init every later phase reads from the cache.
@@ -248,6 +266,8 @@ def figures(work: Path, name: str) -> dict:
     if not path.exists():
         return {}
     data = json.loads(path.read_text())
+    if "encoder self" in data:  # attention_bias_forms.py: every row, they are few
+        return {"forms": {key: value for key, value in data.items() if isinstance(value, dict)}}
     if "generate" in data:  # profile_decode.py
         keys = ("step_ms", "fixed_s", "compiles_during_timed_calls")
         return {

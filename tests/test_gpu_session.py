@@ -18,6 +18,7 @@ import gpu_session  # noqa: E402
 
 PHASES = [
     "device",
+    "attention_bias_forms",
     "train_largest",
     "mfu_xla_flags",
     "mfu_attention_xla",
@@ -68,6 +69,11 @@ def test_every_phase_runs_at_toy_sizes_and_a_second_call_resumes(tmp_path):
     assert profile["track_ms"], "the trace's tracks were summed"
     (largest,) = phases["train_largest"]["sides"].values()
     assert largest["track_ms"], "the largest batch's train step was traced"
+
+    forms = phases["attention_bias_forms"]["forms"]
+    assert set(forms) == {"encoder self", "decoder self", "cross"}
+    assert forms["encoder self"]["xla batched bias"]["max_abs_position_grad"] > 0
+    assert forms["cross"]["xla batched bias"]["max_abs_position_grad"] == 0  # no position bias
 
     ratios = phases["decode_vs_transformers"]["ratios"]
     assert [row.split(" decode")[0] for row in ratios] == [
