@@ -119,6 +119,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="t5_1_1/small")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    parser.add_argument(
+        "--weights_dtype",
+        default="float32",
+        choices=("float32", "bfloat16", "int8"),
+        help="the Dense kernels' dtype (Model.set_weights_dtype), as decode.py's rows",
+    )
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--input_length", type=int, default=128)
     parser.add_argument("--lengths", default="8,64", help="new-token counts to time")
@@ -146,10 +152,14 @@ def main() -> int:
     config = get_config(args.config, dtype=args.dtype)
     params = same_weights.never_eos(build_model(config).init_params(jax.random.PRNGKey(0)))
     model = Model(config, jax.tree.map(lambda p: p.astype(jnp.dtype(args.dtype)), params))
+    model.set_weights_dtype(args.weights_dtype)
     rows = np.random.default_rng(0).integers(
         3, config.vocab_size, (args.batch, args.input_length), np.int32
     )
-    print(f"{args.config} {args.dtype}, batch {args.batch}, {args.method} on {jax.devices()[0]}")
+    print(
+        f"{args.config} {args.dtype}, {args.weights_dtype} weights, batch {args.batch}, "
+        f"{args.method} on {jax.devices()[0]}"
+    )
 
     def generate(new_tokens):
         return model.generate(rows, max_length=new_tokens, method=args.method, alpha=0.0)
@@ -158,6 +168,7 @@ def main() -> int:
     report = {
         "config": args.config,
         "dtype": args.dtype,
+        "weights_dtype": args.weights_dtype,
         "batch": args.batch,
         "input_length": args.input_length,
         "method": args.method,

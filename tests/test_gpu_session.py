@@ -20,7 +20,6 @@ PHASES = [
     "device",
     "attention_bias_forms",
     "train_largest",
-    "mfu_xla_flags",
     "mfu_attention_xla",
     "mfu_h200_batch",
     "train_at_transformers_batch",
@@ -92,7 +91,7 @@ def test_every_phase_runs_at_toy_sizes_and_a_second_call_resumes(tmp_path):
     assert list(phases["mfu_attention_xla"]["sides"]) == [
         "t5_1_1/tiny train: t5forge (attention_implementation=xla)"
     ]
-    assert not phases["mfu_xla_flags"]["ratios"], "MFU rows run t5forge alone"
+    assert not phases["mfu_attention_xla"]["ratios"], "MFU rows run t5forge alone"
 
     hlo = gzip.decompress((out / "decode_hlo.txt.gz").read_bytes()).decode()
     assert "HloModule jit__predict" in hlo and " while(" in hlo
