@@ -9,13 +9,13 @@ MLPs. The attention layer, with its key/value cache, is in attention_layer.py.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from t5forge.errors import ConfigError
 from t5forge.models import axes
 from t5forge.models.products import dense_product, fast_forms_apply
 from t5forge.models.quantized import Int8Kernel
@@ -80,12 +80,16 @@ class Dense(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        kernel = self.param(
-            "kernel",
-            nn.with_logical_partitioning(self.kernel_init, self.axes),
-            (x.shape[-1], self.features),
-            jnp.float32,
-        )
+        kernel = self.get_variable("params", "kernel")
+        if not (isinstance(kernel, Int8Kernel) and kernel.packed is not None):
+            # flax checks an existing parameter's first leaf against the initializer's shape;
+            # a packed int8 kernel keeps its values' shape only as metadata (quantized.py).
+            kernel = self.param(
+                "kernel",
+                nn.with_logical_partitioning(self.kernel_init, self.axes),
+                (x.shape[-1], self.features),
+                jnp.float32,
+            )
         return dense_product(x, kernel, jnp.dtype(self.dtype))
 
 
@@ -142,8 +146,13 @@ def _stack(kernels: list) -> jnp.ndarray:
     """Kernels [..., in, out] of one input as one: [..., in, n, out], or [..., in, sum(out)]
     if widths differ (a leading axis is scanned layers'); an Int8Kernel's values and scales
     alike."""
-    if isinstance(kernels[0], Int8Kernel):  # the stack's own packing is not theirs stacked
-        kernels = [dataclasses.replace(kernel, packed=None) for kernel in kernels]
+    if isinstance(kernels[0], Int8Kernel) and any(k.packed is not None for k in kernels):
+        # Packed at load, they keep no plain values to stack: stack_projections stacks every
+        # fused group before pack_kernels runs.
+        raise ConfigError(
+            "int8 kernels packed at load cannot be stacked at run time; "
+            "load the checkpoint again with weights_dtype='int8'"
+        )
     if len({kernel.shape[-1] for kernel in kernels}) > 1:
         return jax.tree.map(lambda *parts: jnp.concatenate(parts, axis=-1), *kernels)
     return jax.tree.map(lambda *parts: jnp.stack(parts, axis=-2), *kernels)

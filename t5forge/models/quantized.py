@@ -21,11 +21,13 @@ on plain weights, on an Intel Xeon with AMX: docs/cpu-kernels.md).
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from t5forge.errors import ConfigError
 from t5forge.models import native_products
 
 INT8_MAX = 127
@@ -42,12 +44,14 @@ class Int8Kernel:
     scale: jax.Array
     # The values per matrix [in, prod(rest)] in the compiled int8 product's layout for this CPU
     # (uint8 [1, bytes], or [1, layers, bytes] for scanned layers, whose axis 1 scan slices),
-    # or None: `pack_kernels`.
+    # or None: `pack_kernels`. A packed kernel's `values` keep only their shape, as an empty
+    # trailing axis ([*shape, 0]: no bytes, sliced by scan like the rest), so that the packed
+    # copy replaces the plain one in memory instead of doubling it.
     packed: jax.Array | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.values.shape
+        return self.values.shape[:-1] if self.packed is not None else self.values.shape
 
 
 def _symmetric_int8(x, axis: int):
@@ -68,8 +72,18 @@ def quantize_kernel(kernel, contracting_axis: int = 0) -> Int8Kernel:
 
 
 def dequantize_kernel(kernel: Int8Kernel) -> jax.Array:
-    """The float32 kernel an Int8Kernel stands for."""
+    """The float32 kernel an Int8Kernel stands for (an unpacked one: packing keeps no plain
+    values)."""
+    _require_plain(kernel, "dequantised")
     return kernel.values.astype(jnp.float32) * kernel.scale
+
+
+def _require_plain(kernel: Int8Kernel, what: str) -> None:
+    if kernel.packed is not None:
+        raise ConfigError(
+            f"an int8 kernel packed at load for the compiled int8 product cannot be {what}; "
+            "load the checkpoint again with weights_dtype='int8' where it is to run"
+        )
 
 
 def quantize_rows(x):
@@ -93,14 +107,18 @@ def xla_int8_matmul(x_q, x_scale, w_q, w_scale, out_dtype):
 def int8_product(x, kernel: Int8Kernel, dtype):
     """x [..., in] @ kernel [in, ...] in `dtype`, x quantised per row (per token)."""
     rows = x.reshape(-1, x.shape[-1])
-    out_shape = kernel.values.shape[1:]
+    out_shape = kernel.shape[1:]
     x_q, x_scale = quantize_rows(rows)
-    w_q = kernel.values.reshape(kernel.values.shape[0], -1)
     # The compiled int8 product (AMX / VNNI) where it replaces XLA's here, on the packed weights
     # where they are; else XLA's widened one.
     compiled = native_products.replaces_xla_here()
-    if compiled and kernel.packed is not None:
-        w_q = native_products.PackedInt8Weights(kernel.packed.reshape(-1), w_q.shape)
+    if kernel.packed is not None:
+        if not compiled:
+            _require_plain(kernel, "multiplied without the compiled int8 product")
+        matrix = (kernel.shape[0], math.prod(out_shape))
+        w_q = native_products.PackedInt8Weights(kernel.packed.reshape(-1), matrix)
+    else:
+        w_q = kernel.values.reshape(kernel.values.shape[0], -1)
     matmul = native_products.int8_matmul if compiled else xla_int8_matmul
     product = matmul(x_q, x_scale, w_q, kernel.scale.reshape(-1), dtype)
     return product.reshape(*x.shape[:-1], *out_shape)
@@ -129,4 +147,5 @@ def _packed(kernel: Int8Kernel, scanned: bool) -> Int8Kernel:
         for matrix in matrices
     ]
     packed = np.stack(blobs)[None] if scanned else blobs[0][None]
-    return dataclasses.replace(kernel, packed=jnp.asarray(packed))
+    shape_only = jnp.zeros((*values.shape, 0), jnp.int8)
+    return dataclasses.replace(kernel, values=shape_only, packed=jnp.asarray(packed))

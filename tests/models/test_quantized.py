@@ -1,8 +1,6 @@
 """Int8 inference (`weights_dtype='int8'`, models/quantized.py): quantisation error bounds, the
 int8 product against the float one, and a tiny model decoding with int8 kernels."""
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -159,14 +157,12 @@ def test_int8_beam_search_runs_and_keeps_its_best_beam_near_float32():
     assert (beams == exact.generate(ROWS, max_length=8, method="beam", num_beams=3)).mean() >= 0.75
 
 
-def _without_packing(params):
-    return jax.tree.map(
-        lambda leaf: (
-            dataclasses.replace(leaf, packed=None) if isinstance(leaf, Int8Kernel) else leaf
-        ),
-        params,
-        is_leaf=lambda leaf: isinstance(leaf, Int8Kernel),
-    )
+def _unpacked_int8(params, monkeypatch):
+    """`params` in int8 as a machine without the compiled product converts them: quantised and
+    stacked, never packed (the product still runs compiled, on plain weights)."""
+    with monkeypatch.context() as patch:
+        patch.setattr(native_products, "replaces_xla_here", lambda: False)
+        return stack_projections(with_weights_dtype(params, "int8"))
 
 
 @pytest.mark.skipif(
@@ -177,10 +173,11 @@ def _without_packing(params):
     [{"num_experts": 2, "num_sparse_decoder_layers": 1}, {"scan_layers": True}],
     ids=["layers-with-experts", "scanned"],
 )
-def test_packed_kernels_give_the_plain_kernels_numbers_exactly(overrides, amx_setting):
+def test_packed_kernels_give_the_plain_kernels_numbers_exactly(overrides, amx_setting, monkeypatch):
     """Packing at load changes where the weights lie, not one number: the logits and greedy
     tokens of packed kernels (oneDNN's product, and the AMX kernel where the CPU has it) equal
-    those of the same int8 kernels unpacked; the experts' stay unpacked (vmapped products)."""
+    those of the same int8 kernels unpacked; the experts' stay unpacked (vmapped products).
+    A packed kernel keeps no plain values (its shape only), so packing adds no copy."""
     config, params = _tiny(**overrides)
     model = Model(config, params)
     model.set_weights_dtype("int8")
@@ -195,14 +192,21 @@ def test_packed_kernels_give_the_plain_kernels_numbers_exactly(overrides, amx_se
     for path, kernel in kernels.items():
         assert (kernel.packed is None) == ("expert" in path), path
         if kernel.packed is not None:  # [1, bytes], or [1, layers, bytes] scanned
-            layers = kernel.values.shape[1:2] if "['layers']" in path else ()
+            layers = kernel.shape[1:2] if "['layers']" in path else ()
             assert kernel.packed.shape[:-1] == (1, *layers), path
+            assert kernel.values.size == 0 and kernel.values.shape[:-1] == kernel.shape, path
+    plain = _unpacked_int8(params, monkeypatch)
+    plain_kernels = jax.tree.leaves(plain, is_leaf=lambda leaf: isinstance(leaf, Int8Kernel))
+    assert all(k.packed is None for k in plain_kernels if isinstance(k, Int8Kernel))
+    assert sum(leaf.nbytes for leaf in jax.tree.leaves(model.params)) < sum(
+        leaf.nbytes for leaf in jax.tree.leaves(plain)
+    ) + sum(leaf.packed.nbytes for leaf in kernels.values() if leaf.packed is not None)
     inputs, targets = np.array([[3, 4, 5, 1], [6, 7, 1, 0]]), np.array([[0, 3, 4], [0, 5, 6]])
     runs = {}
     for name, amx in (("packed, AMX kernel", True), ("packed, oneDNN", False)):
         native_products.amx_int8_products(amx)
         runs[name] = (model.logits(inputs, targets), model.generate(ROWS, max_length=8))
-    model.params = _without_packing(model.params)
+    model.params = plain
     runs["plain"] = (model.logits(inputs, targets), model.generate(ROWS, max_length=8))
     for name, (logits, tokens) in runs.items():
         np.testing.assert_array_equal(np.asarray(logits), np.asarray(runs["plain"][0]), name)
