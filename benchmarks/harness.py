@@ -78,10 +78,13 @@ def wait_for_idle(settle_seconds: float, poll_seconds: float = 5.0) -> float:
 
 
 def git_commit() -> tuple[str, bool]:
-    """(short commit, whether tracked files differ from it). Outside git (a copy of the tree on
-    a lent GPU machine) the commit is $T5FORGE_BENCH_COMMIT, else 'unknown'. Result files of
-    earlier benchmarks (benchmarks/results/) do not count: they change nothing measured, and
-    `make bench` rewrites them one after another."""
+    """(short commit, whether tracked files differ from it). $T5FORGE_BENCH_COMMIT, where set,
+    names it: a lent GPU machine's copy of the tree carries a git HEAD of its own (the
+    session's first checkout, on 2026-11-28), with the tree's changes as 'dirty'. Else git's;
+    outside git, 'unknown'. Result files of earlier benchmarks (benchmarks/results/) do not
+    count: they change nothing measured, and `make bench` rewrites them one after another."""
+    if os.environ.get("T5FORGE_BENCH_COMMIT"):
+        return os.environ["T5FORGE_BENCH_COMMIT"], False
 
     def git(*args):
         return subprocess.run(
@@ -93,7 +96,7 @@ def git_commit() -> tuple[str, bool]:
             git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/results")
         )
     except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("T5FORGE_BENCH_COMMIT", "unknown"), False
+        return "unknown", False
 
 
 def children_cpu_seconds() -> float:

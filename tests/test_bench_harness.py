@@ -304,9 +304,22 @@ def test_profile_top_ops_sums_by_op_and_leaves_out_python(tmp_path):
     ]
 
 
-def test_git_commit_outside_git_comes_from_the_environment(monkeypatch, tmp_path):
+def test_the_commit_named_in_the_environment_wins_even_inside_git(monkeypatch, tmp_path):
+    """A lent GPU machine's copy of the tree has a git HEAD of its own: the commit the session
+    names is the one its results belong to; without it, outside git, 'unknown'."""
     monkeypatch.setattr(harness, "REPO", tmp_path)
+    monkeypatch.delenv("T5FORGE_BENCH_COMMIT", raising=False)
+    assert harness.git_commit() == ("unknown", False)
     monkeypatch.setenv("T5FORGE_BENCH_COMMIT", "adcd489")
+    assert harness.git_commit() == ("adcd489", False)
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "model.py").write_text("x = 1\n")
+    subprocess.run(["git", "add", "."], cwd=tmp_path, check=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "first"],
+        cwd=tmp_path,
+        check=True,
+    )
     assert harness.git_commit() == ("adcd489", False)
 
 
@@ -321,6 +334,7 @@ def test_earlier_benchmark_results_do_not_make_the_tree_dirty(monkeypatch, tmp_p
     git("add", ".")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "first")
     monkeypatch.setattr(harness, "REPO", tmp_path)
+    monkeypatch.delenv("T5FORGE_BENCH_COMMIT", raising=False)
     (tmp_path / "benchmarks" / "results" / "decode.json").write_text('{"new": 1}')
     assert harness.git_commit()[1] is False
     (tmp_path / "model.py").write_text("x = 2\n")
