@@ -109,7 +109,7 @@ def _step(attention):
 
 def measure(batch, heads, q_len, k_len, head_dim, causal, has_position, runs, cudnn):
     args = _inputs(batch, heads, q_len, k_len, head_dim)
-    q_lengths = np.asarray(args[5])
+    valid = np.arange(q_len)[None, :] < np.asarray(args[5])[:, None]  # [B, q]: real queries
     rows = {}
     reference = None
     for name, attention in _forms(causal, has_position, cudnn).items():
@@ -128,7 +128,6 @@ def measure(batch, heads, q_len, k_len, head_dim, causal, has_position, runs, cu
             jax.block_until_ready(step(*args))
             times.append(time.perf_counter() - start)
         row = {"median_ms": 1e3 * statistics.median(times), "first_call_s": compiled_s}
-        valid = np.arange(q_len)[None, :] < q_lengths[:, None]  # [B, q]
         out = np.asarray(out, np.float32)
         grads = [np.asarray(g, np.float32) for g in grads]
         row["max_abs_position_grad"] = float(np.abs(grads[3]).max())

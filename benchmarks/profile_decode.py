@@ -116,14 +116,17 @@ def stepwise_decode(model, rows: np.ndarray):
 
 
 def main() -> int:
+    from t5forge.models.weights_dtype import WEIGHTS_DTYPES
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="t5_1_1/small")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     parser.add_argument(
         "--weights_dtype",
-        default="float32",
-        choices=("float32", "bfloat16", "int8"),
-        help="the Dense kernels' dtype (Model.set_weights_dtype), as decode.py's rows",
+        default=None,
+        choices=WEIGHTS_DTYPES,
+        help="the Dense kernels' dtype (Model.set_weights_dtype), as decode.py's rows "
+        "(default: --dtype's)",
     )
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--input_length", type=int, default=128)
@@ -152,12 +155,14 @@ def main() -> int:
     config = get_config(args.config, dtype=args.dtype)
     params = same_weights.never_eos(build_model(config).init_params(jax.random.PRNGKey(0)))
     model = Model(config, jax.tree.map(lambda p: p.astype(jnp.dtype(args.dtype)), params))
-    model.set_weights_dtype(args.weights_dtype)
+    if args.weights_dtype is not None:  # else the kernels stay in --dtype
+        model.set_weights_dtype(args.weights_dtype)
     rows = np.random.default_rng(0).integers(
         3, config.vocab_size, (args.batch, args.input_length), np.int32
     )
     print(
-        f"{args.config} {args.dtype}, {args.weights_dtype} weights, batch {args.batch}, "
+        f"{args.config} {args.dtype}, {args.weights_dtype or args.dtype} weights, "
+        f"batch {args.batch}, "
         f"{args.method} on {jax.devices()[0]}"
     )
 
@@ -168,7 +173,7 @@ def main() -> int:
     report = {
         "config": args.config,
         "dtype": args.dtype,
-        "weights_dtype": args.weights_dtype,
+        "weights_dtype": args.weights_dtype or args.dtype,
         "batch": args.batch,
         "input_length": args.input_length,
         "method": args.method,
