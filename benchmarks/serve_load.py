@@ -239,7 +239,7 @@ def _schedulers(bench, name: str, model_dir: Path, scratch: Path, rates, sentenc
     """Every t5forge scheduler at every rate: ({scheduler: [level summaries]}, the continuous
     server's greedy tokens for `checks`)."""
     levels, reference = {}, None
-    for scheduler in SCHEDULERS:
+    for scheduler in SCHEDULERS[:1] if args.without_static else SCHEDULERS:
         cache = scratch / f"compile_cache_{name}_{scheduler}"
         with serve.server_process(model_dir, _flags(scheduler, cache, args)) as (url, ready, pid):
             print(f"{name}, {scheduler}: ready in {ready:.1f} s (empty cache)", flush=True)
@@ -300,7 +300,8 @@ def _compare(bench, name: str, rates: list[float], levels: dict) -> None:
         metrics = ("throughput", "p99_ms") if every_p99 else ("throughput",)
         for metric in metrics:
             labelled = row + (", p99 latency" if metric == "p99_ms" else "")
-            bench.compare(labelled, sides["continuous"], sides["static"], metric, "static")
+            if "static" in sides:
+                bench.compare(labelled, sides["continuous"], sides["static"], metric, "static")
             if PEER in sides:
                 bench.compare(labelled, sides["continuous"], sides[PEER], metric, PEER)
             else:
@@ -351,8 +352,10 @@ def _plot(levels: dict, rates: dict, label: str, path: Path) -> None:
             axis.set_xlabel("offered requests/s")
             axis.set_title(f"{model}: {title}", fontsize=9)
             axis.legend(fontsize=7)
+    sides = next(iter(levels.values()), {})
     figure.suptitle(
-        f"t5forge serve (continuous, static) and CTranslate2 behind FastAPI, open-loop Poisson "
+        f"t5forge serve ({', '.join(side for side in sides if side != PEER)}) and CTranslate2 "
+        f"behind FastAPI, open-loop Poisson "
         f"arrivals, {MIN_NEW_TOKENS}-{MAX_NEW_TOKENS} new tokens ({label})",
         fontsize=9,
     )
@@ -374,6 +377,12 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=300, help="a request's longest wait")
     parser.add_argument("--max_batch_size", type=int, default=32, help="decode slots / batch")
     parser.add_argument("--seed", type=int, default=0, help="of the arrivals and lengths")
+    parser.add_argument(
+        "--without_static",
+        action="store_true",
+        help="leave static batching out (continuous is the side compared with the peer; this "
+        "saves a third of the run)",
+    )
     parser.add_argument("--plot", type=Path, default=PLOT)
     parser.add_argument(
         "--startup_models",
