@@ -19,6 +19,8 @@ NB_MODULE(t5forge_kernels, m) {
         nb::capsule(reinterpret_cast<void*>(t5forge_kernels::Int8Matmul));
     targets["t5forge_packed_int8_matmul"] =
         nb::capsule(reinterpret_cast<void*>(t5forge_kernels::PackedInt8Matmul));
+    targets["t5forge_packed_int8_dense"] =
+        nb::capsule(reinterpret_cast<void*>(t5forge_kernels::PackedInt8Dense));
     targets["t5forge_decode_attention"] =
         nb::capsule(reinterpret_cast<void*>(t5forge_kernels::DecodeAttention));
     return targets;

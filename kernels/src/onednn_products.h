@@ -12,6 +12,7 @@ namespace t5forge_kernels {
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Bf16Matmul);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Int8Matmul);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(PackedInt8Matmul);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(PackedInt8Dense);
 
 // Bytes of int8 [k, n] weights in oneDNN's blocked layout for this CPU (with the compensation
 // that signed sources need), and the packing itself, done once at load.

@@ -6,7 +6,8 @@ each be stored transposed (so the weight gradient aT @ g is one call, no transpo
 int8 x int8 -> int32 with per-row and per-column scales, its weights plain or packed once at load
 (`pack_int8_weights`: oneDNN's blocked layout, so no call reorders them). Where the CPU has AMX,
 packed products of up to 32 rows (decoding's) run on the module's own AMX kernel instead of
-oneDNN's matmul (`amx_int8_products`). They trace like any jax op: under jit, lax.scan,
+oneDNN's matmul (`amx_int8_products`); `packed_int8_dense` is that packed product with the
+rows' quantisation done inside the call. They trace like any jax op: under jit, lax.scan,
 jax.checkpoint, and vmap (one call per batch element). `bf16_matmul` has a gradient (its two
 backward products are the same call); `int8_matmul` is for inference.
 
@@ -229,3 +230,31 @@ def int8_matmul(
     target = "t5forge_packed_int8_matmul" if packed else "t5forge_int8_matmul"
     call = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct((m, n), dtype), vmap_method="sequential")
     return call(x_q, x_scale, w_q.data if packed else w_q, w_scale)
+
+
+def packed_int8_dense(
+    x: jax.Array, w_q: PackedInt8Weights, w_scale: jax.Array, out_dtype: Any
+) -> jax.Array:
+    """`int8_matmul(*quantized.quantize_rows(x), w_q, w_scale, out_dtype)` as one call: x
+    (float32 or bfloat16 [M, K]) is quantised per row inside it, to the same values and scales.
+    A decoding step then runs one op per product instead of three (the rows' largest |x|, the
+    quantising fusion, the product)."""
+    require()
+    if x.ndim != 2 or x.dtype not in (jnp.float32, jnp.bfloat16):
+        raise ConfigError(
+            f"x must be a 2-D float32 or bfloat16 array, got shape {x.shape} {x.dtype}"
+        )
+    (m, k), (k_w, n) = x.shape, w_q.shape
+    if k != k_w:
+        raise ConfigError(f"packed_int8_dense: x {x.shape} and w_q {w_q.shape} do not contract")
+    if w_scale.shape != (n,) or w_scale.dtype != jnp.float32:
+        raise ConfigError(
+            f"w_scale must be float32 of shape ({n},), got {w_scale.shape} {w_scale.dtype}"
+        )
+    dtype = _check_out_dtype(out_dtype)
+    if 0 in (m, k, n):
+        return jnp.zeros((m, n), dtype)
+    call = jax.ffi.ffi_call(
+        "t5forge_packed_int8_dense", jax.ShapeDtypeStruct((m, n), dtype), vmap_method="sequential"
+    )
+    return call(x, w_q.data, w_scale)

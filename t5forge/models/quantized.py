@@ -15,7 +15,8 @@ same signature (t5forge.models.native_products.int8_matmul) can take its place i
 `int8_product` without changing any number beyond float32 rounding of the sums; it reads the
 kernel `packed` (once, at load: `pack_kernels`) where the kernel has it, so no call reorders the
 weights into the compiled product's own layout (a decoding step's products took 2-3x as long
-on plain weights, on an Intel Xeon with AMX: docs/cpu-kernels.md).
+on plain weights, on an Intel Xeon with AMX: docs/cpu-kernels.md), and quantises the input
+rows inside the same call (`native_products.packed_int8_dense`), to the same values.
 """
 
 from __future__ import annotations
@@ -57,10 +58,13 @@ class Int8Kernel:
 def _symmetric_int8(x, axis: int):
     """(int8 values, float32 scale with `axis` kept as 1): x ~ values * scale, per slice along
     `axis`; an all-zero slice gets scale 1 (its values are 0)."""
+    # Written as products by reciprocals, the form XLA's simplifier gives divisions anyway,
+    # so that the compiled product's own quantisation (native_products.packed_int8_dense)
+    # computes the same float32 operations.
     x = jnp.asarray(x, jnp.float32)
-    scale = jnp.max(jnp.abs(x), axis=axis, keepdims=True) / INT8_MAX
+    scale = jnp.max(jnp.abs(x), axis=axis, keepdims=True) * np.float32(1 / INT8_MAX)
     scale = jnp.where(scale == 0, 1.0, scale)
-    values = jnp.clip(jnp.round(x / scale), -INT8_MAX, INT8_MAX).astype(jnp.int8)
+    values = jnp.clip(jnp.round(x * (1 / scale)), -INT8_MAX, INT8_MAX).astype(jnp.int8)
     return values, scale
 
 
@@ -108,19 +112,22 @@ def int8_product(x, kernel: Int8Kernel, dtype):
     """x [..., in] @ kernel [in, ...] in `dtype`, x quantised per row (per token)."""
     rows = x.reshape(-1, x.shape[-1])
     out_shape = kernel.shape[1:]
-    x_q, x_scale = quantize_rows(rows)
+    w_scale = kernel.scale.reshape(-1)
     # The compiled int8 product (AMX / VNNI) where it replaces XLA's here, on the packed weights
-    # where they are; else XLA's widened one.
+    # (quantising the rows inside the same call) where they are; else XLA's widened one.
     compiled = native_products.replaces_xla_here()
     if kernel.packed is not None:
         if not compiled:
             _require_plain(kernel, "multiplied without the compiled int8 product")
         matrix = (kernel.shape[0], math.prod(out_shape))
         w_q = native_products.PackedInt8Weights(kernel.packed.reshape(-1), matrix)
+        if rows.dtype in (jnp.float32, jnp.bfloat16):
+            product = native_products.packed_int8_dense(rows, w_q, w_scale, dtype)
+            return product.reshape(*x.shape[:-1], *out_shape)
     else:
         w_q = kernel.values.reshape(kernel.values.shape[0], -1)
     matmul = native_products.int8_matmul if compiled else xla_int8_matmul
-    product = matmul(x_q, x_scale, w_q, kernel.scale.reshape(-1), dtype)
+    product = matmul(*quantize_rows(rows), w_q, w_scale, dtype)
     return product.reshape(*x.shape[:-1], *out_shape)
 
 

@@ -16,7 +16,7 @@ import pytest
 from commands import eight_device_report
 
 from t5forge.errors import ConfigError
-from t5forge.models import native_products
+from t5forge.models import native_products, quantized
 
 needs_extension = pytest.mark.skipif(
     not native_products.available(),
@@ -188,6 +188,51 @@ def test_amx_kernel_sums_as_onednn_at_every_row_count_it_takes(k, n, amx_setting
             sums[amx] = np.asarray(product(x, ones_m, packed, ones_n, jnp.float32))
         np.testing.assert_array_equal(sums[True], sums[False], f"{m} rows")
         np.testing.assert_array_equal(sums[True], np.asarray(int32_sums(x, w), np.float32))
+
+
+@needs_extension
+@pytest.mark.parametrize("amx", [True, False], ids=["amx-if-present", "onednn"])
+@pytest.mark.parametrize("in_dtype", [jnp.float32, jnp.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize(("m", "k", "n"), [(1, 77, 300), (8, 512, 1024), (37, 129, 5)])
+def test_packed_dense_quantises_its_rows_as_quantize_rows_does(m, k, n, in_dtype, amx, amx_setting):
+    """One call (rows quantised inside it) gives exactly the values of quantize_rows then the
+    packed product, on the AMX kernel and oneDNN's: rows of every magnitude, a row of zeros,
+    and values on the rounding boundaries (x / scale exactly half-way)."""
+    rng = np.random.default_rng(m * k + n)
+    rows = rng.standard_normal((m, k)) * rng.choice([1e-3, 1.0, 40.0], size=(m, 1))
+    rows[0] = rng.uniform(-100, 100, k)
+    rows[0, :4] = [127.0, 0.5, -2.5, 63.5]  # largest 127, so scale 1: half-way values
+    if m > 2:
+        rows[1] = 0.0
+    x = jnp.asarray(rows, in_dtype)
+    _, w = int8_operands(rng, 1, k, n)
+    packed = native_products.pack_int8_weights(w)
+    w_scale = jnp.asarray(rng.random(n) + 0.01, jnp.float32)
+    native_products.amx_int8_products(amx)
+    for out_dtype in (jnp.float32, jnp.bfloat16):
+        fused = jax.jit(native_products.packed_int8_dense, static_argnums=3)
+        apart = jax.jit(
+            lambda x, out_dtype=out_dtype: native_products.int8_matmul(
+                *quantized.quantize_rows(x), packed, w_scale, out_dtype
+            )
+        )
+        actual = fused(x, packed, w_scale, out_dtype)
+        assert actual.dtype == out_dtype
+        np.testing.assert_array_equal(
+            np.asarray(actual, np.float32), np.asarray(apart(x), np.float32)
+        )
+
+
+@needs_extension
+def test_packed_dense_bad_input_is_one_clear_error():
+    packed = native_products.pack_int8_weights(np.ones((6, 5), np.int8))
+    w_scale = jnp.ones((5,), jnp.float32)
+    with pytest.raises(ConfigError, match="float32 or bfloat16"):
+        native_products.packed_int8_dense(jnp.ones((4, 6), jnp.int8), packed, w_scale, jnp.float32)
+    with pytest.raises(ConfigError, match="do not contract"):
+        native_products.packed_int8_dense(jnp.ones((4, 7)), packed, w_scale, jnp.float32)
+    with pytest.raises(ConfigError, match="w_scale must be float32 of shape"):
+        native_products.packed_int8_dense(jnp.ones((4, 6)), packed, w_scale[:4], jnp.float32)
 
 
 @needs_extension
