@@ -299,23 +299,15 @@ class InferenceService:
     async def _events(self, request, encoded: EncodedRows, seed, futures, tokens: asyncio.Queue):
         deltas = [TextDeltas(self.model.vocabulary) for _ in futures]
         finished = asyncio.ensure_future(_gather(futures))
-        # Every token is queued before its row's future settles, so this end mark comes last.
-        finished.add_done_callback(lambda _: tokens.put_nowait(None))
         try:
-            ended = False
-            while not ended:
-                # A multi-token tick queues its tokens at once: they go out as one chunk (one
-                # write, not one per token), each still its own event.
-                burst = [await tokens.get()]
-                while not tokens.empty():
-                    burst.append(tokens.get_nowait())
-                ended = None in burst
-                chunk = b"".join(
-                    sse_event({"index": index, "token": token, "text": deltas[index].add(token)})
-                    for index, token in filter(None, burst)
-                )
-                if chunk:
-                    yield chunk
+            while not (finished.done() and tokens.empty()):
+                getter = asyncio.ensure_future(tokens.get())
+                await asyncio.wait({getter, finished}, return_when=asyncio.FIRST_COMPLETED)
+                if not getter.done():
+                    getter.cancel()
+                    continue
+                index, token = getter.result()
+                yield sse_event({"index": index, "token": token, "text": deltas[index].add(token)})
             for index, result in enumerate(finished.result()):
                 event = {
                     "index": index,
