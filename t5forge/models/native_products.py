@@ -198,6 +198,22 @@ def pack_int8_weights(w_q: Any) -> PackedInt8Weights:
     return PackedInt8Weights(jnp.asarray(packed), tuple(weights.shape))
 
 
+def _int8_sizes(call: str, x_name: str, x, w_q, scales: dict, out_dtype: Any) -> tuple:
+    """(M, K, N, output dtype) of an int8 product x [M, K] @ w_q [K, N], its float32 scales
+    ({"x_scale": [M], "w_scale": [N]}, either) checked: one ConfigError naming what does not
+    fit."""
+    (m, k), (k_w, n) = x.shape, w_q.shape
+    if k != k_w:
+        raise ConfigError(f"{call}: {x_name} {x.shape} and w_q {w_q.shape} do not contract")
+    for name, scale in scales.items():
+        size = m if name == "x_scale" else n
+        if scale.shape != (size,) or scale.dtype != jnp.float32:
+            raise ConfigError(
+                f"{name} must be float32 of shape ({size},), got {scale.shape} {scale.dtype}"
+            )
+    return m, k, n, _check_out_dtype(out_dtype)
+
+
 def int8_matmul(
     x_q: jax.Array,
     x_scale: jax.Array,
@@ -216,15 +232,9 @@ def int8_matmul(
     packed = isinstance(w_q, PackedInt8Weights)
     if not packed:
         _check_matrix("w_q", w_q, jnp.int8)
-    (m, k), (k_w, n) = x_q.shape, w_q.shape
-    if k != k_w:
-        raise ConfigError(f"int8_matmul: x_q {x_q.shape} and w_q {w_q.shape} do not contract")
-    for name, scale, size in (("x_scale", x_scale, m), ("w_scale", w_scale, n)):
-        if scale.shape != (size,) or scale.dtype != jnp.float32:
-            raise ConfigError(
-                f"{name} must be float32 of shape ({size},), got {scale.shape} {scale.dtype}"
-            )
-    dtype = _check_out_dtype(out_dtype)
+    m, k, n, dtype = _int8_sizes(
+        "int8_matmul", "x_q", x_q, w_q, {"x_scale": x_scale, "w_scale": w_scale}, out_dtype
+    )
     if 0 in (m, k, n):
         return jnp.zeros((m, n), dtype)
     target = "t5forge_packed_int8_matmul" if packed else "t5forge_int8_matmul"
@@ -244,14 +254,7 @@ def packed_int8_dense(
         raise ConfigError(
             f"x must be a 2-D float32 or bfloat16 array, got shape {x.shape} {x.dtype}"
         )
-    (m, k), (k_w, n) = x.shape, w_q.shape
-    if k != k_w:
-        raise ConfigError(f"packed_int8_dense: x {x.shape} and w_q {w_q.shape} do not contract")
-    if w_scale.shape != (n,) or w_scale.dtype != jnp.float32:
-        raise ConfigError(
-            f"w_scale must be float32 of shape ({n},), got {w_scale.shape} {w_scale.dtype}"
-        )
-    dtype = _check_out_dtype(out_dtype)
+    m, k, n, dtype = _int8_sizes("packed_int8_dense", "x", x, w_q, {"w_scale": w_scale}, out_dtype)
     if 0 in (m, k, n):
         return jnp.zeros((m, n), dtype)
     call = jax.ffi.ffi_call(
