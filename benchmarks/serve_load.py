@@ -235,6 +235,18 @@ def _levels(bench, name: str, side: str, url: str, pid: int, rates, sentences, a
     ]
 
 
+def _await_store(cache: Path, timeout: float = 300) -> None:
+    """Waits until a first start has written its compiled programs under `cache` (the server
+    serialises them after every shape is compiled, while it already serves: a py-spy profile
+    put 4.7% of a first window's samples in that write)."""
+    deadline = time.monotonic() + timeout
+    while not any((cache / "serving").glob("*.executables")):
+        if time.monotonic() > deadline:
+            print(f"  no stored programs under {cache} after {timeout:.0f} s", flush=True)
+            return
+        time.sleep(0.5)
+
+
 def _schedulers(bench, name: str, model_dir: Path, scratch: Path, rates, sentences, checks, args):
     """Every t5forge scheduler at every rate: ({scheduler: [level summaries]}, the continuous
     server's greedy tokens for `checks`)."""
@@ -243,6 +255,7 @@ def _schedulers(bench, name: str, model_dir: Path, scratch: Path, rates, sentenc
         cache = scratch / f"compile_cache_{name}_{scheduler}"
         with serve.server_process(model_dir, _flags(scheduler, cache, args)) as (url, ready, pid):
             print(f"{name}, {scheduler}: ready in {ready:.1f} s (empty cache)", flush=True)
+            _await_store(cache)
             bench.settings[f"ready_s {name} {scheduler}"] = ready
             if scheduler == "continuous":
                 reference = _greedy_tokens(url, checks)
