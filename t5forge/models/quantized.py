@@ -121,13 +121,11 @@ def int8_product(x, kernel: Int8Kernel, dtype):
             _require_plain(kernel, "multiplied without the compiled int8 product")
         matrix = (kernel.shape[0], math.prod(out_shape))
         w_q = native_products.PackedInt8Weights(kernel.packed.reshape(-1), matrix)
-        if rows.dtype in (jnp.float32, jnp.bfloat16):
-            product = native_products.packed_int8_dense(rows, w_q, w_scale, dtype)
-            return product.reshape(*x.shape[:-1], *out_shape)
+        product = native_products.packed_int8_dense(rows, w_q, w_scale, dtype)
     else:
         w_q = kernel.values.reshape(kernel.values.shape[0], -1)
-    matmul = native_products.int8_matmul if compiled else xla_int8_matmul
-    product = matmul(*quantize_rows(rows), w_q, w_scale, dtype)
+        matmul = native_products.int8_matmul if compiled else xla_int8_matmul
+        product = matmul(*quantize_rows(rows), w_q, w_scale, dtype)
     return product.reshape(*x.shape[:-1], *out_shape)
 
 
