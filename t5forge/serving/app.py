@@ -270,7 +270,7 @@ def create_app(service: InferenceService) -> FastAPI:
     @app.get("/metrics")
     async def prometheus():
         """Prometheus text format: requests, latency, batch sizes, queue depth, tokens."""
-        metrics.queue_depth.set(service.batcher.depth)
+        metrics.queue_depth.set(service.depth)
         return Response(metrics.render(), media_type=metrics.content_type)
 
     app.add_middleware(_Guard, settings=settings, metrics=metrics)

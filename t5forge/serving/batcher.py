@@ -28,6 +28,12 @@ class QueueFull(Exception):
     """More rows are waiting than the server accepts; the client should retry later."""
 
 
+def check_room(waiting: int, adding: int, limit: int) -> None:
+    """Raises QueueFull unless `adding` more rows fit beside `waiting` under `limit`."""
+    if waiting + adding > limit:
+        raise QueueFull(f"{waiting} rows are waiting (limit {limit})")
+
+
 @dataclasses.dataclass(eq=False)
 class Job:
     """One row of work: what the engine needs, where its result goes, when it arrived."""
@@ -95,8 +101,7 @@ class Batcher:
         on_tokens: list[Callable[[int], None]] | None = None,
     ) -> list[asyncio.Future]:
         """Queues one job per payload (all or none), returning their futures."""
-        if len(self._jobs) + len(payloads) > self.max_queue:
-            raise QueueFull(f"{len(self._jobs)} rows are waiting (limit {self.max_queue})")
+        check_room(len(self._jobs), len(payloads), self.max_queue)
         loop = asyncio.get_running_loop()
         jobs = [
             Job(group, payload, loop.create_future(), on_tokens[i] if on_tokens else None)

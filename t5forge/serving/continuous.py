@@ -2,8 +2,8 @@
 
 A static batch runs until its longest row ends: a request that arrives one step after it
 started waits for all of it, and short outputs sit idle beside long ones. Here greedy and
-sampled rows go to the engine's decode slots instead (slots.SlotDecoder). Every tick, on the
-device thread: rows waiting for a free slot are encoded and placed in the lowest free slots,
+sampled rows go to the decode slots of a lane instead (lanes.SlotLane, slots.SlotDecoder; the
+service runs one ContinuousBatcher per lane). Every tick, on the lane's device thread: rows waiting for a free slot are encoded and placed in the lowest free slots,
 rows above the live rows' step bucket move down into holes that ended rows left (so a step
 covers the live rows, not the highest slot ever used), then every occupied slot makes one
 token. Back on the event loop, tokens are streamed, rows that ended (EOS, their
@@ -35,7 +35,7 @@ from collections.abc import Callable, Hashable
 import numpy as np
 
 from t5forge.serving.batcher import Batcher, Job, RunBatch
-from t5forge.serving.engine import Engine
+from t5forge.serving.lanes import SlotLane
 from t5forge.serving.stepwise import Decoded, RowOptions
 from t5forge.serving.tick_costs import TickCosts
 
@@ -57,7 +57,7 @@ class ContinuousBatcher(Batcher):
     def __init__(
         self,
         run_batch: RunBatch,
-        engine: Engine,
+        lane: SlotLane,
         continuous_group: Hashable,
         max_wait_ms: float,
         max_queue: int,
@@ -67,14 +67,14 @@ class ContinuousBatcher(Batcher):
     ):
         """`on_tokens(tokens, seconds)` after every tick; `on_phase(phase, seconds)` for each
         part of a tick (t5forge_tick_seconds' phases: compact, admit, step, multi_step, host)."""
-        super().__init__(run_batch, engine.slots.slots, max_wait_ms, max_queue, on_batch)
-        self._engine = engine
+        super().__init__(run_batch, lane.settings.max_batch_size, max_wait_ms, max_queue, on_batch)
+        self._lane = lane
         self._group = continuous_group
         self._on_tokens = on_tokens
         self._on_phase = on_phase or (lambda phase, seconds: None)
         self._device_done: float | None = None  # when the last tick's device work ended
-        self._slots: list[_Slot | None] = [None] * engine.slots.slots
-        self._costs = TickCosts(engine.settings.tokens_per_tick)
+        self._slots: list[_Slot | None] = [None] * lane.slots.slots
+        self._costs = TickCosts(lane.settings.tokens_per_tick)
 
     async def stop(self) -> None:
         """Also cancels rows still in slots (none after a graceful drain)."""
@@ -129,14 +129,14 @@ class ContinuousBatcher(Batcher):
         """Moves rows above the live rows' step bucket into the holes below it (rows that
         ended left them; new rows filled the lowest first): [(from slot, to slot)], which the
         tick's device call makes on the pool before anything else."""
-        moves = self._engine.compaction(np.array([slot is not None for slot in self._slots]))
+        moves = self._lane.compaction(np.array([slot is not None for slot in self._slots]))
         for source, target in moves:
             self._slots[target], self._slots[source] = self._slots[source], None
         return moves
 
     def _ticks(self, admitted: list, live: np.ndarray) -> int:
         """Tokens per slot this tick: one while anyone waits (an admission, a queued job: they
-        get their turn after one token), otherwise the engine's tokens_per_tick in one device
+        get their turn after one token), otherwise the server's tokens_per_tick in one device
         call, unless every row ends sooner and their last tokens cost less one at a time
         (tick_costs)."""
         if admitted or self._jobs:
@@ -146,31 +146,31 @@ class ContinuousBatcher(Batcher):
             for slot in self._slots
             if slot is not None
         ]
-        engine = self._engine
+        lane = self._lane
         return self._costs.choose(
             max(budgets, default=0),
-            engine.step_rows(live, 1),
-            engine.step_rows(live, engine.settings.tokens_per_tick),
+            lane.step_rows(live, 1),
+            lane.step_rows(live, lane.settings.tokens_per_tick),
         )
 
     async def _tick(self, admitted: list[tuple[int, _Slot]], moves: list[tuple[int, int]]) -> None:
         live = np.array([slot is not None for slot in self._slots])
         if self._on_batch is not None:
             self._on_batch(self._group, int(live.sum()))
-        engine, started = self._engine, time.perf_counter()
+        lane, started = self._lane, time.perf_counter()
         ticks = self._ticks(admitted, live)
-        rows = engine.step_rows(live, ticks)  # the slots its step covers, for its cost
+        rows = lane.step_rows(live, ticks)  # the slots its step covers, for its cost
 
         def on_device():
             begun = time.perf_counter()
             if self._device_done is not None:
                 self._on_phase("host", begun - self._device_done)
             if moves:
-                engine.compact(moves)
+                lane.compact(moves)
                 self._on_phase("compact", time.perf_counter() - begun)
             if admitted:
                 admitting = time.perf_counter()
-                engine.admit(
+                lane.admit(
                     [slot.job.payload[0] for _, slot in admitted],
                     [slot.options for _, slot in admitted],
                     [index for index, _ in admitted],
@@ -178,10 +178,10 @@ class ContinuousBatcher(Batcher):
                 self._on_phase("admit", time.perf_counter() - admitting)
             stepping = time.perf_counter()
             if ticks == 1:
-                tokens, log_likelihood = engine.step(live)
+                tokens, log_likelihood = lane.step(live)
                 tokens, log_likelihood = tokens[None], log_likelihood[None]
             else:
-                tokens, log_likelihood = engine.steps(live)
+                tokens, log_likelihood = lane.steps(live)
             self._device_done = time.perf_counter()
             self._on_phase("step" if ticks == 1 else "multi_step", self._device_done - stepping)
             if not admitted and not moves:  # else it includes their work (dispatched async)
@@ -192,7 +192,7 @@ class ContinuousBatcher(Batcher):
             tokens, log_likelihood = await self.on_device(on_device)
         except Exception as error:  # noqa: BLE001 - a failed step fails the rows in it only
             logger.exception("decoding step of %d rows failed", int(live.sum()))
-            engine.pool = None  # donated to the failed call: start from empty slots
+            lane.pool = None  # donated to the failed call: start from empty slots
             for index, slot in enumerate(self._slots):
                 if slot is not None and not slot.job.future.done():
                     slot.job.future.set_exception(error)
@@ -218,7 +218,7 @@ class ContinuousBatcher(Batcher):
         if slot.job.on_token is not None:
             slot.job.on_token(token)
         if (
-            token == self._engine.slots.eos_id
+            token == self._lane.slots.eos_id
             or len(slot.result.tokens) >= slot.options.max_new_tokens
         ):
             slot.job.future.set_result(slot.result)

@@ -3,8 +3,8 @@
 Every device batch is padded to a batch bucket (a power of two up to max_batch_size) and a
 length bucket (16, 64, 256, ... up to the model's maximum input length; t5forge.data.buckets),
 built by the model's feature converter, so the set of XLA programs is small and known in advance; `warmup` compiles all of them before the server
-reports ready, so no request pays a compile. Only this module touches the device, and only
-from the batcher's single device thread.
+reports ready, so no request pays a compile. Only this module and its decode lanes
+(lanes.py) touch the device, each lane from its own batcher's device thread.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from t5forge.api import Model
 from t5forge.data.buckets import Buckets
 from t5forge.models.layers import stack_projections
 from t5forge.serving.executables import ExecutableStore, on_device, server_identity
+from t5forge.serving.lanes import SlotLane, lane_count
 from t5forge.serving.settings import ServerSettings
 from t5forge.serving.slots import SlotDecoder
 from t5forge.serving.stepwise import Decoded, RowOptions, StepDecoder
@@ -71,13 +72,6 @@ class Engine:
         )
         self.decoder = StepDecoder(model.t5x_model, self.programs, settings.tokens_per_tick)
         self.batch_buckets = Buckets()
-        # Continuous one-token steps run at least two slots: XLA on CPU writes a one-slot
-        # step's caches back by copying the whole pool (a one-slot step took 4-6 ms for the
-        # demo model and 34 ms for T5 1.1 small, two slots 2.4 and 19.5 ms; /tmp profile,
-        # issue 28's note). A multi-token step is a loop, which XLA does not fold that way,
-        # so a lone row's multi-token ticks step one slot (per token: T5 1.1 small 4.43 ms
-        # against 5.41 on two slots, the demo model 0.42 against 0.45; docs/serving-profile.md).
-        self.step_buckets = Buckets(smallest=min(2, settings.max_batch_size))
         self.input_buckets = length_buckets(model.max_input_length)
         # Beam outputs are rescored as targets: those of the warmed beam program, or of any
         # length when the operator allows new beam shapes (compiled on request anyway).
@@ -87,19 +81,28 @@ class Engine:
             else settings.max_new_tokens * bool(settings.warmup_num_beams)
         )
         self.target_buckets = length_buckets(max(settings.max_target_length, beam_outputs))
-        # Continuous batching (encoder-decoders): one slot per row of a full batch, each with
-        # room for the longest output and the longest input.
+        # Continuous batching (encoder-decoders): the batch's rows split into lanes of slots
+        # (lanes.py), each slot with room for the longest output and the longest input.
         self.slots = None
-        self.pool = None
-        self.slot_widths = np.zeros(settings.max_batch_size, int)  # each slot's input bucket
+        self.lanes: list[SlotLane] = []
         if settings.scheduler == "continuous" and not model.config.is_decoder_only:
+            count = lane_count(settings, self.params, jax.devices()[0].platform)
             self.slots = SlotDecoder(
                 model.t5x_model,
-                settings.max_batch_size,
+                max(1, settings.max_batch_size // count),
                 settings.max_new_tokens_limit,
                 self.input_buckets.sizes()[-1],
                 self.programs,
             )
+            self.lanes = [SlotLane(self, self.slots) for _ in range(count)]
+        # Continuous one-token steps run at least two slots: XLA on CPU writes a one-slot
+        # step's caches back by copying the whole pool (a one-slot step took 4-6 ms for the
+        # demo model and 34 ms for T5 1.1 small, two slots 2.4 and 19.5 ms; /tmp profile,
+        # issue 28's note). A multi-token step is a loop, which XLA does not fold that way,
+        # so a lone row's multi-token ticks step one slot (per token: T5 1.1 small 4.43 ms
+        # against 5.41 on two slots, the demo model 0.42 against 0.45; docs/serving-profile.md).
+        pool = self.slots.slots if self.slots is not None else settings.max_batch_size
+        self.step_buckets = Buckets(smallest=min(2, pool))
 
     # ------------------------------------------------------------------ generation
 
@@ -133,99 +136,6 @@ class Engine:
             emit,
             cancelled,
         )
-
-    def admit(
-        self,
-        rows: list[list[int]],
-        options: list[RowOptions],
-        slot_ids: list[int],
-        compile_only: bool = False,
-    ):
-        """Encodes new rows and places them in free slots; rows of one length bucket are
-        encoded together (the encoder runs on its own, not beside the decoding steps).
-        `compile_only` compiles the programs this would run instead (warm-up)."""
-        by_width: dict[int, list[int]] = {}
-        for i, row in enumerate(rows):
-            by_width.setdefault(self.input_buckets.fit(len(row)), []).append(i)
-        for width, members in by_width.items():
-            features, _ = self.model.predict_features(
-                [rows[i] for i in members], width, self.batch_buckets.fit(len(members))
-            )
-            self.pool = self.slots.admit(
-                self.params,
-                self._slot_pool(),
-                features,
-                [slot_ids[i] for i in members],
-                [options[i] for i in members],
-                compile_only,
-            )
-            if not compile_only:
-                self.slot_widths[[slot_ids[i] for i in members]] = width
-
-    def _slot_pool(self) -> dict:
-        """The decode slots' device state (made empty on first use, or after a failed call
-        consumed it)."""
-        if self.pool is None:
-            self.pool = self.slots.empty_pool(self.params)
-        return self.pool
-
-    def compaction(self, live: np.ndarray) -> list[tuple[int, int]]:
-        """(source, target) slot moves that put every occupied slot (`live` bool[slots])
-        inside the step bucket of their count, so that a step covers the live rows and not
-        the holes rows that ended left below the last one; [] when they fit already."""
-        occupied = np.flatnonzero(live)
-        if not len(occupied):
-            return []
-        rows = self.batch_buckets.fit(len(occupied))
-        holes = np.flatnonzero(~live[:rows])
-        return [(int(s), int(t)) for s, t in zip(occupied[occupied >= rows], holes)]
-
-    def max_moves(self) -> int:
-        """The most moves one compaction can make with this pool (0: never compacts)."""
-        slots = self.settings.max_batch_size
-        return max(min(n, slots - self.batch_buckets.fit(n)) for n in range(1, slots + 1))
-
-    def compact(self, moves: list[tuple[int, int]], compile_only: bool = False) -> None:
-        """Moves slots' rows as `compaction` planned (one device call, its number of moves
-        padded to a batch bucket). `compile_only` compiles the program instead (warm-up)."""
-        count = self.batch_buckets.fit(len(moves))
-        self.pool = self.slots.move(self._slot_pool(), moves, count, compile_only)
-        if not compile_only:
-            for source, target in moves:
-                self.slot_widths[target] = self.slot_widths[source]
-
-    def step(self, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """One token for every occupied slot (`live` bool[slots]): (tokens, log-likelihoods)
-        of the first slots up to the batch bucket holding the last occupied one, reading the
-        encoder outputs up to the widest occupied row's length bucket."""
-        return self._steps(live, 1)
-
-    def steps(self, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """`tokens_per_tick` tokens for every occupied slot in one device call, as `step`:
-        (tokens, log-likelihoods), each [tokens_per_tick, rows]."""
-        return self._steps(live, self.settings.tokens_per_tick)
-
-    def step_rows(self, live: np.ndarray, ticks: int) -> int:
-        """Slots a step of `ticks` tokens for the occupied ones (`live` bool[slots]) covers:
-        the first, up to the bucket holding the last occupied one."""
-        occupied = np.flatnonzero(live)
-        buckets = self.step_buckets if ticks == 1 else self.batch_buckets
-        return buckets.fit(int(occupied[-1]) + 1 if len(occupied) else 1)
-
-    def _steps(self, live: np.ndarray, ticks: int):
-        occupied = np.flatnonzero(live)
-        rows = self.step_rows(live, ticks)
-        width = max(self.slot_widths[occupied], default=self.input_buckets.sizes()[0])
-        self.pool, tokens, log_likelihood = self.slots.step(
-            self.params, self._slot_pool(), live[:rows], int(width), ticks=ticks
-        )
-        return jax.device_get((tokens, log_likelihood))
-
-    def _compile_step(self, rows: int, width: int, ticks: int) -> None:
-        """The continuous step of the first `rows` slots at encoder width `width`, making
-        `ticks` tokens per call."""
-        live = np.ones((rows,), bool)
-        self.slots.step(self.params, self._slot_pool(), live, width, compile_only=True, ticks=ticks)
 
     def beam(
         self,
@@ -289,19 +199,20 @@ class Engine:
         serving: beam search with `warmup_num_beams` at the default max_new_tokens, and
         scoring."""
         settings, shapes = self.settings, []
+        lane = self.lanes[0] if self.lanes else None  # every lane runs the same programs
         for batch in self.batch_buckets.sizes(settings.max_batch_size):
             for length in self.input_buckets.sizes():
                 size = batch * length
-                if self.slots is not None:
+                if lane is not None and batch <= lane.slots.slots:
                     for ticks in sorted({1, settings.tokens_per_tick}):
                         if ticks > 1 or batch >= self.step_buckets.smallest:
-                            run = functools.partial(self._compile_step, batch, length, ticks)
+                            run = functools.partial(lane.compile_step, batch, length, ticks)
                             name = f"step {batch}x{length}" + (f" x{ticks}" if ticks > 1 else "")
                             shapes.append(WarmupShape(name, size * ticks, run))
                     rows, options = [[1] * length] * batch, [RowOptions(1)] * batch
-                    run = functools.partial(self.admit, rows, options, list(range(batch)), True)
+                    run = functools.partial(lane.admit, rows, options, list(range(batch)), True)
                     shapes.append(WarmupShape(f"admit {batch}x{length}", size, run))
-                else:
+                elif lane is None:
                     run = functools.partial(self._compile_generate, batch, length)
                     shapes.append(WarmupShape(f"generate {batch}x{length}", size, run))
                 if settings.warmup_num_beams:
@@ -320,9 +231,9 @@ class Engine:
         # Compactions last of generation's: only rows that ended call for them.
         generation = sum(shape.before_ready for shape in shapes)
         moves = []
-        if self.slots is not None and self.max_moves():
-            for count in self.batch_buckets.sizes(self.max_moves()):
-                run = functools.partial(self.compact, [(self.slots.slots - 1, 0)] * count, True)
+        if lane is not None and lane.max_moves():
+            for count in self.batch_buckets.sizes(lane.max_moves()):
+                run = functools.partial(lane.compact, [(lane.slots.slots - 1, 0)] * count, True)
                 moves.append(WarmupShape(f"move {count}", count, run))
         return shapes[:generation] + moves + shapes[generation:]
 

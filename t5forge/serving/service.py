@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Hashable
 from t5forge import compile_cache
 from t5forge.api import EncodedRows, Model
 from t5forge.errors import T5ForgeError
-from t5forge.serving.batcher import Batcher, Job
+from t5forge.serving.batcher import Batcher, Job, check_room
 from t5forge.serving.continuous import ContinuousBatcher
 from t5forge.serving.engine import Engine, ScorePair
 from t5forge.serving.metrics import ServerMetrics
@@ -64,32 +64,40 @@ class InferenceService:
         self.engine = Engine(model, settings)
         self.metrics = ServerMetrics()
         self.truncation = TruncationNotices(self.metrics.truncated_inputs)
-        if self.engine.slots is not None:
-            self.batcher = ContinuousBatcher(
-                self._run_batch,
-                self.engine,
-                _GENERATE,
-                settings.max_wait_ms,
-                settings.max_queue,
-                on_batch=self._count_batch,
-                on_tokens=self._count_tokens,
-                on_phase=lambda phase, seconds: self.metrics.tick_seconds.labels(
-                    phase=phase
-                ).observe(seconds),
-            )
+        if self.engine.lanes:
+            # One batcher per decode lane, each with its own device thread (lanes.py); the
+            # first also runs the warm-up and the static batches (beam search, scoring).
+            self.batchers: list[Batcher] = [
+                ContinuousBatcher(
+                    self._run_batch,
+                    lane,
+                    _GENERATE,
+                    settings.max_wait_ms,
+                    settings.max_queue,
+                    on_batch=self._count_batch,
+                    on_tokens=self._count_tokens,
+                    on_phase=lambda phase, seconds: self.metrics.tick_seconds.labels(
+                        phase=phase
+                    ).observe(seconds),
+                )
+                for lane in self.engine.lanes
+            ]
         else:
             if settings.scheduler == "continuous":
                 logger.info(
                     "decoder-only model: generation runs in static batches (continuous "
                     "batching serves encoder-decoders)"
                 )
-            self.batcher = Batcher(
-                self._run_batch,
-                settings.max_batch_size,
-                settings.max_wait_ms,
-                settings.max_queue,
-                on_batch=self._count_batch,
-            )
+            self.batchers = [
+                Batcher(
+                    self._run_batch,
+                    settings.max_batch_size,
+                    settings.max_wait_ms,
+                    settings.max_queue,
+                    on_batch=self._count_batch,
+                )
+            ]
+        self.batcher = self.batchers[0]
         self.ready = False
         # Warm-up shape name -> 'waiting', 'compiling' or 'ready' (reported by /healthz).
         self.shapes: dict[str, str] = {}
@@ -97,13 +105,15 @@ class InferenceService:
     # ------------------------------------------------------------------ life cycle
 
     async def start(self) -> None:
-        await self.batcher.start()
+        for batcher in self.batchers:
+            await batcher.start()
         self._warmup = asyncio.create_task(self._warm_up(), name="warm-up")
 
     async def stop(self) -> None:
         self._warmup.cancel()
         await asyncio.gather(self._warmup, return_exceptions=True)
-        await self.batcher.stop()
+        for batcher in self.batchers:
+            await batcher.stop()
 
     async def _warm_up(self) -> None:
         """Readies every program (none is run). After a restart their stored executables
@@ -160,14 +170,24 @@ class InferenceService:
 
     # ------------------------------------------------------------------ device side
 
+    @property
+    def depth(self) -> int:
+        """Rows waiting for a device thread, over every lane."""
+        return sum(batcher.depth for batcher in self.batchers)
+
+    @property
+    def running(self) -> int:
+        """Rows in decode slots now, over every lane (0 under the static scheduler)."""
+        return sum(getattr(batcher, "running", 0) for batcher in self.batchers)
+
     def _count_batch(self, group: Hashable, rows: int) -> None:
         self.metrics.batch_size.labels(kind=group[0]).observe(rows)
-        self.metrics.queue_depth.set(self.batcher.depth)
+        self.metrics.queue_depth.set(self.depth)
 
     def _count_tokens(self, tokens: int, seconds: float) -> None:
         self.metrics.generated_tokens.inc(tokens)
         self.metrics.tokens_per_second.set(tokens / max(seconds, 1e-9))
-        self.metrics.queue_depth.set(self.batcher.depth)
+        self.metrics.queue_depth.set(self.depth)
 
     def _run_batch(self, group: Hashable, jobs: list[Job]) -> list:
         """Runs on the device thread: one engine call for the whole batch."""
@@ -217,8 +237,32 @@ class InferenceService:
                 "the server is still compiling its models (warm-up); retry "
                 "shortly, /healthz says when it is ready",
             )
-        futures = self.batcher.submit(group, payloads, on_tokens)
-        self.metrics.queue_depth.set(self.batcher.depth)
+        check_room(self.depth, len(payloads), self.settings.max_queue)
+        if group != _GENERATE or len(self.batchers) == 1:
+            futures = self.batcher.submit(group, payloads, on_tokens)
+        else:
+            futures = self._submit_to_lanes(payloads, on_tokens)
+        self.metrics.queue_depth.set(self.depth)
+        return futures
+
+    def _submit_to_lanes(self, payloads: list, on_tokens=None) -> list[asyncio.Future]:
+        """Generation rows spread over the decode lanes, each row to the lane with the fewest
+        rows running or waiting (counting the rows placed before it): the futures in order."""
+        load = [batcher.running + batcher.depth for batcher in self.batchers]
+        by_lane: dict[int, list[int]] = {}
+        for row in range(len(payloads)):
+            lane = load.index(min(load))
+            load[lane] += 1
+            by_lane.setdefault(lane, []).append(row)
+        futures: list[asyncio.Future | None] = [None] * len(payloads)
+        for lane, rows in by_lane.items():
+            placed = self.batchers[lane].submit(
+                _GENERATE,
+                [payloads[row] for row in rows],
+                [on_tokens[row] for row in rows] if on_tokens else None,
+            )
+            for row, future in zip(rows, placed):
+                futures[row] = future
         return futures
 
     def _predict_jobs(self, request: PredictRequest, on_tokens=None):

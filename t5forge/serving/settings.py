@@ -48,6 +48,10 @@ class ServerSettings:
     # Continuous batching makes this many tokens per device call while no request waits
     # (the host's per-call cost paid once for them), and one token per call whenever one does.
     tokens_per_tick: int = 8
+    # Continuous batching's slots split into this many lanes (max_batch_size // lanes slots
+    # each), each stepping on its own device thread so that one lane's host work overlaps
+    # another's step (lanes.py); 0: two for small models on a multi-core CPU, else one.
+    decode_lanes: int = 0
     # Beam search programs other than the warmed (warmup_num_beams, max_new_tokens) one are
     # compiled on request only when the operator allows it (each stalls traffic for seconds).
     allow_new_beam_shapes: bool = False
@@ -80,6 +84,13 @@ class ServerSettings:
             raise ConfigError(
                 f"warmup_num_beams must be in [0, max_num_beams="
                 f"{self.max_num_beams}], got {self.warmup_num_beams}"
+            )
+        if isinstance(self.decode_lanes, bool) or not isinstance(self.decode_lanes, int):
+            raise ConfigError(f"decode_lanes must be an integer, got {self.decode_lanes!r}")
+        if not 0 <= self.decode_lanes <= self.max_batch_size:
+            raise ConfigError(
+                f"decode_lanes must be in [0, max_batch_size={self.max_batch_size}] (each lane "
+                f"holds max_batch_size // decode_lanes slots; 0: auto), got {self.decode_lanes}"
             )
         if not 0 <= self.max_wait_ms <= 10_000:
             raise ConfigError(f"max_wait_ms must be in [0, 10000], got {self.max_wait_ms!r}")

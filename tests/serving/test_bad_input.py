@@ -172,7 +172,8 @@ def test_clients_that_disconnect_do_not_disturb_the_server(server, monkeypatch):
         return slow
 
     for name in ("step", "steps"):  # one-token and multi-token ticks
-        monkeypatch.setattr(service.engine, name, slowed(getattr(service.engine, name)))
+        lane = service.engine.lanes[0]
+        monkeypatch.setattr(lane, name, slowed(getattr(lane, name)))
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{url}/v1/predict", json={"inputs": [TEXT], "max_new_tokens": 12}, timeout=0.5)
     with httpx.stream(
@@ -189,4 +190,4 @@ def test_clients_that_disconnect_do_not_disturb_the_server(server, monkeypatch):
     assert metric_value(url, "t5forge_client_disconnects_total") == before + 2
     answer = httpx.post(f"{url}/v1/predict", json={"inputs": [TEXT]}, timeout=60)
     assert answer.status_code == 200
-    assert service.batcher.running == 0  # the rows that lost their clients left their slots
+    assert service.running == 0  # the rows that lost their clients left their slots

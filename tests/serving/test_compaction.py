@@ -28,22 +28,23 @@ LATER_OPTIONS = [RowOptions(6), RowOptions(8, temperature=0.9, top_p=0.9, seed=7
 
 def test_a_compaction_plan_moves_rows_above_the_live_bucket_into_the_lowest_holes(tiny_model):
     engine = Engine(tiny_model, dataclasses.replace(TEST_SETTINGS, max_batch_size=32))
+    lane = engine.lanes[0]
     live = np.zeros(32, bool)
     live[[1, 17, 31]] = True  # 3 rows: a step of 4 slots holds them after moves into 0 and 2
-    assert engine.compaction(live) == [(17, 0), (31, 2)]
+    assert lane.compaction(live) == [(17, 0), (31, 2)]
     live[:] = False
     live[[0, 3]] = True  # 2 rows fit a 2-slot step: the one in slot 3 moves into slot 1
-    assert engine.compaction(live) == [(3, 1)]
+    assert lane.compaction(live) == [(3, 1)]
     live[[1, 2]] = True  # full up to the last one: nothing to move
-    assert engine.compaction(live) == []
-    assert engine.compaction(np.zeros(32, bool)) == []
+    assert lane.compaction(live) == []
+    assert lane.compaction(np.zeros(32, bool)) == []
     live[:] = False
     live[1] = True  # a lone row moves to slot 0: its multi-token ticks then step one slot
-    assert engine.compaction(live) == [(1, 0)]
+    assert lane.compaction(live) == [(1, 0)]
     live = np.zeros(32, bool)
     live[0] = True
-    assert (engine.step_rows(live, 1), engine.step_rows(live, 8)) == (2, 1)
-    assert engine.max_moves() == 16
+    assert (lane.step_rows(live, 1), lane.step_rows(live, 8)) == (2, 1)
+    assert lane.max_moves() == 16
 
 
 async def _decode(engine: Engine) -> tuple[list, list[str]]:
@@ -51,7 +52,12 @@ async def _decode(engine: Engine) -> tuple[list, list[str]]:
     LATER's rows join: (every row's Decoded, the tick phases seen)."""
     phases = []
     batcher = ContinuousBatcher(
-        lambda group, jobs: [], engine, GROUP, 0, 16, on_phase=lambda p, s: phases.append(p)
+        lambda group, jobs: [],
+        engine.lanes[0],
+        GROUP,
+        0,
+        16,
+        on_phase=lambda p, s: phases.append(p),
     )
     await batcher.start()
     later: list[asyncio.Future] = []

@@ -80,13 +80,13 @@ def test_continuous_answers_equal_static_ones_and_the_python_api(server, static_
 
 def test_a_short_request_overtakes_a_running_long_one(server, monkeypatch):
     url, service = server
-    step = service.engine.step
+    step = service.engine.lanes[0].step
 
     def slow_step(live):  # so that the long row is surely still running when short arrives
         time.sleep(0.05)
         return step(live)
 
-    monkeypatch.setattr(service.engine, "step", slow_step)
+    monkeypatch.setattr(service.engine.lanes[0], "step", slow_step)
     long_body = {"inputs": [TEXTS[2]], "max_new_tokens": 12, "stream": True}
     order = []
 
@@ -131,4 +131,4 @@ def test_a_burst_loses_no_request(server, tiny_model):
             assert response.json()["outputs"] == [expected[lengths[i]][i]]
         else:
             assert response.status_code == 503 and response.headers["retry-after"] == "1"
-    assert service.batcher.running == 0 and service.batcher.depth == 0
+    assert service.running == 0 and service.depth == 0
