@@ -54,9 +54,8 @@ _SETTING_FLAGS = {
     "request waits (one per call whenever one does; 1: always one)",
     "decode_lanes": "continuous batching's slots split into this many lanes of max_batch_size "
     "// decode_lanes slots, each stepping on its own thread so that one lane's host work "
-    "overlaps another's device step; 0 (auto): 2 on a CPU of 2+ cores for models whose weights "
-    "take at most 64 MiB (there it lowered p99 latency; larger models lose by splitting their "
-    "batch), else 1",
+    "overlaps another's device step (on 2 cores it did not lower p99 latency: "
+    "docs/serving.md#decode-lanes---decode_lanes-default-1)",
     "header_timeout_s": "close a connection that has not sent a complete request head this many "
     "seconds after it opened or after its last response (idle sockets cannot pile up)",
     "compile_cache": "directory where the server keeps its compiled programs (DIR/serving/, "

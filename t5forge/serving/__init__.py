@@ -1,8 +1,9 @@
 """The HTTP inference server: `t5forge serve` and `t5forge.serve(...)`.
 
 app (routes, auth, limits, errors) -> service (requests to rows and back) -> batcher (dynamic
-batching on one device thread) -> engine (bucketed shapes, warm-up) -> stepwise (per-row
-greedy/sampling, streamed) or the model's beam search and scorer.
+batching on one device thread; continuous batching, one per decode lane) -> engine (bucketed
+shapes, warm-up; lanes of decode slots) -> stepwise (per-row greedy/sampling, streamed) or the
+model's beam search and scorer.
 
 The package is `serving`, not `serve`, because `t5forge.serve` is the function: importing a
 module of the same name would replace it on the `t5forge` module. Its names are imported on

@@ -3,10 +3,10 @@
 A static batch runs until its longest row ends: a request that arrives one step after it
 started waits for all of it, and short outputs sit idle beside long ones. Here greedy and
 sampled rows go to the decode slots of a lane instead (lanes.SlotLane, slots.SlotDecoder; the
-service runs one ContinuousBatcher per lane). Every tick, on the lane's device thread: rows waiting for a free slot are encoded and placed in the lowest free slots,
-rows above the live rows' step bucket move down into holes that ended rows left (so a step
-covers the live rows, not the highest slot ever used), then every occupied slot makes one
-token. Back on the event loop, tokens are streamed, rows that ended (EOS, their
+service runs one ContinuousBatcher per lane). Every tick, on the lane's device thread: rows
+waiting for a free slot are encoded and placed in the lowest free slots, rows above the live
+rows' step bucket move down into holes that ended rows left (so a step covers the live rows,
+not the highest slot ever used), then every occupied slot makes one token. Back on the event loop, tokens are streamed, rows that ended (EOS, their
 max_new_tokens, or their client left) free their slots and settle their futures, and the next
 tick admits whoever arrived meanwhile. A row's time to first token is its encoding plus one
 step, whatever else is running.

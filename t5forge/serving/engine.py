@@ -21,7 +21,7 @@ from t5forge.api import Model
 from t5forge.data.buckets import Buckets
 from t5forge.models.layers import stack_projections
 from t5forge.serving.executables import ExecutableStore, on_device, server_identity
-from t5forge.serving.lanes import SlotLane, lane_count
+from t5forge.serving.lanes import SlotLane
 from t5forge.serving.settings import ServerSettings
 from t5forge.serving.slots import SlotDecoder
 from t5forge.serving.stepwise import Decoded, RowOptions, StepDecoder
@@ -86,10 +86,10 @@ class Engine:
         self.slots = None
         self.lanes: list[SlotLane] = []
         if settings.scheduler == "continuous" and not model.config.is_decoder_only:
-            count = lane_count(settings, self.params, jax.devices()[0].platform)
+            count = settings.decode_lanes
             self.slots = SlotDecoder(
                 model.t5x_model,
-                max(1, settings.max_batch_size // count),
+                settings.max_batch_size // count,
                 settings.max_new_tokens_limit,
                 self.input_buckets.sizes()[-1],
                 self.programs,

@@ -2,18 +2,14 @@
 
 A lane is one pool of decode slots with its own device state; the server runs each lane's
 ticks on its own device thread (continuous.ContinuousBatcher), so while one lane streams its
-tokens and plans its next tick on the host, another lane's step runs on XLA's threads. For a
-model whose products are cheap next to the host's work per call and the step's small ops (the
-demo model on 2 cores: p99 latency at 16 requests/s 1.4x lower with two lanes), that overlap
-pays; for one whose step streams its weights from memory (T5 1.1 small) splitting its rows
-into two steps reads the weights twice, and one lane is faster (docs/serving-profile.md,
-"Decode lanes"). Lanes share the engine's parameters and compiled programs: every lane's pool
-has the same shapes, so a second lane compiles nothing.
+tokens and plans its next tick on the host, another lane's step runs on XLA's threads. Lanes
+share the engine's parameters and compiled programs: every lane's pool has the same shapes,
+so a second lane compiles nothing. One lane is the default: on 2 cores, two lanes gave the
+demo model's p99 latency 0.89-1.04x one lane's and T5 1.1 small's 1.44x, for 5-13% more CPU
+(docs/serving-profile.md, "Decode lanes").
 """
 
 from __future__ import annotations
-
-import os
 
 import jax
 import numpy as np
@@ -21,22 +17,6 @@ import numpy as np
 from t5forge.serving.settings import ServerSettings
 from t5forge.serving.slots import SlotDecoder
 from t5forge.serving.stepwise import RowOptions
-
-# Auto: two lanes for models whose weights take at most this many bytes (the demo model's
-# 31 MiB gained, T5 1.1 small's 294 MiB lost: docs/serving-profile.md, "Decode lanes").
-SMALL_MODEL_BYTES = 64 * 2**20
-
-
-def lane_count(settings: ServerSettings, params, platform: str) -> int:
-    """How many lanes `settings.decode_lanes` asks for; 0 (auto) means two on a CPU with two
-    or more cores when the weights take at most SMALL_MODEL_BYTES and each lane gets two
-    slots or more, else one."""
-    if settings.decode_lanes:
-        return settings.decode_lanes
-    weights = sum(leaf.nbytes for leaf in jax.tree.leaves(params))
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    small = weights <= SMALL_MODEL_BYTES and settings.max_batch_size >= 4
-    return 2 if platform == "cpu" and (cores or 1) >= 2 and small else 1
 
 
 class SlotLane:

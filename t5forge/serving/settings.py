@@ -50,8 +50,8 @@ class ServerSettings:
     tokens_per_tick: int = 8
     # Continuous batching's slots split into this many lanes (max_batch_size // lanes slots
     # each), each stepping on its own device thread so that one lane's host work overlaps
-    # another's step (lanes.py); 0: two for small models on a multi-core CPU, else one.
-    decode_lanes: int = 0
+    # another's step (lanes.py).
+    decode_lanes: int = 1
     # Beam search programs other than the warmed (warmup_num_beams, max_new_tokens) one are
     # compiled on request only when the operator allows it (each stalls traffic for seconds).
     allow_new_beam_shapes: bool = False
@@ -75,6 +75,7 @@ class ServerSettings:
             "max_num_beams",
             "retry_after_s",
             "tokens_per_tick",
+            "decode_lanes",
         )
         for name in positive:
             value = getattr(self, name)
@@ -85,12 +86,10 @@ class ServerSettings:
                 f"warmup_num_beams must be in [0, max_num_beams="
                 f"{self.max_num_beams}], got {self.warmup_num_beams}"
             )
-        if isinstance(self.decode_lanes, bool) or not isinstance(self.decode_lanes, int):
-            raise ConfigError(f"decode_lanes must be an integer, got {self.decode_lanes!r}")
-        if not 0 <= self.decode_lanes <= self.max_batch_size:
+        if self.decode_lanes > self.max_batch_size:
             raise ConfigError(
-                f"decode_lanes must be in [0, max_batch_size={self.max_batch_size}] (each lane "
-                f"holds max_batch_size // decode_lanes slots; 0: auto), got {self.decode_lanes}"
+                f"decode_lanes {self.decode_lanes} is over max_batch_size "
+                f"{self.max_batch_size}: each lane holds max_batch_size // decode_lanes slots"
             )
         if not 0 <= self.max_wait_ms <= 10_000:
             raise ConfigError(f"max_wait_ms must be in [0, 10000], got {self.max_wait_ms!r}")

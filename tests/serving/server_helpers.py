@@ -31,8 +31,6 @@ TEST_SETTINGS = ServerSettings(
     warmup_num_beams=2,
     max_input_length=16,
     scheduler="continuous",
-    # One decode lane of 4 slots: the lanes have tests of their own (test_lanes.py).
-    decode_lanes=1,
     # No stored executables: every test server compiles, as a first start does (the stores
     # have tests of their own, in temporary directories).
     compile_cache="",
