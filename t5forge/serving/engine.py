@@ -95,6 +95,12 @@ class Engine:
                 self.programs,
             )
             self.lanes = [SlotLane(self, self.slots) for _ in range(count)]
+        elif settings.decode_lanes > 1:
+            logger.info(
+                "decode_lanes %d has no effect: lanes split continuous batching's slots, and "
+                "this server generates in static batches",
+                settings.decode_lanes,
+            )
         # Continuous one-token steps run at least two slots: XLA on CPU writes a one-slot
         # step's caches back by copying the whole pool (a one-slot step took 4-6 ms for the
         # demo model and 34 ms for T5 1.1 small, two slots 2.4 and 19.5 ms; /tmp profile,
