@@ -83,18 +83,17 @@ class Engine:
         self.target_buckets = length_buckets(max(settings.max_target_length, beam_outputs))
         # Continuous batching (encoder-decoders): the batch's rows split into lanes of slots
         # (lanes.py), each slot with room for the longest output and the longest input.
-        self.slots = None
         self.lanes: list[SlotLane] = []
         if settings.scheduler == "continuous" and not model.config.is_decoder_only:
             count = settings.decode_lanes
-            self.slots = SlotDecoder(
+            slots = SlotDecoder(
                 model.t5x_model,
                 settings.max_batch_size // count,
                 settings.max_new_tokens_limit,
                 self.input_buckets.sizes()[-1],
                 self.programs,
             )
-            self.lanes = [SlotLane(self, self.slots) for _ in range(count)]
+            self.lanes = [SlotLane(self, slots) for _ in range(count)]
         elif settings.decode_lanes > 1:
             logger.info(
                 "decode_lanes %d has no effect: lanes split continuous batching's slots, and "
@@ -107,7 +106,7 @@ class Engine:
         # issue 28's note). A multi-token step is a loop, which XLA does not fold that way,
         # so a lone row's multi-token ticks step one slot (per token: T5 1.1 small 4.43 ms
         # against 5.41 on two slots, the demo model 0.42 against 0.45; docs/serving-profile.md).
-        pool = self.slots.slots if self.slots is not None else settings.max_batch_size
+        pool = self.lanes[0].slots.slots if self.lanes else settings.max_batch_size
         self.step_buckets = Buckets(smallest=min(2, pool))
 
     # ------------------------------------------------------------------ generation
