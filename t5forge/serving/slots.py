@@ -43,6 +43,20 @@ def _live_on_device(live: bytes) -> jax.Array:
     return on_device(np.frombuffer(live, bool))
 
 
+def _written_back(full, part, *, started, ticks: int):
+    """The pool's self-attention cache `full` [slots, heads, L, D] with the positions a call
+    of `ticks` tokens wrote into its first rows' cache `part` [rows, heads, L, D] copied in:
+    `ticks` positions per row from where each row `started` (the last ones when that runs past
+    the cache: a row at its last position rewrites it). Writing back the whole of `part`
+    copied every stepped row's cache (L positions) per call, most of a one-token tick's
+    copies (docs/serving-profile.md)."""
+    length = full.shape[2]
+    window = min(ticks, length)
+    positions = jnp.minimum(started, length - window)[:, None] + jnp.arange(window)
+    rows = jnp.arange(part.shape[0])[:, None]
+    return full.at[rows, :, positions].set(part[rows, :, positions])
+
+
 class SlotDecoder:
     """Decode slots for one encoder-decoder model (`t5forge.api.Model.t5x_model`)."""
 
@@ -249,11 +263,18 @@ class SlotDecoder:
             moving, (tokens, log_likelihood) = jax.lax.scan(
                 advance, first_rows(full_moving), length=ticks
             )
-        full_moving = jax.tree.map(
-            lambda full, part: jax.lax.dynamic_update_slice_in_dim(full, part, 0, axis=0),
-            full_moving,
-            moving,
-        )
+        started = first_rows(full_moving)["step"]
+        full_moving = {
+            "cache": jax.tree.map(
+                functools.partial(_written_back, started=started, ticks=ticks),
+                full_moving["cache"],
+                moving["cache"],
+            ),
+            **{
+                name: jax.lax.dynamic_update_slice_in_dim(full_moving[name], moving[name], 0, 0)
+                for name in ("token", "step")
+            },
+        }
         return full_moving, tokens, log_likelihood
 
     def step(

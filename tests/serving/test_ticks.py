@@ -1,18 +1,19 @@
 """Several tokens per device call (multi-token ticks) make the very tokens one-token calls
 make, and `Model.generate` makes, greedy and sampled, in slots and in static batches; scores
-left off change no token; and once warm, no request kind compiles a program under either
-scheduler, multi-token ticks included."""
+left off change no token; a call writes back only the cache positions it wrote; and once
+warm, no request kind compiles a program under either scheduler, multi-token ticks included."""
 
 import asyncio
 
 import httpx
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from server_helpers import compiled_programs, metric_value, running_server
 
 from t5forge.models.layers import stack_projections
-from t5forge.serving.slots import SlotDecoder
+from t5forge.serving.slots import SlotDecoder, _written_back
 from t5forge.serving.stepwise import RowOptions, StepDecoder
 
 ROWS = [[5, 9, 3, 12, 7, 1], [14, 3, 1], [7, 7, 8, 9, 10, 11, 12, 13, 14, 15, 1]]
@@ -51,6 +52,25 @@ def _slot_decode(model, params, ticks: int):
                 if ended or len(made[row]) == OPTIONS[row].max_new_tokens:
                     live[slot] = False
     return made, scores
+
+
+@pytest.mark.parametrize("ticks", [1, 4])
+def test_a_call_writes_back_exactly_the_positions_it_wrote(ticks):
+    """The pool after a call equals the whole stepped rows written back, for rows that start
+    at the cache's first position, inside it, near its end and at its last position (where a
+    row keeps rewriting the last one); rows past the stepped ones are untouched."""
+    rng = np.random.default_rng(0)
+    slots, heads, length, dim = 6, 2, 10, 3
+    pool = rng.normal(size=(slots, heads, length, dim)).astype(np.float32)
+    started = np.array([0, 4, length - 3, length - 1])
+    stepped = pool[: len(started)].copy()
+    for row, start in enumerate(started):
+        for tick in range(ticks):
+            stepped[row, :, min(start + tick, length - 1)] = rng.normal(size=(heads, dim))
+    expected = pool.copy()
+    expected[: len(started)] = stepped
+    got = _written_back(jnp.asarray(pool), jnp.asarray(stepped), started=started, ticks=ticks)
+    np.testing.assert_array_equal(np.asarray(got), expected)
 
 
 @pytest.mark.slow
