@@ -13,10 +13,10 @@ program. One admission program per (batch, length) bucket of new inputs, one ste
 (leading slots, encoder width) bucket: the occupied slots are kept at the front (new rows take
 the lowest free slots, and when rows that ended leave holes, `move` compacts the rows above
 the live-row bucket into them), and a step reads the encoder outputs only up to the widest
-occupied row's length bucket. The pool is two
-parts so that a step costs what its occupied slots use: what every step rewrites (donated and
-written back) and the cross-attention entries and options that only admissions write (read in
-place; writing them back made every step copy the whole pool).
+occupied row's length bucket. The pool is two parts so that a step costs what its occupied
+slots use: what every step rewrites (donated; a call writes back only the cache positions it
+wrote) and the cross-attention entries and options that only admissions write (read in place;
+writing them back made every step copy the whole pool).
 
 Decoder-only models (whose prompts are prefilled into the self-attention cache) are not
 handled here; the server decodes them in static batches.
