@@ -78,7 +78,8 @@ class ServerMetrics:
         self.tick_seconds = Histogram(
             "t5forge_tick_seconds",
             "Continuous batching's time per tick by phase: compact (moving rows into the "
-            "holes ended rows left), admit (encoding new rows), step "
+            "holes ended rows left), admit (dispatching new rows' encoding, which runs on "
+            "asynchronously: its device time lands in the step after it), step "
             "(a one-token device call), multi_step (a tokens_per_tick call), host (from one "
             "device call's end to the next one's start while rows run: streaming, bookkeeping)",
             ["phase"],
