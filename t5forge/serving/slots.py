@@ -255,15 +255,14 @@ class SlotDecoder:
             }
             return moving, (chosen, log_likelihood)
 
+        moving = first_rows(full_moving)
+        started = moving["step"]
         if ticks == 1:
-            moving, (tokens, log_likelihood) = advance(first_rows(full_moving))
+            moving, (tokens, log_likelihood) = advance(moving)
         else:
             # Several tokens in one call: the host's per-call cost is paid once, and what
             # every step would redo (reading the pool's fixed part) is done once per tick.
-            moving, (tokens, log_likelihood) = jax.lax.scan(
-                advance, first_rows(full_moving), length=ticks
-            )
-        started = first_rows(full_moving)["step"]
+            moving, (tokens, log_likelihood) = jax.lax.scan(advance, moving, length=ticks)
         full_moving = {
             "cache": jax.tree.map(
                 functools.partial(_written_back, started=started, ticks=ticks),
