@@ -32,6 +32,7 @@ from t5forge.errors import CheckpointError, ConfigError, DataError
 from t5forge.interop import hub, huggingface
 from t5forge.models.configs import T5Config
 from t5forge.models.model import PREDICT_METHODS, build_model
+from t5forge.models.transposed import untransposed
 from t5forge.models.weights_dtype import is_int8, with_weights_dtype
 
 logger = logging.getLogger(__name__)
@@ -391,7 +392,7 @@ class Model:
             vocab_path, extra_ids = self.vocabulary.path, self.vocabulary.extra_ids
         try:
             return huggingface.save_hf_dir(
-                jax.device_get(self.params),
+                jax.device_get(untransposed(self.params)),
                 self.config,
                 path,
                 vocab_path=vocab_path,

@@ -17,6 +17,7 @@ from t5forge.errors import CheckpointError, ConfigError, DataError
 from t5forge.interop.huggingface import save_hf_dir
 from t5forge.models.model import build_model
 from t5forge.models.presets import get_config
+from t5forge.models.transposed import untransposed
 
 CONFIG = get_config("t5_1_1/tiny", vocab_size=32, dtype="float32")
 TEXTS = ["this is a test", "a test"]
@@ -307,9 +308,12 @@ def test_max_input_length_comes_from_what_the_checkpoint_recorded(tmp_path, hf_d
 
 def test_bfloat16_weights_are_the_kernels_only_and_compute_in_bfloat16(model, hf_dir):
     narrow = t5forge.load(hf_dir, weights_dtype="bfloat16")
+    # On one CPU device the kernels are also stored transposed (models/transposed.py) beside
+    # stacked copies of the fused projections'; as the checkpoint holds them:
+    plain = untransposed(narrow.params)
     dtypes = {
         jax.tree_util.keystr(path): leaf.dtype
-        for path, leaf in jax.tree_util.tree_leaves_with_path(narrow.params)
+        for path, leaf in jax.tree_util.tree_leaves_with_path(plain)
     }
     kernels = {path: dtype for path, dtype in dtypes.items() if path.endswith("['kernel']")}
     assert kernels and set(kernels.values()) == {np.dtype(jax.numpy.bfloat16)}
@@ -318,7 +322,7 @@ def test_bfloat16_weights_are_the_kernels_only_and_compute_in_bfloat16(model, hf
     # differs only by its activations' rounding at each matmul.
     rounded = Model(
         model.config,
-        jax.tree.map(lambda leaf: leaf.astype("float32"), jax.device_get(narrow.params)),
+        jax.tree.map(lambda leaf: leaf.astype("float32"), jax.device_get(plain)),
         model.vocabulary,
     )
     inputs, targets = np.array([[3, 4, 5, 1], [6, 7, 1, 0]]), np.array([[0, 3, 4], [0, 5, 6]])

@@ -19,6 +19,7 @@ from t5forge.errors import ConfigError
 from t5forge.models import axes
 from t5forge.models.products import dense_product, fast_forms_apply
 from t5forge.models.quantized import Int8Kernel
+from t5forge.models.transposed import TransposedKernel
 
 # Large enough to zero a softmax weight, small enough to stay finite in bfloat16.
 MASK_BIAS = -1e10
@@ -81,9 +82,13 @@ class Dense(nn.Module):
     @nn.compact
     def __call__(self, x):
         kernel = self.get_variable("params", "kernel")
-        if not (isinstance(kernel, Int8Kernel) and kernel.packed is not None):
+        stored_otherwise = isinstance(kernel, TransposedKernel) or (
+            isinstance(kernel, Int8Kernel) and kernel.packed is not None
+        )
+        if not stored_otherwise:
             # flax checks an existing parameter's first leaf against the initializer's shape;
-            # a packed int8 kernel keeps its values' shape only as metadata (quantized.py).
+            # a packed int8 kernel keeps its values' shape only as metadata (quantized.py), and
+            # a transposed one holds it transposed (transposed.py).
             kernel = self.param(
                 "kernel",
                 nn.with_logical_partitioning(self.kernel_init, self.axes),
@@ -146,6 +151,11 @@ def _stack(kernels: list) -> jnp.ndarray:
     """Kernels [..., in, out] of one input as one: [..., in, n, out], or [..., in, sum(out)]
     if widths differ (a leading axis is scanned layers'); an Int8Kernel's values and scales
     alike."""
+    if isinstance(kernels[0], TransposedKernel):
+        raise ConfigError(
+            "bfloat16 kernels stored transposed at load cannot be stacked at run time; "
+            "load the checkpoint again with weights_dtype='bfloat16'"
+        )
     if isinstance(kernels[0], Int8Kernel) and any(k.packed is not None for k in kernels):
         # Packed at load, they keep no plain values to stack: stack_projections stacks every
         # fused group before pack_kernels runs.

@@ -35,6 +35,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 from t5forge.models import native_products
 from t5forge.models.quantized import Int8Kernel, int8_product
+from t5forge.models.transposed import TransposedKernel, transposed_product
 
 BFLOAT16 = jnp.dtype(jnp.bfloat16)
 FLOAT32 = jnp.dtype(jnp.float32)
@@ -52,10 +53,13 @@ def dense_product(x, kernel, dtype):
     """x [..., in] @ kernel [in, ...] in `dtype`, or in the kernel's dtype where it is stored
     narrower (bfloat16 weights loaded for inference, `t5forge.load(weights_dtype=...)`):
     multiplying in bfloat16 reads half the bytes, and the result still comes out in `dtype`.
-    An int8 kernel (`weights_dtype='int8'`) multiplies in int8 (quantized.int8_product).
+    An int8 kernel (`weights_dtype='int8'`) multiplies in int8 (quantized.int8_product), a
+    bfloat16 one stored transposed at load from that layout (transposed.py).
     """
     if isinstance(kernel, Int8Kernel):
         return int8_product(x, kernel, dtype)
+    if isinstance(kernel, TransposedKernel):
+        return transposed_product(x, kernel, dtype)
     dtype = jnp.dtype(dtype)
     compute = dtype
     if jnp.finfo(kernel.dtype).bits < jnp.finfo(dtype).bits:

@@ -10,7 +10,9 @@ other experts.
 
 Where the compiled int8 product runs (models/native_products.py), int8 kernels are also packed
 once into its layout (`quantized.pack_kernels`), the fused projections' stacked kernels first
-made (`layers.stack_projections`) so that they are packed too.
+made (`layers.stack_projections`) so that they are packed too. On a CPU, bfloat16 kernels are
+likewise stacked and then stored transposed (models/transposed.py: XLA:CPU streams them
+faster that way at decoding's few rows).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from t5forge.errors import ConfigError
 from t5forge.models import native_products
 from t5forge.models.layers import stack_projections
 from t5forge.models.quantized import Int8Kernel, pack_kernels, quantize_kernel
+from t5forge.models.transposed import TransposedKernel, transpose_kernels, transposes_here
 
 WEIGHTS_DTYPES = ("float32", "bfloat16", "int8")
 
@@ -39,10 +42,11 @@ def with_weights_dtype(params: dict, weights_dtype) -> dict:
 
     def convert(path, leaf):
         keys = [getattr(key, "key", None) for key in path]
-        if isinstance(leaf, Int8Kernel):
-            if name != "int8":
+        if isinstance(leaf, (Int8Kernel, TransposedKernel)):
+            stored = "int8" if isinstance(leaf, Int8Kernel) else "bfloat16"
+            if name != stored:
                 raise ConfigError(
-                    f"the Dense kernels are already int8 and cannot become {name} again; "
+                    f"the Dense kernels are already {stored} and cannot become {name} again; "
                     f"load the checkpoint again with weights_dtype={name!r}"
                 )
             return leaf
@@ -54,10 +58,12 @@ def with_weights_dtype(params: dict, weights_dtype) -> dict:
         return leaf.astype(name)
 
     converted = jax.tree_util.tree_map_with_path(
-        convert, params, is_leaf=lambda leaf: isinstance(leaf, Int8Kernel)
+        convert, params, is_leaf=lambda leaf: isinstance(leaf, (Int8Kernel, TransposedKernel))
     )
     if name == "int8" and native_products.replaces_xla_here():
         return pack_kernels(stack_projections(converted))
+    if name == "bfloat16" and transposes_here():
+        return transpose_kernels(stack_projections(converted))
     return converted
 
 
