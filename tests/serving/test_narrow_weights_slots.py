@@ -1,5 +1,6 @@
-"""A model loaded with int8 kernels (`weights_dtype='int8'`) decodes in the server's slots, with
-the kernels stacked as the server stacks them, to the tokens of its own `generate`."""
+"""A model loaded with int8 kernels (`weights_dtype='int8'`), or bfloat16 ones (stored transposed
+on a CPU: models/transposed.py), decodes in the server's slots, with the kernels stacked as the
+server stacks them, to the tokens of its own `generate`."""
 
 import jax
 import numpy as np
@@ -8,16 +9,22 @@ import pytest
 import t5forge
 from t5forge.models.layers import stack_projections
 from t5forge.models.quantized import Int8Kernel
+from t5forge.models.transposed import is_transposed, transposes_here
 from t5forge.models.weights_dtype import is_int8
 from t5forge.serving.slots import SlotDecoder
 from t5forge.serving.stepwise import RowOptions
 
 
 @pytest.mark.slow
-def test_int8_slots_decode_as_the_int8_models_generate(tiny_hf_dir):
-    model = t5forge.load(tiny_hf_dir, weights_dtype="int8")
+@pytest.mark.parametrize("weights_dtype", ["int8", "bfloat16"])
+def test_narrow_slots_decode_as_the_narrow_models_generate(tiny_hf_dir, weights_dtype):
+    """Under the slots' vmap every row is multiplied on its own (a transposed kernel's lone row
+    as two): the tokens are still generate()'s."""
+    model = t5forge.load(tiny_hf_dir, weights_dtype=weights_dtype)
     params = stack_projections(model.params)  # what the serving engine multiplies by
-    assert is_int8(params)
+    assert (
+        is_int8(params) if weights_dtype == "int8" else is_transposed(params) == transposes_here()
+    )
     rows = [[5, 9, 3, 12, 7, 1], [14, 3, 1]]
     slots = SlotDecoder(model.t5x_model, slots=2, cache_length=8, encoder_width=8)
     pool = slots.empty_pool(params)
