@@ -1,16 +1,12 @@
 """bfloat16 Dense kernels stored transposed, [out, in], for decoding's products on XLA:CPU.
 
-A decoding step multiplies a few rows by every kernel, so its products stream the weights.
-XLA:CPU streams a bfloat16 [in, out] kernel slowly at few rows and a kernel stored [out, in]
-(each output's weights contiguous) faster: T5 1.1 small's 49 decoder products chained in one
-program took 9.2-12.1 ms at 8 rows stored [in, out] and 7.4-8.4 ms stored [out, in], 14.7 and
-10.9-11.6 ms at 32 rows (Intel Xeon with AMX, 2 cores; docs/inference-dtypes.md). One row is
-slower still in either layout (21-26 ms): XLA takes a matrix-vector path whose bfloat16 form
-is slow, so a lone row is multiplied as two (the second zeros), 8.0-9.1 ms. Transposing inside
-the program does not work: XLA does not hoist the copy out of the decoding loop, and the step
-copied every kernel (16-22 ms instead of 7-10). So `load(weights_dtype='bfloat16')` stores
-them transposed once, on a CPU, the fused projections' stacked kernels first made
-(layers.stack_projections) so that they are transposed too.
+A decoding step multiplies a few rows by every kernel, so its products stream the weights, and
+XLA:CPU streams a bfloat16 kernel faster when each output's weights are contiguous (T5 1.1
+small's decoder products: 1.2-1.4x at 8 and 32 rows; docs/inference-dtypes.md has the table).
+A lone row is multiplied as two (the second zeros): XLA's bfloat16 matrix-vector path is slow
+in either layout. The layout is made once at load (`load(weights_dtype='bfloat16')`, after
+layers.stack_projections so that fused groups are transposed too): transposed inside the
+program, the copy was not hoisted out of the decoding loop and every step paid it.
 
 A `TransposedKernel` keeps scanned layers' axis 1 where scan slices it: a kernel [in, *rest]
 is stored [*rest, in], and a scanned one [in, layers, *rest] as [rest[0], layers, *rest[1:],
@@ -72,11 +68,13 @@ def _is_bf16_array(leaf) -> bool:
     return getattr(leaf, "ndim", 0) >= 2 and leaf.dtype == jnp.bfloat16
 
 
+def _layers_second(array, scanned: bool) -> jax.Array:
+    """A scanned kernel's layer axis moved between axes 0 and 1 (its own inverse)."""
+    return jnp.swapaxes(array, 0, 1) if scanned and array.ndim > 2 else array
+
+
 def _stored(kernel, scanned: bool) -> jax.Array:
-    stored = jnp.moveaxis(kernel, 0, -1)  # [*rest, in]; scanned: [layers, *rest, in]
-    if scanned and stored.ndim > 2:
-        stored = jnp.swapaxes(stored, 0, 1)
-    return stored
+    return _layers_second(jnp.moveaxis(kernel, 0, -1), scanned)  # [*rest, in]
 
 
 def untransposed(params, scanned: bool = False):
@@ -84,10 +82,7 @@ def untransposed(params, scanned: bool = False):
     stacked kernels of fused projections (`layers.stack_projections`' '+' names): the tree a
     checkpoint of this model holds, for writing one."""
     if isinstance(params, TransposedKernel):
-        stored = params.values
-        if scanned and stored.ndim > 2:
-            stored = jnp.swapaxes(stored, 0, 1)
-        return jnp.moveaxis(stored, -1, 0)
+        return jnp.moveaxis(_layers_second(params.values, scanned), -1, 0)
     if not isinstance(params, dict):
         return params
     return {
