@@ -126,7 +126,7 @@ def jax_sides(m: int, k: int, n: int) -> dict[str, dict]:
             )
         },
     }
-    if native_products.available():
+    if native_products.bf16_products_here():
         bf16 = native_products.bf16_matmul
         forms["forward"]["oneDNN bf16 out"] = ready(
             lambda x, w: bf16(x, w, contract_a=1, contract_b=0, out_dtype=jnp.bfloat16), x, w
@@ -137,6 +137,7 @@ def jax_sides(m: int, k: int, n: int) -> dict[str, dict]:
         forms["weight_gradient"]["oneDNN one call"] = ready(
             lambda a, g: bf16(a, g, contract_a=0, contract_b=0, out_dtype=f32), x_t, w
         )
+    if native_products.int8_products_here():
         int8 = native_products.int8_matmul
         forms["int8"]["oneDNN int8, scaled"] = ready(
             lambda a, xs, b, ws: int8(a, xs, b, ws, f32), x_q, ones_m, w_q, ones_n
@@ -182,7 +183,9 @@ def measure(bench: harness.Benchmark, shape: str, runs: int) -> None:
                 bench.compare(row, side, best_xla, peer_label="XLA's best form")
                 bench.compare(row, side, torch_name, peer_label="PyTorch")
             if not ours:
-                bench.peer_missing(row, "oneDNN", best_xla, "t5forge_kernels not built")
+                bench.peer_missing(
+                    row, "oneDNN", best_xla, "t5forge_kernels not built, or no exact product here"
+                )
     finally:
         torch.close()
     print(f"oneDNN {native_products.onednn_version()}", flush=True)

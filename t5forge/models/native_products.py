@@ -67,10 +67,66 @@ def available() -> bool:
 
 
 def replaces_xla_here() -> bool:
-    """Whether a network's products should call the compiled ones: available, and the program
+    """Whether a network's compiled calls should replace XLA's: available, and the program
     runs on one device (the custom calls have no sharding rule; a sharded program would gather
-    their operands, so it keeps XLA's products)."""
+    their operands, so it keeps XLA's products). The products ask more of the CPU:
+    `bf16_products_here`, `int8_products_here`."""
     return available() and jax.device_count() == 1
+
+
+def bf16_products_here() -> bool:
+    """`replaces_xla_here`, and oneDNN multiplies bfloat16 on this CPU: it has no bf16 matmul
+    without AVX-512 (on AVX2 alone, AMD's Zen 3 for one, creating it fails)."""
+    return replaces_xla_here() and _probe("bf16")
+
+
+def int8_products_here() -> bool:
+    """`replaces_xla_here`, and oneDNN's int8 sums are exact on this CPU. Without VNNI (AVX2
+    alone: AMD's Zen 3) it adds pairs of u8 x s8 products in saturating int16, and T5's rows
+    came out wrong (-34335 for -46606); XLA's int8 product then runs."""
+    return replaces_xla_here() and _probe("int8")
+
+
+@functools.cache
+def _probe(kind: str) -> bool:
+    """Whether the compiled product of `kind` gives exact results here, tried once on small
+    operands: bf16's on values exact in bfloat16, int8's (plain and packed weights) at int8's
+    extremes, where a saturating sum parts from the exact one. Runs eagerly even when asked
+    while a program is traced."""
+    import logging
+
+    with jax.ensure_compile_time_eval():
+        try:
+            exact = _bf16_probe() if kind == "bf16" else _int8_probe()
+        except jax.errors.JaxRuntimeError:
+            exact = False
+    if not exact:
+        logging.getLogger(__name__).info(
+            "oneDNN's %s product is not exact on this CPU; XLA's runs instead", kind
+        )
+    return exact
+
+
+def _bf16_probe() -> bool:
+    a = np.arange(-16, 16, dtype=np.float32).reshape(4, 8)
+    b = np.arange(24, dtype=np.float32).reshape(8, 3) - 12
+    got = bf16_matmul(
+        jnp.asarray(a, jnp.bfloat16), jnp.asarray(b, jnp.bfloat16), out_dtype=jnp.float32
+    )
+    return bool(np.array_equal(np.asarray(got), a @ b))
+
+
+def _int8_probe() -> bool:
+    pattern = np.tile(np.array([127, -128, 127, 127, -128, -128, 127, -1], np.int8), 16)
+    x_q = np.stack([np.full(128, 127, np.int8), np.full(128, -128, np.int8), pattern])
+    w_q = np.ascontiguousarray(x_q.T)  # [128, 3]
+    ones = jnp.ones((3,), jnp.float32)
+    exact = x_q.astype(np.int64) @ w_q.astype(np.int64)
+    products = (
+        int8_matmul(jnp.asarray(x_q), ones, jnp.asarray(w_q), ones, jnp.float32),
+        int8_matmul(jnp.asarray(x_q), ones, pack_int8_weights(w_q), ones, jnp.float32),
+    )
+    return all(np.array_equal(np.asarray(p), exact) for p in products)
 
 
 def onednn_version() -> str | None:

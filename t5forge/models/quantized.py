@@ -115,7 +115,7 @@ def int8_product(x, kernel: Int8Kernel, dtype):
     w_scale = kernel.scale.reshape(-1)
     # The compiled int8 product (AMX / VNNI) where it replaces XLA's here, on the packed weights
     # (quantising the rows inside the same call) where they are; else XLA's widened one.
-    compiled = native_products.replaces_xla_here()
+    compiled = native_products.int8_products_here()
     if kernel.packed is not None:
         if not compiled:
             _require_plain(kernel, "multiplied without the compiled int8 product")

@@ -60,7 +60,7 @@ def with_weights_dtype(params: dict, weights_dtype) -> dict:
     converted = jax.tree_util.tree_map_with_path(
         convert, params, is_leaf=lambda leaf: isinstance(leaf, (Int8Kernel, TransposedKernel))
     )
-    if name == "int8" and native_products.replaces_xla_here():
+    if name == "int8" and native_products.int8_products_here():
         return pack_kernels(stack_projections(converted))
     if name == "bfloat16" and transposes_here():
         return transpose_kernels(stack_projections(converted))

@@ -24,6 +24,16 @@ needs_extension = pytest.mark.skipif(
     "or T5FORGE_NATIVE_PRODUCTS=0",
 )
 
+needs_bf16_products = pytest.mark.skipif(
+    not native_products.bf16_products_here(),
+    reason="no compiled bf16 product here: t5forge_kernels off, or oneDNN has none for this CPU",
+)
+needs_int8_products = pytest.mark.skipif(
+    not native_products.int8_products_here(),
+    reason="no compiled int8 product here: t5forge_kernels off, or oneDNN's sums are not exact "
+    "on this CPU (no VNNI)",
+)
+
 CONTRACTS = list(itertools.product((0, 1), (0, 1)))
 # (M, K, N): odd sizes up to 300 and a single row, as decoding's batch-1 products have.
 SHAPES = [(1, 77, 300), (37, 129, 5), (300, 1, 61), (128, 256, 64)]
@@ -45,7 +55,7 @@ def assert_float32_product_close(actual, expected, k):
     np.testing.assert_allclose(np.asarray(actual), np.asarray(expected), rtol=1e-5, atol=1e-5 * k)
 
 
-@needs_extension
+@needs_bf16_products
 @pytest.mark.parametrize(("contract_a", "contract_b"), CONTRACTS)
 @pytest.mark.parametrize(("m", "k", "n"), SHAPES)
 def test_bf16_matmul_equals_xla_dot_in_every_transposed_form(m, k, n, contract_a, contract_b):
@@ -67,7 +77,7 @@ def test_bf16_matmul_equals_xla_dot_in_every_transposed_form(m, k, n, contract_a
             )
 
 
-@needs_extension
+@needs_bf16_products
 def test_bf16_matmul_runs_inside_scan_and_vmap():
     rng = np.random.default_rng(1)
     xs = jnp.asarray(rng.standard_normal((3, 5, 33)), jnp.bfloat16)
@@ -89,7 +99,7 @@ def test_bf16_matmul_runs_inside_scan_and_vmap():
     assert_float32_product_close(mapped, expected, 33)
 
 
-@needs_extension
+@needs_bf16_products
 @pytest.mark.parametrize(("contract_a", "contract_b"), CONTRACTS)
 def test_bf16_matmul_gradients_under_checkpoint_equal_xla_dots(contract_a, contract_b):
     a, b = bf16_operands(np.random.default_rng(2), 9, 31, 13, contract_a, contract_b)
@@ -121,7 +131,7 @@ def int32_sums(x, w):
     return jax.lax.dot(x, w, preferred_element_type=jnp.int32)
 
 
-@needs_extension
+@needs_int8_products
 @pytest.mark.parametrize(("m", "k", "n"), SHAPES)
 def test_int8_matmul_sums_exactly_then_scales(m, k, n):
     rng = np.random.default_rng(m + k + n)
@@ -143,7 +153,7 @@ def test_int8_matmul_sums_exactly_then_scales(m, k, n):
         )
 
 
-@needs_extension
+@needs_int8_products
 @pytest.mark.parametrize(("k", "n"), [(77, 300), (512, 1024), (1, 61)])
 def test_weights_packed_once_serve_every_row_count(k, n):
     """oneDNN's blocked layout does not depend on M: one packing, products of any row count."""
@@ -163,7 +173,7 @@ def test_weights_packed_once_serve_every_row_count(k, n):
             )
 
 
-@needs_extension
+@needs_int8_products
 @pytest.mark.skipif(
     not native_products.amx_int8_products(),
     reason="this CPU has no AMX int8, or T5FORGE_AMX_INT8=0 switched the kernel off",
@@ -190,7 +200,7 @@ def test_amx_kernel_sums_as_onednn_at_every_row_count_it_takes(k, n, amx_setting
         np.testing.assert_array_equal(sums[True], np.asarray(int32_sums(x, w), np.float32))
 
 
-@needs_extension
+@needs_int8_products
 @pytest.mark.parametrize("amx", [True, False], ids=["amx-if-present", "onednn"])
 @pytest.mark.parametrize("in_dtype", [jnp.float32, jnp.bfloat16], ids=["float32", "bfloat16"])
 @pytest.mark.parametrize(("m", "k", "n"), [(1, 77, 300), (8, 512, 1024), (37, 129, 5)])
@@ -259,7 +269,7 @@ def test_packing_checks_its_input():
         )
 
 
-@needs_extension
+@needs_int8_products
 @pytest.mark.parametrize("packed", [False, True], ids=["plain", "packed"])
 def test_int8_matmul_extremes_do_not_saturate(packed):
     """-128 x -128 over a long contraction: VNNI's u8 x s8 path must compensate, not clip (and
@@ -276,7 +286,7 @@ def test_int8_matmul_extremes_do_not_saturate(packed):
     )
 
 
-@needs_extension
+@needs_int8_products
 def test_int8_matmul_runs_inside_scan():
     rng = np.random.default_rng(4)
     x, w = int8_operands(rng, 4, 65, 7)
@@ -335,7 +345,8 @@ def test_the_custom_call_itself_rejects_mismatched_shapes_without_crashing():
         packed_call(x, scales, jnp.ones((7,), jnp.uint8), scales[:1].repeat(5)).block_until_ready()
 
 
-@needs_extension
+@needs_bf16_products
+@needs_int8_products
 def test_products_run_per_device_on_a_mesh():
     """Inside shard_map each device calls its own product; a plain jit over sharded operands
     runs it on gathered ones (no sharding rule is registered). All equal XLA's dot."""
@@ -343,6 +354,33 @@ def test_products_run_per_device_on_a_mesh():
     assert len(report) == 4
     for check, difference in report.items():
         assert difference < 1e-4, check
+
+
+@needs_extension
+def test_the_probes_say_what_the_products_give_on_this_cpu():
+    """bf16_products_here / int8_products_here are True exactly where oneDNN's products are
+    exact on operands other than the probes' own (full-range int8 rows, a long contraction;
+    AVX2 without VNNI saturates them, and has no bf16 matmul at all)."""
+    rng = np.random.default_rng(7)
+    x, w = int8_operands(rng, 9, 700, 33)
+    ones = jnp.ones((9,), jnp.float32), jnp.ones((33,), jnp.float32)
+    expected = np.asarray(int32_sums(x, w), np.float32)
+    int8_exact = all(
+        np.array_equal(
+            np.asarray(native_products.int8_matmul(x, ones[0], w_q, ones[1], jnp.float32)), expected
+        )
+        for w_q in (w, native_products.pack_int8_weights(w))
+    )
+    assert native_products.int8_products_here() == int8_exact
+    a, b = (jnp.asarray(rng.integers(-8, 8, shape), jnp.bfloat16) for shape in ((5, 40), (40, 6)))
+    try:
+        got = native_products.bf16_matmul(a, b, out_dtype=jnp.float32)
+        bf16_exact = np.array_equal(
+            np.asarray(got), np.asarray(a, np.float32) @ np.asarray(b, np.float32)
+        )
+    except jax.errors.JaxRuntimeError:
+        bf16_exact = False
+    assert native_products.bf16_products_here() == bf16_exact
 
 
 def test_the_switch_turns_the_products_off(monkeypatch):

@@ -161,12 +161,12 @@ def _unpacked_int8(params, monkeypatch):
     """`params` in int8 as a machine without the compiled product converts them: quantised and
     stacked, never packed (the product still runs compiled, on plain weights)."""
     with monkeypatch.context() as patch:
-        patch.setattr(native_products, "replaces_xla_here", lambda: False)
+        patch.setattr(native_products, "int8_products_here", lambda: False)
         return stack_projections(with_weights_dtype(params, "int8"))
 
 
 @pytest.mark.skipif(
-    not native_products.replaces_xla_here(), reason="no compiled int8 product here to pack for"
+    not native_products.int8_products_here(), reason="no compiled int8 product here to pack for"
 )
 @pytest.mark.parametrize(
     "overrides",
