@@ -43,7 +43,10 @@ def _plain_product(x, kernel, dtype):
     ids=["rows", "one-row", "batch-stacked", "one-token-stacked"],
 )
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-def test_the_transposed_product_is_the_plain_one(x_shape, kernel_shape, dtype):
+@pytest.mark.parametrize("pads", [True, False], ids=["lone-row-padded", "as-it-is"])
+def test_the_transposed_product_is_the_plain_one(x_shape, kernel_shape, dtype, pads, monkeypatch):
+    """Either way a lone row is multiplied (as two where the CPU has AMX, else as it is)."""
+    monkeypatch.setattr(transposed, "_pads_lone_rows", lambda: pads)
     kernel = _bf16(kernel_shape, seed=1)
     x = _bf16(x_shape, seed=2).astype(jnp.float32)
     stored = transpose_kernels({"kernel": kernel})["kernel"]
