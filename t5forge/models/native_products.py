@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import os
 from typing import Any
 
@@ -27,6 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from t5forge.errors import ConfigError
+
+logger = logging.getLogger(__name__)
 
 _OUTPUT_DTYPES = (jnp.float32, jnp.bfloat16)
 
@@ -93,17 +96,13 @@ def _probe(kind: str) -> bool:
     operands: bf16's on values exact in bfloat16, int8's (plain and packed weights) at int8's
     extremes, where a saturating sum parts from the exact one. Runs eagerly even when asked
     while a program is traced."""
-    import logging
-
     with jax.ensure_compile_time_eval():
         try:
             exact = _bf16_probe() if kind == "bf16" else _int8_probe()
         except jax.errors.JaxRuntimeError:
             exact = False
     if not exact:
-        logging.getLogger(__name__).info(
-            "oneDNN's %s product is not exact on this CPU; XLA's runs instead", kind
-        )
+        logger.info("oneDNN's %s product is not exact on this CPU; XLA's runs instead", kind)
     return exact
 
 

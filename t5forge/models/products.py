@@ -160,11 +160,11 @@ def bf16_weight_gradient(x, grad):
 
     XLA:CPU's own form contracts both operands' leading axes, and it runs that dot in
     float32, converting both operands first. Where oneDNN multiplies bfloat16 on this CPU
-    (`native_products.bf16_products_here`) and the program runs on one device, it multiplies x as [tokens, in] by grad as [tokens,
-    columns] in one call, no transpose made (`native_products.bf16_matmul`; the custom call
-    has no sharding rule, so a sharded program keeps XLA's form). Otherwise a transposed copy
-    of x makes it a plain [in, tokens] @ [tokens, out] product that stays bfloat16
-    (transposed_weight_gradient).
+    (`native_products.bf16_products_here`) and the program runs on one device, it multiplies
+    x as [tokens, in] by grad as [tokens, columns] in one call, no transpose made
+    (`native_products.bf16_matmul`; the custom call has no sharding rule, so a sharded program
+    keeps XLA's form). Otherwise a transposed copy of x makes it a plain [in, tokens] @
+    [tokens, out] product that stays bfloat16 (transposed_weight_gradient).
     """
     lead = x.ndim - 1
     if native_products.bf16_products_here():

@@ -5,9 +5,10 @@ XLA:CPU streams a bfloat16 kernel faster when each output's weights are contiguo
 small's decoder products: 1.2-1.4x at 8 and 32 rows; docs/inference-dtypes.md has the table).
 Where the CPU has AMX a lone row is multiplied as two (the second zeros): XLA's bfloat16
 matrix-vector path is slow there in either layout. On AVX2 alone (AMD Zen 3) the padding cost
-batch-1 decoding 13% and the lone row is multiplied as it is. The layout is made once at load (`load(weights_dtype='bfloat16')`, after
-layers.stack_projections so that fused groups are transposed too): transposed inside the
-program, the copy was not hoisted out of the decoding loop and every step paid it.
+batch-1 decoding 13% and the lone row is multiplied as it is. The layout is made once at load
+(`load(weights_dtype='bfloat16')`, after layers.stack_projections so that fused groups are
+transposed too): transposed inside the program, the copy was not hoisted out of the decoding
+loop and every step paid it.
 
 A `TransposedKernel` keeps scanned layers' axis 1 where scan slices it: a kernel [in, *rest]
 is stored [*rest, in], and a scanned one [in, layers, *rest] as [rest[0], layers, *rest[1:],
