@@ -14,6 +14,19 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 TASK = "en_de_lohelp_translate"
+# What the suite's XLA:CPU compiles with (conftest.py sets it for the test processes, and the
+# commands they start inherit it): LLVM at -O0. Compiling is most of a test's time on 2 cores,
+# and -O0 cuts it by about 40% (tests/serving/test_compaction.py: 62 -> 35 s of compiles). The
+# tiny programs run slower, not differently: XLA:CPU keeps fast math off at every level, so the
+# comparisons with transformers, T5X's golden values and bitwise resumes hold as they do at -O2.
+SUITE_XLA_FLAGS = "--xla_backend_optimization_level=0"
+
+
+def xla_flags(devices: int) -> str:
+    """The suite's XLA flags on `devices` virtual CPU devices (for a command's own process)."""
+    return f"--xla_force_host_platform_device_count={devices} {SUITE_XLA_FLAGS}"
+
+
 # The shared tiny model plus the T5 1.1 layout (gated GELU, untied logits) and dropout from the
 # DROPOUT_RATE macro the run commands set.
 LAYOUT_GIN = """
@@ -68,12 +81,11 @@ def python(*args, env=None, timeout=600, check=False, **kwargs) -> subprocess.Co
 
 def eight_device_report(script: Path, timeout: float = 600) -> dict:
     """The JSON a multi-device check script prints last, run in its own process on 8 virtual
-    CPU devices. -O0 halves XLA's CPU compile time; every layout compiles the same way, so the
-    comparison between layouts is unaffected."""
+    CPU devices."""
     env = command_env(
         # tests/ too: check scripts import the suite's helper modules as the suite does.
         PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests")]),
-        XLA_FLAGS="--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0",
+        XLA_FLAGS=xla_flags(8),
     )
     result = python(script, env=env, timeout=timeout, check=True)
     return json.loads(result.stdout.strip().splitlines()[-1])

@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from commands import LAYOUT_GIN, TinyRuns
+from commands import LAYOUT_GIN, SUITE_XLA_FLAGS, TinyRuns
 from tiny_model import TINY_MODEL_GIN, TINY_VOCAB_PIECES
 
 from t5forge.data.vocab_trainer import file_texts, train_vocabulary
@@ -16,6 +16,8 @@ SHARED_DATA = Path(os.environ.get("T5FORGE_SHARED_DATA", REPO_ROOT.parent / "sha
 # The built-in tasks read the full datasets here, as a user sets it (the installed package
 # alone only has its bundled en-de slice); set before any test registers them.
 os.environ.setdefault("T5FORGE_DATA_DIR", str(SHARED_DATA))
+# Before any test starts XLA's backend, which reads its flags once.
+os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {SUITE_XLA_FLAGS}".strip()
 BUNDLED_EN_DE = REPO_ROOT / "t5forge" / "tasks" / "data" / "en_de_lohelp" / "train.jsonl.gz"
 
 

@@ -16,13 +16,13 @@ import time
 import jax
 import numpy as np
 import pytest
+from commands import xla_flags
 from test_train_e2e import _losses
 
 import t5forge
 from t5forge.models.model import build_model
 
-# -O0 halves XLA's CPU compile time, which dominates these few-step runs.
-XLA_FLAGS = "--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0"
+XLA_FLAGS = xla_flags(4)
 FLAGS = [
     "--gin.DROPOUT_RATE=0.0",
     "--gin.EVAL_PERIOD=0",

@@ -8,7 +8,7 @@ import json
 import shutil
 
 import pytest
-from commands import REPO, TASK
+from commands import REPO, TASK, xla_flags
 
 from .conftest import ROWS, TSV_ROWS, error_line, preview_tsv_train
 
@@ -320,7 +320,7 @@ def test_an_unknown_flag_of_another_command_is_argparse_usage_and_one_error(faul
 def test_a_batch_size_the_device_mesh_does_not_divide_is_one_line(faults, tmp_path):
     """Eight CPU devices (XLA's host-platform flag), a global batch of 6: refused before any
     step, naming the data-parallel size."""
-    env = faults.env(XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    env = faults.env(XLA_FLAGS=xla_flags(8))
     line = error_line(faults.train(tmp_path / "run", 5, batch=6, env=env))
     assert "global batch size 6 is not divisible by the data-parallel size 8" in line, line
     assert not list((tmp_path / "run").glob("checkpoint_*"))

@@ -4,6 +4,7 @@ nothing compiled); a store made for anything else, or damaged, is refused and co
 import copy
 import dataclasses
 import logging
+import os
 import pickle
 import shutil
 import threading
@@ -101,16 +102,17 @@ def _stored_engine(tiny_model, tmp_path) -> tuple[Engine, list[float]]:
 def test_changed_xla_flags_or_config_change_the_key_and_an_old_store_is_refused(
     tiny_model, tmp_path, monkeypatch, caplog
 ):
+    flags = os.environ.get("XLA_FLAGS", "")  # the suite's own (conftest.py)
     stored, scores = _stored_engine(tiny_model, tmp_path)
     same = _engine(tiny_model, tmp_path, port=9999)  # the port shapes no program
     assert same.programs.path == stored.programs.path and same.programs.load() == 1
     assert same.score(PAIRS) == scores and same.programs.loaded == 1
 
-    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")
+    monkeypatch.setenv("XLA_FLAGS", f"{flags} --xla_cpu_enable_fast_math=false")
     flagged = _engine(tiny_model, tmp_path)
     assert flagged.programs.path != stored.programs.path
     assert flagged.programs.load() == 0  # nothing stored under the new key
-    monkeypatch.delenv("XLA_FLAGS")
+    monkeypatch.setenv("XLA_FLAGS", flags)
     longer = _engine(tiny_model, tmp_path, max_target_length=32)
     assert longer.programs.path != stored.programs.path
     reconfigured = copy.copy(tiny_model)
@@ -120,7 +122,7 @@ def test_changed_xla_flags_or_config_change_the_key_and_an_old_store_is_refused(
     assert other_model.programs.path != stored.programs.path
 
     # The old store put where the new key looks: refused, naming what differs.
-    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")
+    monkeypatch.setenv("XLA_FLAGS", f"{flags} --xla_cpu_enable_fast_math=false")
     flagged = _engine(tiny_model, tmp_path)
     flagged.programs.path.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(stored.programs.path, flagged.programs.path)
@@ -129,7 +131,7 @@ def test_changed_xla_flags_or_config_change_the_key_and_an_old_store_is_refused(
     assert "were made for another XLA flags; compiling instead" in caplog.text
     assert flagged.score(PAIRS) == scores
     assert (flagged.programs.loaded, flagged.programs.compiled) == (0, 1)
-    monkeypatch.delenv("XLA_FLAGS")
+    monkeypatch.setenv("XLA_FLAGS", flags)
     shutil.copy(stored.programs.path, other_model.programs.path)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="t5forge.serving.executables"):

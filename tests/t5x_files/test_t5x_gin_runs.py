@@ -21,6 +21,7 @@ import base64
 import json
 
 import pytest
+from commands import xla_flags
 from t5x_gin_commands import T5X_GIN, TFEXAMPLE_DIR, argv
 
 from t5forge.data import SentencePieceVocabulary
@@ -30,7 +31,7 @@ pytestmark = [
     pytest.mark.skipif(not T5X_GIN.is_dir(), reason=f"T5X's gin files not found at {T5X_GIN}"),
 ]
 EXAMPLES = "t5x/examples/t5/t5_1_1/examples"
-TWO_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+TWO_DEVICES = {"XLA_FLAGS": xla_flags(2)}
 VALIDATION = [
     "--gin.utils.DatasetConfig.split='validation'",
     "--gin.utils.DatasetConfig.batch_size=200",

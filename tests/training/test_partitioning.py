@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import optax
 import pytest
-from commands import REPO, command_env, python, python_popen
+from commands import REPO, command_env, python, python_popen, xla_flags
 from jax.sharding import PartitionSpec as P
 
 from t5forge.errors import ConfigError
@@ -23,7 +23,7 @@ CHECK_SCRIPT = Path(__file__).with_name("multidevice_partitioning_check.py")
 
 @pytest.fixture(scope="module")
 def eight_device_report():
-    env = command_env(XLA_FLAGS="--xla_force_host_platform_device_count=8", PYTHONPATH=REPO)
+    env = command_env(XLA_FLAGS=xla_flags(8), PYTHONPATH=REPO)
     result = python(CHECK_SCRIPT, env=env, timeout=300, check=True)
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -169,7 +169,7 @@ def test_two_processes_build_one_global_batch():
     with socket.socket() as probe:
         probe.bind(("localhost", 0))
         port = probe.getsockname()[1]
-    env = command_env(XLA_FLAGS="--xla_force_host_platform_device_count=2", PYTHONPATH=REPO)
+    env = command_env(XLA_FLAGS=xla_flags(2), PYTHONPATH=REPO)
     workers = [
         python_popen("-c", TWO_HOST_WORKER, port, i, env=env, stdout=subprocess.PIPE)
         for i in range(2)
