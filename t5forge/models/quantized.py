@@ -10,7 +10,8 @@ scales the sums back: (x_q @ w_q) * x_scale[:, None] * w_scale[None, :].
 XLA:CPU has no fast int8 dot (int8 x int8 -> int32 ran at ~30 GFLOP/s on a 1024-row prefill,
 a tenth of bfloat16's; docs/inference-dtypes.md has the table), so `xla_int8_matmul` computes
 the same integer sums on XLA's fast path: int8 values are exact in bfloat16, and bfloat16
-operands with float32 accumulation run on XLA's YNNPACK fusion. A compiled int8 matmul with the
+operands with float32 accumulation run on XLA's YNNPACK fusion (float32 operands on a CPU
+without bfloat16 instructions, where that is faster: `_widened_dtype`). A compiled int8 matmul with the
 same signature (t5forge.models.native_products.int8_matmul) can take its place in
 `int8_product` without changing any number beyond float32 rounding of the sums; it reads the
 kernel `packed` (once, at load: `pack_kernels`) where the kernel has it, so no call reorders the
@@ -30,6 +31,7 @@ import numpy as np
 
 from t5forge.errors import ConfigError
 from t5forge.models import native_products
+from t5forge.models.cpu_flags import multiplies_bfloat16
 
 INT8_MAX = 127
 
@@ -98,14 +100,26 @@ def quantize_rows(x):
 
 def xla_int8_matmul(x_q, x_scale, w_q, w_scale, out_dtype):
     """(x_q [M, K] @ w_q [K, N]) * x_scale[:, None] * w_scale[None, :], in `out_dtype`, on
-    XLA's fast path: the int8 operands widened exactly to bfloat16, summed in float32."""
+    XLA's fast path: the int8 operands widened exactly to bfloat16 (or to float32 on a CPU
+    without bfloat16 instructions, where XLA's bfloat16 product is the slower one), summed in
+    float32 either way: the same sums."""
+    wide = _widened_dtype()
     sums = jax.lax.dot_general(
-        x_q.astype(jnp.bfloat16),
-        w_q.astype(jnp.bfloat16),
+        x_q.astype(wide),
+        w_q.astype(wide),
         (((1,), (0,)), ((), ())),
         preferred_element_type=jnp.float32,
     )
     return (sums * x_scale[:, None] * w_scale[None, :]).astype(out_dtype)
+
+
+def _widened_dtype():
+    """bfloat16 on GPUs, TPUs and CPUs with bfloat16 dot instructions; float32 on the others
+    (AMD Zen 3, int8 T5 1.1 small, separate processes: greedy batch 8 1.84 -> 1.57 s, beam 4
+    4.66 -> 3.99 s, batch 1 0.564 -> 0.495 s; docs/inference-dtypes.md)."""
+    if jax.default_backend() == "cpu" and not multiplies_bfloat16():
+        return jnp.float32
+    return jnp.bfloat16
 
 
 def int8_product(x, kernel: Int8Kernel, dtype):

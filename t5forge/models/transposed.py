@@ -18,14 +18,13 @@ in], which scan slices into the same [*rest, in] per layer.
 from __future__ import annotations
 
 import dataclasses
-import functools
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from t5forge.errors import ConfigError
+from t5forge.models.cpu_flags import cpu_flags
 
 
 @jax.tree_util.register_dataclass
@@ -127,12 +126,8 @@ def transposed_product(x, kernel: TransposedKernel, dtype):
     return product.astype(dtype).reshape(*x.shape[:-1], *rest)
 
 
-@functools.cache
 def _pads_lone_rows() -> bool:
     """Whether a lone row is multiplied as two: where the CPU has AMX (the Xeon: T5 1.1 small's
     49 decoder products 8.0-9.1 ms as two rows, 21-26 as one), not on AVX2 alone (AMD Zen 3,
     in one process: batch-1 generate 0.626 s padded, 0.547 not, the plain layout's 0.546)."""
-    try:
-        return "amx_bf16" in Path("/proc/cpuinfo").read_text().split()
-    except OSError:
-        return False
+    return "amx_bf16" in cpu_flags()

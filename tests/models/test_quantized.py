@@ -8,7 +8,7 @@ import pytest
 
 from t5forge.api import Model
 from t5forge.errors import ConfigError
-from t5forge.models import native_products
+from t5forge.models import native_products, quantized
 from t5forge.models.layers import stack_projections
 from t5forge.models.model import build_model
 from t5forge.models.presets import get_config
@@ -42,11 +42,21 @@ def test_kernel_round_trip_is_within_half_a_step_per_output_channel(shape):
     assert (np.asarray(dequantize_kernel(quantized))[:, ..., 0] == 0).all()
 
 
-def test_int8_sums_on_xlas_path_are_the_exact_integer_sums():
+@pytest.mark.parametrize("bfloat16_cpu", [True, False], ids=["bf16-widened", "f32-widened"])
+def test_int8_sums_on_xlas_path_are_the_exact_integer_sums(bfloat16_cpu, monkeypatch):
+    """Widened to bfloat16 (CPUs with its instructions) or to float32 (the others): the same
+    exact sums."""
+    monkeypatch.setattr(quantized, "multiplies_bfloat16", lambda: bfloat16_cpu)
     x_q, x_scale = quantize_rows(jnp.asarray(_normal((13, 301), seed=1)))
     w = quantize_kernel(_normal((301, 29), seed=2))
     w_scale = w.scale.reshape(-1)
     exact = jax.lax.dot(x_q, w.values, preferred_element_type=jnp.int32)
+    # A new function each time: make_jaxpr keeps the trace of one it has seen.
+    program = jax.make_jaxpr(lambda *args: xla_int8_matmul(*args, jnp.float32))
+    eqns = program(x_q, x_scale, w.values, w_scale).eqns
+    (dot,) = [e for e in eqns if e.primitive.name == "dot_general"]
+    wide = jnp.bfloat16 if bfloat16_cpu else jnp.float32
+    assert [v.aval.dtype for v in dot.invars] == [wide, wide]
     np.testing.assert_allclose(
         xla_int8_matmul(x_q, x_scale, w.values, w_scale, jnp.float32),
         np.asarray(exact, np.float64) * np.asarray(x_scale)[:, None] * np.asarray(w_scale),
