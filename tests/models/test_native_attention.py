@@ -28,6 +28,13 @@ needs_extension = pytest.mark.skipif(
 TOLERANCE = {jnp.float32: 1e-5, jnp.bfloat16: 1e-2}
 
 
+@pytest.fixture(autouse=True)
+def kernel_on_any_cpu(monkeypatch):
+    """The kernel as it runs on an AVX-512 CPU, also where it is left off for speed (AVX2
+    alone): its AVX2 and baseline builds still give XLA's numbers."""
+    monkeypatch.setattr(native_attention, "_wide_vectors_here", lambda: True)
+
+
 def xla_and_kernel(monkeypatch, attend, *operands):
     """`attend` jitted with the kernel off (XLA's formulation), then on."""
     with monkeypatch.context() as patched:
@@ -117,6 +124,15 @@ def test_one_query_over_one_row_stays_with_xla_below_a_big_cache():
     assert native_attention.runs_here(jax.ShapeDtypeStruct((128, 4, 1, 64), jnp.float32), big, big)
     odd = jnp.zeros((2, 3, 4, 12))  # head_dim not a multiple of the kernel's 16 lanes
     assert not native_attention.runs_here(odd, jnp.zeros((2, 3, 5, 12)), jnp.zeros((2, 3, 5, 12)))
+
+
+@needs_extension
+def test_a_cpu_without_avx512_keeps_xlas_attention(monkeypatch):
+    """On AVX2 alone (AMD Zen 3) XLA's attention was the faster: beams stay with XLA there."""
+    monkeypatch.setattr(native_attention, "_wide_vectors_here", lambda: False)
+    rows = jnp.zeros((2, 3, 5, 16))
+    assert not native_attention.runs_here(jnp.zeros((2, 3, 4, 16)), rows, rows)
+    assert not native_attention.runs_here(jnp.zeros((2, 3, 1, 16)), rows, rows, slots=2)
 
 
 @needs_extension
