@@ -25,6 +25,6 @@ def cpu_flags() -> frozenset[str]:
 def multiplies_bfloat16() -> bool:
     """Whether the CPU has bfloat16 dot-product instructions: x86's AVX-512 BF16 (AMD Zen 4,
     Intel Xeons since Cooper Lake, so every AMX one) or Arm's BF16. Without them XLA:CPU
-    converts bfloat16 operands to float32 on every call (AMD Zen 3: a product widened to
-    bfloat16 takes 1.14-1.17x the time of the same product widened to float32)."""
+    converts bfloat16 operands to float32 on every call (AMD Zen 3: an int8 model's generate
+    took 1.14-1.17x as long with its products widened to bfloat16 as to float32)."""
     return bool(cpu_flags() & {"avx512_bf16", "bf16"})

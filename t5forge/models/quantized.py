@@ -11,8 +11,8 @@ XLA:CPU has no fast int8 dot (int8 x int8 -> int32 ran at ~30 GFLOP/s on a 1024-
 a tenth of bfloat16's; docs/inference-dtypes.md has the table), so `xla_int8_matmul` computes
 the same integer sums on XLA's fast path: int8 values are exact in bfloat16, and bfloat16
 operands with float32 accumulation run on XLA's YNNPACK fusion (float32 operands on a CPU
-without bfloat16 instructions, where that is faster: `_widened_dtype`). A compiled int8 matmul with the
-same signature (t5forge.models.native_products.int8_matmul) can take its place in
+without bfloat16 instructions, where that is faster: `_widened_dtype`). A compiled int8 matmul
+with the same signature (t5forge.models.native_products.int8_matmul) can take its place in
 `int8_product` without changing any number beyond float32 rounding of the sums; it reads the
 kernel `packed` (once, at load: `pack_kernels`) where the kernel has it, so no call reorders the
 weights into the compiled product's own layout (a decoding step's products took 2-3x as long
