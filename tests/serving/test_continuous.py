@@ -80,13 +80,25 @@ def test_continuous_answers_equal_static_ones_and_the_python_api(server, static_
 
 def test_a_short_request_overtakes_a_running_long_one(server, monkeypatch):
     url, service = server
-    step = service.engine.lanes[0].step
+    lane, calls = service.engine.lanes[0], []
 
-    def slow_step(live):  # so that the long row is surely still running when short arrives
-        time.sleep(0.05)
-        return step(live)
+    def after_short_queued(step):
+        """After the long row's first token, its next device call waits until the short
+        request is queued (at most 60 s): without it the long row's remaining tokens take
+        one multi-token call, which can end before the short request arrives."""
 
-    monkeypatch.setattr(service.engine.lanes[0], "step", slow_step)
+        def gated(live):
+            if calls:
+                waited = time.monotonic()
+                while not service.depth and time.monotonic() - waited < 60:
+                    time.sleep(0.005)
+            calls.append(live)
+            return step(live)
+
+        return gated
+
+    monkeypatch.setattr(lane, "step", after_short_queued(lane.step))
+    monkeypatch.setattr(lane, "steps", after_short_queued(lane.steps))
     long_body = {"inputs": [TEXTS[2]], "max_new_tokens": 12, "stream": True}
     order = []
 
