@@ -17,8 +17,10 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "decode_attention.h"
@@ -48,115 +50,181 @@ T5FORGE_INLINE float as_float(float value) { return value; }
 T5FORGE_INLINE float as_float(uint16_t value) { return from_bf16(value); }
 T5FORGE_INLINE void store(float value, float* out) { *out = value; }
 T5FORGE_INLINE void store(float value, uint16_t* out) { *out = to_bf16(value); }
-// A value as the element type holds it (the weights XLA multiplies the values by).
-T5FORGE_INLINE float rounded(float value, const float*) { return value; }
-T5FORGE_INLINE float rounded(float value, const uint16_t*) { return from_bf16(to_bf16(value)); }
+// W float32 lanes as one value, W the lanes of one register of the function compiled
+// (attend_pairs_for): 16 under AVX-512, 8 under AVX2, 4 on the baseline. A vector wider than
+// the target's registers is lowered through memory (GCC copies it with `rep movs`), so each
+// target gets its own width rather than one 16-lane form for all.
+template <int W>
+struct Vectors;
+template <>
+struct Vectors<16> {
+  typedef float f32 __attribute__((vector_size(64)));
+  typedef int32_t i32 __attribute__((vector_size(64)));
+  typedef uint32_t u32 __attribute__((vector_size(64)));
+  typedef uint16_t u16 __attribute__((vector_size(32)));
+};
+template <>
+struct Vectors<8> {
+  typedef float f32 __attribute__((vector_size(32)));
+  typedef int32_t i32 __attribute__((vector_size(32)));
+  typedef uint32_t u32 __attribute__((vector_size(32)));
+  typedef uint16_t u16 __attribute__((vector_size(16)));
+};
+template <>
+struct Vectors<4> {
+  typedef float f32 __attribute__((vector_size(16)));
+  typedef int32_t i32 __attribute__((vector_size(16)));
+  typedef uint32_t u32 __attribute__((vector_size(16)));
+  typedef uint16_t u16 __attribute__((vector_size(8)));
+};
 
-// e^x for x <= 0 (a logit less the row's max), 0 below float32's normal range; within 3 ulp
-// (checked over [-87.3, 0] against float64).
-T5FORGE_INLINE float exp_nonpositive(float x) {
-  const float clamped = x < -88.0f ? -88.0f : x;
-  const float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const float n = (clamped * 1.44269504088896341f + shifter) - shifter;
-  const float r = (clamped - n * 0.693145751953125f) - n * 1.42860682030941723212e-6f;
-  float p = 1.0f / 720.0f;
+template <int W>
+using f32v = typename Vectors<W>::f32;
+
+template <int W>
+T5FORGE_INLINE f32v<W> load(const float* p) {
+  f32v<W> v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+template <int W>
+T5FORGE_INLINE f32v<W> load(const uint16_t* p) {
+  typename Vectors<W>::u16 half;
+  std::memcpy(&half, p, sizeof(half));
+  return reinterpret_cast<f32v<W>>(__builtin_convertvector(half, typename Vectors<W>::u32)
+                                   << 16);
+}
+
+template <int W>
+T5FORGE_INLINE void store(f32v<W> v, float* p) {
+  std::memcpy(p, &v, sizeof(v));
+}
+
+// Values as the element type holds them (the weights XLA multiplies the values by): float32
+// as they are, bfloat16 rounded to nearest even (NaN kept quiet), as to_bf16 rounds.
+template <int W>
+T5FORGE_INLINE f32v<W> rounded(f32v<W> v, const float*) {
+  return v;
+}
+template <int W>
+T5FORGE_INLINE f32v<W> rounded(f32v<W> v, const uint16_t*) {
+  using U = typename Vectors<W>::u32;
+  const U bits = reinterpret_cast<U>(v);
+  const U nearest = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+  const U quiet_nan = (bits | 0x00400000u) & 0xffff0000u;
+  return reinterpret_cast<f32v<W>>((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : nearest);
+}
+
+// e^x for x <= 0 (a logit less the row's max), 0 below float32's normal range (and for
+// -inf); within 3 ulp (checked over [-87.3, 0] against float64).
+template <int W>
+T5FORGE_INLINE f32v<W> exp_nonpositive(f32v<W> x) {
+  using V = f32v<W>;
+  const V zero = {}, lowest = zero - 88.0f;
+  const V clamped = x < lowest ? lowest : x;
+  const V shifter = zero + 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const V n = (clamped * 1.44269504088896341f + shifter) - shifter;
+  const V r = (clamped - n * 0.693145751953125f) - n * 1.42860682030941723212e-6f;
+  V p = zero + 1.0f / 720.0f;
   p = p * r + 1.0f / 120.0f;
   p = p * r + 1.0f / 24.0f;
   p = p * r + 1.0f / 6.0f;
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  const int32_t exponent_bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &exponent_bits, sizeof(scale));
-  return x < -87.33654f ? 0.0f : p * scale;
+  using I = typename Vectors<W>::i32;
+  const V scale = reinterpret_cast<V>((__builtin_convertvector(n, I) + 127) << 23);
+  return x < zero - 87.33654f ? zero : p * scale;
 }
 
-// Sixteen float32 lanes as one value: GCC and Clang lower it to the widest vectors of each
-// function clone (one AVX-512 register, two AVX2, four SSE).
-typedef float f32x16 __attribute__((vector_size(64)));
-typedef uint32_t u32x16 __attribute__((vector_size(64)));
-typedef uint16_t u16x16 __attribute__((vector_size(32)));
-
-T5FORGE_INLINE f32x16 load16(const float* p) {
-  f32x16 v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-T5FORGE_INLINE f32x16 load16(const uint16_t* p) {
-  u16x16 half;
-  std::memcpy(&half, p, sizeof(half));
-  return reinterpret_cast<f32x16>(__builtin_convertvector(half, u32x16) << 16);
-}
-
-// Lane i of the result is the sum of v[i]'s lanes: four rounds each halving what is left of
-// every vector and packing two vectors' halves into one (15 shuffle pairs for 16 sums).
-T5FORGE_INLINE f32x16 lane_sums(f32x16* v) {
-  f32x16 a[8], b[4], c[2];
-  for (int i = 0; i < 8; ++i) {
-    a[i] = __builtin_shufflevector(v[2 * i], v[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18,
-                                   19, 20, 21, 22, 23) +
-           __builtin_shufflevector(v[2 * i], v[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25,
-                                   26, 27, 28, 29, 30, 31);
+// softmax of logits[0, count) in place, W at a time, then rounded as the values' type T: the
+// list is padded with -inf up to a multiple of W (weight 0; `logits` has room for it).
+template <int W, typename T>
+T5FORGE_INLINE void softmax_in_place(float* logits, int64_t count, const T* values) {
+  using V = f32v<W>;
+  const int64_t padded = (count + W - 1) / W * W;
+  for (int64_t i = count; i < padded; ++i) logits[i] = kNegativeInfinity;
+  V tops = V{} + kNegativeInfinity;
+  for (int64_t i = 0; i < padded; i += W) {
+    const V x = load<W>(logits + i);
+    tops = x > tops ? x : tops;
   }
-  for (int i = 0; i < 4; ++i) {
-    b[i] = __builtin_shufflevector(a[2 * i], a[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18,
-                                   19, 24, 25, 26, 27) +
-           __builtin_shufflevector(a[2 * i], a[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21,
-                                   22, 23, 28, 29, 30, 31);
+  float top = kNegativeInfinity;
+  for (int i = 0; i < W; ++i) top = tops[i] > top ? tops[i] : top;
+  V totals = {};
+  for (int64_t i = 0; i < padded; i += W) {
+    const V weight = exp_nonpositive<W>(load<W>(logits + i) - top);
+    store<W>(weight, logits + i);
+    totals += weight;
   }
-  for (int i = 0; i < 2; ++i) {
-    c[i] = __builtin_shufflevector(b[2 * i], b[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20,
-                                   21, 24, 25, 28, 29) +
-           __builtin_shufflevector(b[2 * i], b[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19,
-                                   22, 23, 26, 27, 30, 31);
+  float total = 0.0f;
+  for (int i = 0; i < W; ++i) total += totals[i];
+  for (int64_t i = 0; i < padded; i += W) {
+    store<W>(rounded<W>(load<W>(logits + i) / total, values), logits + i);
   }
-  return __builtin_shufflevector(c[0], c[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
-                                 28, 30) +
-         __builtin_shufflevector(c[0], c[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27,
-                                 29, 31);
 }
 
-// One logit to compute: query (float32) . key row, plus its bias, into `out`.
+// x's and y's lanes summed in pairs H apart within blocks of 2H, the results packed as
+// [x's block 0, y's block 0, x's block 1, ...]: one round of lane_sums.
+template <int W, int H, size_t... I>
+T5FORGE_INLINE f32v<W> halves_added(f32v<W> x, f32v<W> y, std::index_sequence<I...>) {
+  return __builtin_shufflevector(x, y, ((I / H) * 2 * H + I % H)...) +
+         __builtin_shufflevector(x, y, ((I / H) * 2 * H + H + I % H)...);
+}
+
+// Replaces v[0, n) by n / 2 vectors each holding two of their partial sums per block, until
+// one vector is left: lane i of v[0] is then the sum of the original v[i]'s lanes (log2 W
+// rounds, W - 1 shuffle pairs for W sums).
+template <int W, int N>
+T5FORGE_INLINE void lane_sums(f32v<W>* v) {
+  if constexpr (N > 1) {
+    for (int i = 0; i < N / 2; ++i) {
+      v[i] = halves_added<W, N / 2>(v[2 * i], v[2 * i + 1], std::make_index_sequence<W>());
+    }
+    lane_sums<W, N / 2>(v);
+  }
+}
+
+// One logit to compute: the query . key row, plus its bias, into `out`.
 template <typename T>
 struct Logit {
-  const float* query;
   const T* key;
   float bias;
   float* out;
 };
 
-// Up to 16 logits at once, so that their horizontal sums share lane_sums' shuffles and their
-// key rows are read in parallel.
-template <typename T>
+// Up to W logits of one query at once, so that their horizontal sums share lane_sums'
+// shuffles, their key rows are read in parallel and each chunk of the query is loaded once
+// for all of them (W accumulators: half the registers of the target).
+template <int W, typename T>
 class LogitBatch {
  public:
-  explicit LogitBatch(int64_t head_dim) : chunks_(head_dim / 16) {}
+  LogitBatch(const float* query, int64_t head_dim) : query_(query), chunks_(head_dim / W) {}
 
-  T5FORGE_INLINE void add(const float* query, const T* key, float bias, float* out) {
-    pending_[count_++] = {query, key, bias, out};
-    if (count_ == 16) flush();
+  T5FORGE_INLINE void add(const T* key, float bias, float* out) {
+    pending_[count_++] = {key, bias, out};
+    if (count_ == W) flush();
   }
 
   T5FORGE_INLINE void flush() {
     if (count_ == 0) return;
-    for (int i = count_; i < 16; ++i) pending_[i] = pending_[0];  // computed, not stored
-    f32x16 acc[16] = {};
+    for (int i = count_; i < W; ++i) pending_[i] = pending_[0];  // computed, not stored
+    f32v<W> acc[W] = {};
     for (int64_t c = 0; c < chunks_; ++c) {
+      const f32v<W> query = load<W>(query_ + W * c);
 #pragma GCC unroll 16
-      for (int i = 0; i < 16; ++i) {
-        acc[i] += load16(pending_[i].query + 16 * c) * load16(pending_[i].key + 16 * c);
-      }
+      for (int i = 0; i < W; ++i) acc[i] += query * load<W>(pending_[i].key + W * c);
     }
-    const f32x16 sums = lane_sums(acc);
-    for (int i = 0; i < count_; ++i) *pending_[i].out = sums[i] + pending_[i].bias;
+    lane_sums<W, W>(acc);
+    for (int i = 0; i < count_; ++i) *pending_[i].out = acc[0][i] + pending_[i].bias;
     count_ = 0;
   }
 
  private:
+  const float* query_;
   int64_t chunks_;
   int count_ = 0;
-  Logit<T> pending_[16];
+  Logit<T> pending_[W];
 };
 
 struct Sizes {
@@ -176,42 +244,42 @@ struct Sizes {
   }
 };
 
-// Columns [c, c + 16 * V) of one query's context: the weighted sum of the value rows at its
+// Columns [c, c + W * V) of one query's context: the weighted sum of the value rows at its
 // visible positions (`weights[i]` times the row at offset `cache_rows[i]`).
-template <int V, typename T>
+template <int W, int V, typename T>
 T5FORGE_INLINE void context_columns(const T* value, const float* weights,
                                     const int64_t* cache_rows, int64_t count, int64_t c,
                                     T* out_row) {
-  f32x16 acc[V] = {};
+  f32v<W> acc[V] = {};
   for (int64_t i = 0; i < count; ++i) {
     const float w = weights[i];
     const T* value_row = value + cache_rows[i] + c;
 #pragma GCC unroll 4
-    for (int j = 0; j < V; ++j) acc[j] += w * load16(value_row + 16 * j);
+    for (int j = 0; j < V; ++j) acc[j] += w * load<W>(value_row + W * j);
   }
   for (int j = 0; j < V; ++j) {
-    for (int i = 0; i < 16; ++i) store(acc[j][i], out_row + c + 16 * j + i);
+    for (int i = 0; i < W; ++i) store(acc[j][i], out_row + c + W * j + i);
   }
 }
 
 // Attention of the (input, head) pairs [first, last) of G x H, one query at a time: the
 // positions its bias leaves visible are listed (without branching: masks such as a beam's
-// lineage are irregular), scored 16 at a time, softmaxed, and only they are read for the
-// context.
-template <typename T>
-T5FORGE_WIDEST_VECTORS void attend_pairs(const Sizes& n, const T* query, const T* key,
+// lineage are irregular), scored W at a time, softmaxed, and only they are read for the
+// context. Inlined into attend_pairs_for's function of each target.
+template <int W, typename T>
+T5FORGE_INLINE void attend_pairs_in(const Sizes& n, const T* query, const T* key,
                                          const T* value, const float* bias, T* out,
                                          int64_t first, int64_t last) {
   const int64_t positions = n.positions(), d = n.head_dim;
   thread_local std::vector<float> scratch;
   thread_local std::vector<int64_t> cache_rows;  // the listed positions' rows in key/value
   thread_local std::vector<float> biases;        // and their biases
-  scratch.resize(static_cast<size_t>(d + positions));
+  scratch.resize(static_cast<size_t>(d + positions + W));  // W: softmax's padding
   cache_rows.resize(static_cast<size_t>(positions));
   biases.resize(static_cast<size_t>(positions));
   float* query_row = scratch.data();  // [D] in float32
   float* weights = query_row + d;     // the listed positions' logits, then weights
-  LogitBatch<T> logits(d);
+  LogitBatch<W, T> logits(query_row, d);
   for (int64_t pair = first; pair < last; ++pair) {
     const int64_t g = pair / n.heads, h = pair % n.heads;
     for (int64_t r = 0; r < n.queries; ++r) {
@@ -233,33 +301,63 @@ T5FORGE_WIDEST_VECTORS void attend_pairs(const Sizes& n, const T* query, const T
       int64_t count = list_positions(false);
       if (count == 0) count = list_positions(true);  // nothing visible: XLA's uniform softmax
       for (int64_t i = 0; i < count; ++i) {
-        logits.add(query_row, key + cache_rows[i], biases[i], weights + i);
+        logits.add(key + cache_rows[i], biases[i], weights + i);
       }
       logits.flush();
-      float top = kNegativeInfinity;
-#pragma omp simd reduction(max : top)
-      for (int64_t i = 0; i < count; ++i) top = weights[i] > top ? weights[i] : top;
-      float total = 0.0f;
-#pragma omp simd reduction(+ : total)
-      for (int64_t i = 0; i < count; ++i) {
-        weights[i] = exp_nonpositive(weights[i] - top);
-        total += weights[i];
-      }
-#pragma omp simd
-      for (int64_t i = 0; i < count; ++i) weights[i] = rounded(weights[i] / total, value);
-      // The context, 64 columns at a time in registers.
+      softmax_in_place<W>(weights, count, value);
+      // The context, 4 W columns at a time in registers.
       T* out_row = out + ((g * n.queries + r) * n.heads + h) * d;
       const int64_t* rows = cache_rows.data();
       int64_t c = 0;
-      for (; c + 64 <= d; c += 64) {
-        context_columns<4>(value, weights, rows, count, c, out_row);
+      for (; c + 4 * W <= d; c += 4 * W) {
+        context_columns<W, 4>(value, weights, rows, count, c, out_row);
       }
-      switch ((d - c) / 16) {
-        case 3: context_columns<3>(value, weights, rows, count, c, out_row); break;
-        case 2: context_columns<2>(value, weights, rows, count, c, out_row); break;
-        case 1: context_columns<1>(value, weights, rows, count, c, out_row); break;
+      switch ((d - c) / W) {
+        case 3: context_columns<W, 3>(value, weights, rows, count, c, out_row); break;
+        case 2: context_columns<W, 2>(value, weights, rows, count, c, out_row); break;
+        case 1: context_columns<W, 1>(value, weights, rows, count, c, out_row); break;
       }
     }
+  }
+}
+
+#define T5FORGE_ATTEND_PAIRS(name, target, lanes)                                          \
+  template <typename T>                                                                    \
+  target void name(const Sizes& n, const T* query, const T* key, const T* value,           \
+                   const float* bias, T* out, int64_t first, int64_t last) {              \
+    attend_pairs_in<lanes>(n, query, key, value, bias, out, first, last);                  \
+  }
+
+#if defined(__x86_64__) && defined(__GNUC__)
+T5FORGE_ATTEND_PAIRS(attend_pairs_avx512, __attribute__((target("avx512f"))), 16)
+T5FORGE_ATTEND_PAIRS(attend_pairs_avx2, __attribute__((target("avx2,fma"))), 8)
+#endif
+T5FORGE_ATTEND_PAIRS(attend_pairs_baseline, , 4)
+
+// The widest build this CPU runs: 16 lanes with AVX-512, 8 with AVX2 and FMA, else 4.
+int widest_lanes() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return 16;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 8;
+#endif
+  return 4;
+}
+
+std::atomic<int>& lanes_in_use() {
+  static std::atomic<int> lanes{widest_lanes()};
+  return lanes;
+}
+
+template <typename T>
+void attend_pairs(const Sizes& n, const T* query, const T* key, const T* value,
+                  const float* bias, T* out, int64_t first, int64_t last) {
+  switch (lanes_in_use().load(std::memory_order_relaxed)) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    case 16: return attend_pairs_avx512(n, query, key, value, bias, out, first, last);
+    case 8: return attend_pairs_avx2(n, query, key, value, bias, out, first, last);
+#endif
+    default: return attend_pairs_baseline(n, query, key, value, bias, out, first, last);
   }
 }
 
@@ -357,5 +455,20 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(DecodeAttention, DecodeAttentionImpl,
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Ctx<ffi::ThreadPool>());
+
+int decode_attention_lanes() { return lanes_in_use().load(); }
+
+int set_decode_attention_lanes(int lanes) {
+  if (lanes != 4 && lanes != 8 && lanes != 16) {
+    throw std::invalid_argument("decode attention lanes are 4, 8 or 16, not " +
+                                std::to_string(lanes));
+  }
+  if (lanes > widest_lanes()) {
+    throw std::invalid_argument("this CPU runs the decode attention's builds up to " +
+                                std::to_string(widest_lanes()) + " lanes, not " +
+                                std::to_string(lanes));
+  }
+  return lanes_in_use().exchange(lanes);
+}
 
 }  // namespace t5forge_kernels

@@ -46,6 +46,13 @@ NB_MODULE(t5forge_kernels, m) {
         "is not switched off).");
   m.def("set_amx_int8_enabled", &t5forge_kernels::set_amx_int8_enabled, nb::arg("enabled"),
         "Switches the AMX kernel on or off; returns the previous setting.");
+  m.def("decode_attention_lanes", &t5forge_kernels::decode_attention_lanes,
+        "The vector lanes of the decode attention's build in use: 16 (AVX-512), 8 (AVX2 and "
+        "FMA) or 4 (baseline), the widest this CPU runs unless set.");
+  m.def("set_decode_attention_lanes", &t5forge_kernels::set_decode_attention_lanes,
+        nb::arg("lanes"),
+        "Runs the decode attention's build of `lanes` (4, 8, or 16 where the CPU has them); "
+        "returns the previous. ValueError for a width this CPU lacks.");
   m.def("onednn_version", &t5forge_kernels::onednn_version,
         "The version of the oneDNN library loaded at run time.");
 }

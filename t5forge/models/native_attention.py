@@ -9,8 +9,8 @@ visible (causally written so far; under beam search, the beam it descends from) 
 rest, which XLA weighs by exactly 0. Float32 logits, softmax and context, as attention.py's.
 
 Used by attention.cached_attention and attention.slot_attention where the compiled products
-run (native_products.replaces_xla_here) on a CPU with AVX-512, without soft-capping or a
-log-sum-exp; everywhere else they keep XLA's formulation.
+run (native_products.replaces_xla_here), without soft-capping or a log-sum-exp; everywhere
+else they keep XLA's formulation.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import jax.numpy as jnp
 
 from t5forge.errors import ConfigError
 from t5forge.models import native_products
-from t5forge.models.cpu_flags import cpu_flags
 
 _DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
 # The cache size (elements of key) from which one query per row goes to the kernel: where its
@@ -49,17 +48,7 @@ def runs_here(query, key, value, slots: int = 1, softcap=None, with_lse: bool = 
         and key.dtype == dtype
         and value.dtype == dtype
         and native_products.replaces_xla_here()
-        and _wide_vectors_here()
     )
-
-
-def _wide_vectors_here() -> bool:
-    """Whether the CPU has AVX-512, which the kernel's 16-lane loops are written for (16 sums
-    at once, in 16 registers). With AVX2 alone (AMD Zen 3) each lane group takes two of its 16
-    registers and spills, and XLA's attention was faster: T5 1.1 small, 128 in / 64 new, one
-    process each, kernel then XLA: beam 4 batch 8 float32 3.89 -> 3.39 s, bfloat16 4.38 ->
-    3.64 s, int8 weights 4.05 -> 3.61 s; greedy batch 64 8.49 -> 6.66 s."""
-    return "avx512f" in cpu_flags()
 
 
 def _check_shapes(query, key, value, bias) -> None:

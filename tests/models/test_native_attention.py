@@ -1,7 +1,9 @@
 """The compiled decode attention equals XLA's formulation (attention.slot_attention and
 cached_attention with the kernel off): float32 and bfloat16, odd lengths, one input, broadcast
 biases, beam lineage masks, a query that sees nothing; beam search decodes the same tokens
-through it; bad operands are one clear error. Without the extension these tests skip."""
+through it; bad operands are one clear error. Each equality runs every build of the kernel this
+CPU has (16 lanes: AVX-512, 8: AVX2, 4: baseline), whichever it would pick. Without the
+extension these tests skip."""
 
 from __future__ import annotations
 
@@ -28,11 +30,16 @@ needs_extension = pytest.mark.skipif(
 TOLERANCE = {jnp.float32: 1e-5, jnp.bfloat16: 1e-2}
 
 
-@pytest.fixture(autouse=True)
-def kernel_on_any_cpu(monkeypatch):
-    """The kernel as it runs on an AVX-512 CPU, also where it is left off for speed (AVX2
-    alone): its AVX2 and baseline builds still give XLA's numbers."""
-    monkeypatch.setattr(native_attention, "_wide_vectors_here", lambda: True)
+@pytest.fixture(params=[16, 8, 4], ids=lambda lanes: f"{lanes}_lanes")
+def lanes(request):
+    """The kernel's build of this many lanes, for the test (skipped where the CPU lacks it)."""
+    kernels = pytest.importorskip("t5forge_kernels")
+    try:
+        previous = kernels.set_decode_attention_lanes(request.param)
+    except ValueError as error:
+        pytest.skip(str(error))
+    yield request.param
+    kernels.set_decode_attention_lanes(previous)
 
 
 def xla_and_kernel(monkeypatch, attend, *operands):
@@ -70,7 +77,7 @@ def slot_operands(rng, dtype, groups, slots, heads, queries, length, head_dim, w
     ],
 )
 def test_slot_attention_equals_xla(
-    monkeypatch, dtype, groups, slots, heads, queries, length, head_dim, written
+    monkeypatch, lanes, dtype, groups, slots, heads, queries, length, head_dim, written
 ):
     rng = np.random.default_rng(groups * 100 + length)
     operands = slot_operands(rng, dtype, groups, slots, heads, queries, length, head_dim, written)
@@ -80,7 +87,7 @@ def test_slot_attention_equals_xla(
 
 @needs_extension
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-def test_cached_attention_of_several_decodes_per_input_equals_xla(monkeypatch, dtype):
+def test_cached_attention_of_several_decodes_per_input_equals_xla(monkeypatch, lanes, dtype):
     """Cross-attention under beam search: 4 decodes of each input over its encoder memory,
     each input padded to its own length, the bias broadcast over heads and decodes."""
     rng = np.random.default_rng(7)
@@ -95,7 +102,7 @@ def test_cached_attention_of_several_decodes_per_input_equals_xla(monkeypatch, d
 
 
 @needs_extension
-def test_a_query_that_sees_nothing_gets_xlas_uniform_softmax(monkeypatch):
+def test_a_query_that_sees_nothing_gets_xlas_uniform_softmax(monkeypatch, lanes):
     """A row whose every position is masked (an empty slot) is not NaN: XLA's softmax of
     equal logits, the mean of the values, as the formulation it replaces gives."""
     rng = np.random.default_rng(3)
@@ -124,15 +131,6 @@ def test_one_query_over_one_row_stays_with_xla_below_a_big_cache():
     assert native_attention.runs_here(jax.ShapeDtypeStruct((128, 4, 1, 64), jnp.float32), big, big)
     odd = jnp.zeros((2, 3, 4, 12))  # head_dim not a multiple of the kernel's 16 lanes
     assert not native_attention.runs_here(odd, jnp.zeros((2, 3, 5, 12)), jnp.zeros((2, 3, 5, 12)))
-
-
-@needs_extension
-def test_a_cpu_without_avx512_keeps_xlas_attention(monkeypatch):
-    """On AVX2 alone (AMD Zen 3) XLA's attention was the faster: beams stay with XLA there."""
-    monkeypatch.setattr(native_attention, "_wide_vectors_here", lambda: False)
-    rows = jnp.zeros((2, 3, 5, 16))
-    assert not native_attention.runs_here(jnp.zeros((2, 3, 4, 16)), rows, rows)
-    assert not native_attention.runs_here(jnp.zeros((2, 3, 1, 16)), rows, rows, slots=2)
 
 
 @needs_extension
