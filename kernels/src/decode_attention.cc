@@ -50,32 +50,16 @@ T5FORGE_INLINE float as_float(float value) { return value; }
 T5FORGE_INLINE float as_float(uint16_t value) { return from_bf16(value); }
 T5FORGE_INLINE void store(float value, float* out) { *out = value; }
 T5FORGE_INLINE void store(float value, uint16_t* out) { *out = to_bf16(value); }
-// W float32 lanes as one value, W the lanes of one register of the function compiled
-// (attend_pairs_for): 16 under AVX-512, 8 under AVX2, 4 on the baseline. A vector wider than
-// the target's registers is lowered through memory (GCC copies it with `rep movs`), so each
-// target gets its own width rather than one 16-lane form for all.
+// W float32 lanes as one value, W the lanes of one register of the function compiled (the
+// T5FORGE_ATTEND_PAIRS functions): 16 under AVX-512, 8 under AVX2, 4 on the baseline. A vector
+// wider than the target's registers is lowered through memory (GCC copies it with `rep movs`),
+// so each target gets its own width rather than one 16-lane form for all.
 template <int W>
-struct Vectors;
-template <>
-struct Vectors<16> {
-  typedef float f32 __attribute__((vector_size(64)));
-  typedef int32_t i32 __attribute__((vector_size(64)));
-  typedef uint32_t u32 __attribute__((vector_size(64)));
-  typedef uint16_t u16 __attribute__((vector_size(32)));
-};
-template <>
-struct Vectors<8> {
-  typedef float f32 __attribute__((vector_size(32)));
-  typedef int32_t i32 __attribute__((vector_size(32)));
-  typedef uint32_t u32 __attribute__((vector_size(32)));
-  typedef uint16_t u16 __attribute__((vector_size(16)));
-};
-template <>
-struct Vectors<4> {
-  typedef float f32 __attribute__((vector_size(16)));
-  typedef int32_t i32 __attribute__((vector_size(16)));
-  typedef uint32_t u32 __attribute__((vector_size(16)));
-  typedef uint16_t u16 __attribute__((vector_size(8)));
+struct Vectors {
+  typedef float f32 __attribute__((vector_size(4 * W)));
+  typedef int32_t i32 __attribute__((vector_size(4 * W)));
+  typedef uint32_t u32 __attribute__((vector_size(4 * W)));
+  typedef uint16_t u16 __attribute__((vector_size(2 * W)));
 };
 
 template <int W>
@@ -265,7 +249,7 @@ T5FORGE_INLINE void context_columns(const T* value, const float* weights,
 // Attention of the (input, head) pairs [first, last) of G x H, one query at a time: the
 // positions its bias leaves visible are listed (without branching: masks such as a beam's
 // lineage are irregular), scored W at a time, softmaxed, and only they are read for the
-// context. Inlined into attend_pairs_for's function of each target.
+// context. Inlined into each target's function (T5FORGE_ATTEND_PAIRS).
 template <int W, typename T>
 T5FORGE_INLINE void attend_pairs_in(const Sizes& n, const T* query, const T* key,
                                          const T* value, const float* bias, T* out,
