@@ -50,6 +50,7 @@ T5FORGE_INLINE float as_float(float value) { return value; }
 T5FORGE_INLINE float as_float(uint16_t value) { return from_bf16(value); }
 T5FORGE_INLINE void store(float value, float* out) { *out = value; }
 T5FORGE_INLINE void store(float value, uint16_t* out) { *out = to_bf16(value); }
+
 // W float32 lanes as one value, W the lanes of one register of the function compiled (the
 // T5FORGE_ATTEND_PAIRS functions): 16 under AVX-512, 8 under AVX2, 4 on the baseline. A vector
 // wider than the target's registers is lowered through memory (GCC copies it with `rep movs`),
