@@ -1,6 +1,7 @@
 """Shared fixtures: where the real datasets live, the tiny model and vocabulary end-to-end tests
 train, one compilation cache for every command a test starts, and the tiny run they share."""
 
+import gc
 import os
 import shutil
 from pathlib import Path
@@ -35,6 +36,31 @@ def compilation_cache(tmp_path_factory):
         patch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
         patch.setenv("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
         yield
+
+
+# Memory mappings a test process may hold before its compiled programs are let go: XLA:CPU
+# maps each executable's code in about three regions, a worker that ran half the suite held
+# ~35,000, and at Linux's default vm.max_map_count (65,530) LLVM's next compile fails
+# ("LLVM compilation error: Cannot allocate memory") and the worker segfaults (stop 56's CI,
+# two full runs on 2026-11-29, each inside a serving test's warm-up compile).
+MAX_MAPPINGS = 30_000
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled_programs_released():
+    """After a test file, JAX's caches are cleared where the process holds over MAX_MAPPINGS
+    mappings, which unmaps the executables nothing else holds (300 small programs: 1,406
+    mappings -> 525). Only then: programs a later file shares are compiled again."""
+    yield
+    if not os.path.exists("/proc/self/maps"):  # not Linux: no such limit to meet
+        return
+    with open("/proc/self/maps") as maps:
+        mappings = sum(1 for _ in maps)
+    if mappings > MAX_MAPPINGS:
+        import jax
+
+        jax.clear_caches()
+        gc.collect()
 
 
 @pytest.fixture(scope="session")
