@@ -1,5 +1,6 @@
 """Shared fixtures: where the real datasets live, the tiny model and vocabulary end-to-end tests
-train, one compilation cache for every command a test starts, and the tiny run they share."""
+train, one compilation cache for every command a test starts, the tiny run they share, and
+compiled programs let go before a worker runs out of memory mappings."""
 
 import gc
 import os
